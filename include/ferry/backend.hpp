@@ -1,0 +1,148 @@
+// ferry — the one narrow interface every backend implements (sim, cuda).
+//
+// The pool, the arena, the transfer engine and the cache only ever talk to a
+// device through this interface. It deals in raw device addresses; handles,
+// leases and reuse rules live above it (see stream_order.hpp, device_pool.hpp).
+//
+// Thread safety: every method may be called from any host thread; a backend
+// serializes internally. Methods that may block say so.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "ferry/result.hpp"
+#include "ferry/stream.hpp"
+
+namespace ferry {
+
+struct DeviceRange {
+  std::uint64_t addr = 0;
+  std::uint64_t bytes = 0;
+};
+
+// --- Operations a stream can carry. Host pointers must stay valid until the
+// operation's ticket has completed (the host arena's leases guarantee it).
+
+struct FillOp {  // device writes fill_pattern(seed) into dst
+  DeviceRange dst;
+  std::uint64_t seed = 0;
+};
+struct CopyToDeviceOp {  // host -> device; src is pinned, registered or pageable
+  DeviceRange dst;
+  const std::byte* src = nullptr;
+};
+struct CopyToHostOp {  // device -> host
+  std::byte* dst = nullptr;
+  DeviceRange src;
+};
+struct CopyOnDeviceOp {  // device -> device, same length
+  DeviceRange dst;
+  std::uint64_t src_addr = 0;
+};
+struct BatchCopyToDeviceOp {  // many host->device copies as one operation (one ticket)
+  std::vector<CopyToDeviceOp> copies;
+};
+// A kernel that writes into `output` mix_kernel(inputs): a value that depends on
+// every byte of every input (see content.hpp). `flops` and `mem_bytes` are the
+// modeled cost of the real operation it stands for (sim charges them against the
+// profile; cuda ignores them).
+struct ComputeOp {
+  std::vector<DeviceRange> inputs;
+  DeviceRange output;
+  double flops = 0;
+  std::uint64_t mem_bytes = 0;
+};
+struct HashOp {  // device computes content_hash(src) and stores it at *result
+  DeviceRange src;
+  std::uint64_t* result = nullptr;
+};
+struct WaitOp {  // this stream waits until `point` has completed (an event wait)
+  StreamPoint point;
+};
+struct NopOp {};
+
+using Op = std::variant<FillOp, CopyToDeviceOp, CopyToHostOp, CopyOnDeviceOp,
+                        BatchCopyToDeviceOp, ComputeOp, HashOp, WaitOp, NopOp>;
+
+struct DeviceInfo {
+  std::string backend;       // "sim" or "cuda"
+  std::string device;        // profile name on sim, GPU name on cuda
+  std::uint64_t capacity = 0;      // physical device memory, bytes
+  std::uint64_t granularity = 0;   // unit of map()/unmap(), a power of two
+  bool virtual_memory = false;     // map/unmap of granules inside reserved ranges
+  bool batched_copy = false;       // BatchCopyToDeviceOp is native (else emulated per copy)
+  bool host_register = false;      // register_host() pins existing ranges in place
+  double h2d_bytes_per_s = 0;      // nominal host->device bandwidth (pinned)
+  double mem_bytes_per_s = 0;      // nominal device memory bandwidth
+  double flops_per_s = 0;          // nominal compute rate (bf16)
+};
+
+struct HostMemoryStats {
+  std::uint64_t pinned_allocs = 0;   // calls that pinned new memory in the driver
+  std::uint64_t pinned_frees = 0;
+  std::uint64_t pinned_bytes = 0;    // currently pinned by allocate_pinned
+  std::uint64_t registrations = 0;
+  std::uint64_t unregistrations = 0;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  Backend() = default;
+  Backend(const Backend&) = delete;
+  Backend& operator=(const Backend&) = delete;
+
+  virtual const DeviceInfo& info() const noexcept = 0;
+
+  // --- Device address space. Addresses are never 0. reserve_address returns a
+  // granule-aligned range with no physical memory behind it; map/unmap attach and
+  // detach physical granules (addr and bytes granule-aligned). Without
+  // virtual_memory a backend backs the whole reservation at reserve time and
+  // map/unmap only account. map fails with out_of_memory when physical memory
+  // is exhausted. unmap does not wait for in-flight work: callers unmap only what
+  // the lease mechanism says is finished (I2).
+  virtual Result<std::uint64_t> reserve_address(std::uint64_t bytes) = 0;
+  virtual Result<void> release_address(std::uint64_t base, std::uint64_t bytes) = 0;
+  virtual Result<void> map(std::uint64_t addr, std::uint64_t bytes) = 0;
+  virtual Result<void> unmap(std::uint64_t addr, std::uint64_t bytes) = 0;
+  virtual std::uint64_t mapped_bytes() const = 0;
+
+  // --- Streams. enqueue appends op to `stream`'s host-side queue and returns its
+  // ticket (the previous ticket + 1). If the stream is not held the op is
+  // dispatched to the device at once. Never blocks on device work.
+  // Errors: invalid_argument (bad stream or op), backend_error (sticky device fault).
+  virtual Result<Ticket> enqueue(StreamId stream, Op op) = 0;
+  virtual Ticket submitted(StreamId stream) const = 0;  // last ticket handed out
+  virtual Ticket completed(StreamId stream) = 0;        // last ticket completed; polls
+
+  // Held streams keep new ops in the host-side queue (report 003's lazy dispatch).
+  virtual void set_hold(StreamId stream, bool hold) = 0;
+  virtual bool held(StreamId stream) const = 0;
+  // Dispatches what the host-side queues hold; the hold itself stays on.
+  virtual Result<void> flush(StreamId stream) = 0;
+  virtual Result<void> flush_all() = 0;
+
+  // Blocks until `point` has completed. Dispatches held ops of that stream up to
+  // the point first. Errors: timeout (after `timeout` of backend time, or when the
+  // sim sees it can never complete), backend_error (device fault).
+  virtual Result<void> wait(StreamPoint point, std::chrono::nanoseconds timeout) = 0;
+  // Flushes and waits for every stream. Blocks.
+  virtual Result<void> synchronize() = 0;
+
+  // --- Host memory.
+  virtual Result<std::byte*> allocate_pinned(std::uint64_t bytes) = 0;
+  virtual Result<void> free_pinned(std::byte* ptr) = 0;
+  virtual Result<void> register_host(std::byte* ptr, std::uint64_t bytes) = 0;
+  virtual Result<void> unregister_host(std::byte* ptr) = 0;
+  virtual HostMemoryStats host_stats() const = 0;
+
+  // --- Time: virtual nanoseconds on sim, steady-clock nanoseconds on cuda.
+  virtual std::uint64_t now_ns() const = 0;
+};
+
+}  // namespace ferry

@@ -1,0 +1,146 @@
+// ferry — the device pool: handles that never go stale, stream-ordered free,
+// reclaim under pressure that never frees memory queued work still touches.
+//
+// Invariants (SPEC.md):
+//   I1  handles are (pool, slot, generation); slots are never renumbered or moved;
+//       freeing a slot bumps its generation; resolving a stale, foreign or forged
+//       handle returns stale_handle.
+//   I2  a block is not reused, unmapped or released while a lease on it (an
+//       enqueued operation, held in a host queue or on the device) is open.
+//   I3  free() is stream-ordered: the block is reusable at once by later work on
+//       the stream that last used it, by other streams once that work completed.
+//   I4  a failed fit runs the reclaim sequence before out_of_memory.
+//
+// Layout: one reserved address range per size class (small requests are sliced
+// from shared granules, large ones take extents of their own); physical granules
+// are mapped on demand and unmapped when no block touches them, so reserved
+// memory follows live memory instead of ratcheting (report 003). Bookkeeping
+// lives outside device memory.
+//
+//   reserved == mapped granules;  live + pending_free <= reserved <= capacity
+//
+// Thread safety: every method may be called from any thread. allocate() may block
+// (bounded) in the reclaim sequence, waiting for in-flight frees; it holds no
+// lock while it waits. Other calls do not block on the device.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "ferry/backend.hpp"
+#include "ferry/result.hpp"
+#include "ferry/stream.hpp"
+#include "ferry/stream_order.hpp"
+
+namespace ferry {
+
+// A value handle. {0,0,0} is the null handle and never resolves.
+struct DeviceHandle {
+  std::uint32_t pool = 0;
+  std::uint32_t slot = 0;
+  std::uint32_t generation = 0;
+  friend bool operator==(const DeviceHandle&, const DeviceHandle&) = default;
+};
+
+struct PoolOptions {
+  // Bytes the pool may map; 0 means the device's capacity. Larger than the
+  // device's capacity is clamped to it.
+  std::uint64_t capacity = 0;
+  // Mapped granules that no block uses are kept (cached) up to this many bytes
+  // and unmapped beyond it. trim() and pressure release them all.
+  std::uint64_t release_threshold = std::uint64_t{256} << 20;
+  // Requests up to this size are sliced from the shared small-block range.
+  std::uint64_t small_limit = std::uint64_t{1} << 20;
+  // Run validate() after every operation (the debug preset turns this on).
+  bool validate_each_op = false;
+};
+
+struct PoolStats {
+  std::uint64_t allocated_bytes = 0, peak_allocated_bytes = 0;  // live blocks (rounded)
+  std::uint64_t requested_bytes = 0, peak_requested_bytes = 0;  // live, as requested
+  std::uint64_t reserved_bytes = 0, peak_reserved_bytes = 0;    // mapped granules
+  std::uint64_t active_bytes = 0, peak_active_bytes = 0;        // live + pending free
+  std::uint64_t pending_free_bytes = 0;
+  std::uint64_t cached_bytes = 0;     // mapped but touched by no block
+  std::uint64_t allocs = 0, frees = 0;
+  std::uint64_t ooms = 0;             // out_of_memory answers
+  std::uint64_t reclaims = 0;         // reclaim sequences run (pressure or trim)
+  std::uint64_t recoveries = 0;       // failed fits that a reclaim turned into success
+  std::uint64_t same_stream_reuses = 0;  // pending blocks reused in stream order
+  std::uint64_t maps = 0, unmaps = 0;    // backend map/unmap calls
+};
+
+// A resolved, leased view of a block for one operation.
+struct DeviceSpan {
+  std::uint64_t addr = 0;
+  std::uint64_t bytes = 0;  // the requested size
+};
+
+// One block in a snapshot (observability).
+struct BlockInfo {
+  std::uint64_t addr = 0;
+  std::uint64_t bytes = 0;
+  enum class State : std::uint8_t { live, pending_free, free } state = State::free;
+  StreamId stream = 0;
+};
+
+class DevicePool {
+ public:
+  // The pool reserves its address ranges at construction; check ok() after.
+  DevicePool(StreamOrder& order, PoolOptions options = {});
+  ~DevicePool();
+  DevicePool(const DevicePool&) = delete;
+  DevicePool& operator=(const DevicePool&) = delete;
+
+  // Construction failure (address reservation refused), if any.
+  const Result<void>& status() const noexcept;
+
+  // Allocates `bytes` (rounded up to 256), stream-ordered on `stream`.
+  // Errors: invalid_argument (0 bytes, bad stream), out_of_memory (after the I4
+  // sequence; message carries the diagnostic; every live block is untouched),
+  // backend_error. May block (bounded) waiting for in-flight frees.
+  Result<DeviceHandle> allocate(std::uint64_t bytes, StreamId stream);
+
+  // Drops the handle. Legal with work in flight (I3). Errors: stale_handle
+  // (double free, foreign, forged). Never blocks.
+  Result<void> free(DeviceHandle handle);
+
+  // Resolves without leasing (for inspection). Errors: stale_handle.
+  Result<DeviceSpan> resolve(DeviceHandle handle) const;
+
+  // Resolves `handle` and records a lease for `point` (called from a
+  // StreamOrder::submit prepare callback). Errors: stale_handle.
+  Result<DeviceSpan> lease(DeviceHandle handle, StreamPoint point);
+
+  // Releases every cached granule and every completed pending free. Never blocks.
+  Result<void> trim();
+
+  PoolStats stats() const;
+  std::uint64_t capacity() const noexcept;
+  std::vector<BlockInfo> snapshot() const;
+
+  // Checks every internal invariant; false (with a reason in *why) when broken.
+  bool validate(std::string* why = nullptr) const;
+
+  StreamOrder& order() noexcept;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Convenience: enqueue common device operations on pooled memory. Each resolves
+// its handles under a lease for the ticket it will get (I2).
+// Errors: stale_handle, invalid_argument (range outside the block), backend_error.
+Result<Ticket> enqueue_fill(DevicePool& pool, StreamId stream, DeviceHandle dst, std::uint64_t seed);
+Result<Ticket> enqueue_compute(DevicePool& pool, StreamId stream,
+                               std::span<const DeviceHandle> inputs, DeviceHandle output,
+                               double flops = 0, std::uint64_t mem_bytes = 0);
+Result<Ticket> enqueue_copy_to_host(DevicePool& pool, StreamId stream, DeviceHandle src,
+                                    std::span<std::byte> dst);
+
+}  // namespace ferry

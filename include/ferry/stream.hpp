@@ -1,0 +1,25 @@
+// ferry — streams and tickets: the vocabulary of stream ordering.
+//
+// Every operation enqueued on a stream gets the next ticket of that stream
+// (1, 2, 3, ...). Streams are FIFOs, so "ticket t of stream s has completed"
+// implies every earlier ticket of s has completed too. A StreamPoint names one
+// such position; it is what events are in ferry.
+#pragma once
+
+#include <cstdint>
+
+namespace ferry {
+
+using StreamId = std::uint32_t;
+using Ticket = std::uint64_t;  // 0 means "nothing enqueued yet"
+
+// Streams are small integers 0..kMaxStreams-1, created on first use.
+inline constexpr StreamId kMaxStreams = 64;
+
+struct StreamPoint {
+  StreamId stream = 0;
+  Ticket ticket = 0;
+  friend bool operator==(const StreamPoint&, const StreamPoint&) = default;
+};
+
+}  // namespace ferry

@@ -1,0 +1,130 @@
+// ferry — stream ordering, written once (SPEC.md I2, I3).
+//
+// The pool, the host arena, the transfer engine and the offload cache all ask the
+// same two questions — "which enqueued work may still touch this?" and "has it
+// finished?" — and answer them here, with leases:
+//
+//   * Every operation is enqueued through StreamOrder::submit. Its `prepare`
+//     callback runs under the stream's submission lock, knows the ticket the
+//     operation will get, and records that ticket on every resource the operation
+//     touches (a UseSet). Leases are taken at enqueue, not at dispatch, so work
+//     held in a host-side queue holds its operands too (report 003).
+//   * A resource whose UseSet has not retired must not be reused, unmapped or
+//     released — except by later work on the one stream that still uses it,
+//     which the FIFO orders after the old work (I3).
+//
+// Thread safety: all methods may be called from any thread. submit() holds the
+// stream's submission lock while it calls `prepare` and Backend::enqueue (which
+// never blocks on device work). wait() blocks and holds no lock of ferry's.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <utility>
+#include <vector>
+
+#include "ferry/backend.hpp"
+#include "ferry/result.hpp"
+#include "ferry/stream.hpp"
+
+namespace ferry {
+
+class StreamOrder;
+
+// The positions on streams that may still touch one resource: at most one point
+// per stream (the latest ticket), since a stream completes in order.
+class UseSet {
+ public:
+  void add(StreamPoint point);
+  void merge(const UseSet& other);
+  // Drops the points that have completed. Returns true when none remain.
+  bool retire(StreamOrder& order);
+  bool empty() const noexcept { return count_ == 0; }
+  // The only stream still using the resource, if exactly one is.
+  std::optional<StreamId> single_stream() const noexcept;
+  std::span<const StreamPoint> points() const noexcept {
+    if (!overflow_.empty()) return overflow_;
+    return {points_.data(), count_};
+  }
+  void clear() noexcept {
+    count_ = 0;
+    overflow_.clear();
+  }
+
+ private:
+  // Inline for the common case; more streams than this spill into overflow_.
+  std::array<StreamPoint, 4> points_{};
+  std::size_t count_ = 0;
+  std::vector<StreamPoint> overflow_;  // used only when count_ would exceed 4
+  friend class StreamOrder;
+  std::span<StreamPoint> mutable_points() noexcept;
+};
+
+class StreamOrder {
+ public:
+  // `wait_timeout` bounds every wait this object performs (backend time).
+  explicit StreamOrder(Backend& backend,
+                       std::chrono::nanoseconds wait_timeout = std::chrono::seconds(30));
+
+  Backend& backend() noexcept { return backend_; }
+
+  // Enqueues on `stream` the op returned by prepare(ticket). prepare runs under
+  // the stream's submission lock; it records leases for `ticket` and returns the
+  // Op, or an Error (then a no-op takes the ticket, so leases it recorded retire).
+  // Errors: invalid_argument (stream out of range), what prepare returns,
+  // backend_error.
+  template <class Prepare>
+  Result<Ticket> submit(StreamId stream, Prepare&& prepare);
+
+  // True when `point` has completed. Polls the backend only when the cached
+  // completion cursor is behind. Non-blocking.
+  bool is_complete(StreamPoint point);
+  Ticket completed(StreamId stream);
+
+  // Blocks (bounded) until `point`, or every point of `uses`, has completed.
+  // Dispatches held work it waits for. Errors: timeout, backend_error.
+  Result<void> wait(StreamPoint point);
+  Result<void> wait(const UseSet& uses);
+
+  std::chrono::nanoseconds wait_timeout() const noexcept { return wait_timeout_; }
+
+ private:
+  Result<void> fill_lost_ticket(StreamId stream);
+
+  Backend& backend_;
+  std::chrono::nanoseconds wait_timeout_;
+  std::array<std::mutex, kMaxStreams> submit_mutex_;
+  std::array<std::atomic<Ticket>, kMaxStreams> completed_{};
+};
+
+template <class Prepare>
+Result<Ticket> StreamOrder::submit(StreamId stream, Prepare&& prepare) {
+  if (stream >= kMaxStreams) {
+    return make_error(ErrorCode::invalid_argument,
+                      "stream " + std::to_string(stream) + " is out of range (streams are 0.." +
+                          std::to_string(kMaxStreams - 1) + ")");
+  }
+  // The submission lock makes the ticket that prepare() records equal to the one
+  // the backend hands out: nothing else enqueues on this stream meanwhile.
+  std::lock_guard<std::mutex> lock(submit_mutex_[stream]);
+  const Ticket ticket = backend_.submitted(stream) + 1;
+  Result<Op> op = std::forward<Prepare>(prepare)(ticket);
+  if (!op.ok()) {
+    FERRY_TRY(fill_lost_ticket(stream));
+    return std::move(op).error();
+  }
+  Result<Ticket> got = backend_.enqueue(stream, std::move(op).value());
+  if (!got.ok()) {
+    // Leases already name `ticket`; fill it with a no-op so it still completes.
+    FERRY_TRY(fill_lost_ticket(stream));
+    return std::move(got).error();
+  }
+  return got;
+}
+
+}  // namespace ferry

@@ -1,0 +1,97 @@
+#include "ferry/stream_order.hpp"
+
+#include <algorithm>
+
+namespace ferry {
+
+std::span<StreamPoint> UseSet::mutable_points() noexcept {
+  if (!overflow_.empty()) return overflow_;
+  return {points_.data(), count_};
+}
+
+void UseSet::add(StreamPoint point) {
+  // One point per stream is enough: a stream completes its tickets in order.
+  for (StreamPoint& p : mutable_points()) {
+    if (p.stream == point.stream) {
+      p.ticket = std::max(p.ticket, point.ticket);
+      return;
+    }
+  }
+  if (overflow_.empty() && count_ < points_.size()) {
+    points_[count_++] = point;
+    return;
+  }
+  if (overflow_.empty()) overflow_.assign(points_.begin(), points_.begin() + count_);
+  overflow_.push_back(point);
+  count_ = overflow_.size();
+}
+
+void UseSet::merge(const UseSet& other) {
+  for (const StreamPoint& p : other.points()) add(p);
+}
+
+bool UseSet::retire(StreamOrder& order) {
+  auto pts = mutable_points();
+  auto end = std::remove_if(pts.begin(), pts.end(),
+                            [&](const StreamPoint& p) { return order.is_complete(p); });
+  count_ = static_cast<std::size_t>(end - pts.begin());
+  if (!overflow_.empty()) {
+    overflow_.resize(count_);
+    if (count_ <= points_.size()) {
+      std::copy(overflow_.begin(), overflow_.end(), points_.begin());
+      overflow_.clear();
+    }
+  }
+  return count_ == 0;
+}
+
+std::optional<StreamId> UseSet::single_stream() const noexcept {
+  auto pts = points();
+  if (pts.size() != 1) return std::nullopt;
+  return pts[0].stream;
+}
+
+StreamOrder::StreamOrder(Backend& backend, std::chrono::nanoseconds wait_timeout)
+    : backend_(backend), wait_timeout_(wait_timeout) {}
+
+Ticket StreamOrder::completed(StreamId stream) {
+  if (stream >= kMaxStreams) return 0;
+  const Ticket polled = backend_.completed(stream);
+  // Completion is monotone; a stale cached value is only ever too low.
+  Ticket cached = completed_[stream].load(std::memory_order_relaxed);
+  while (polled > cached &&
+         !completed_[stream].compare_exchange_weak(cached, polled, std::memory_order_relaxed)) {
+  }
+  return std::max(polled, cached);
+}
+
+bool StreamOrder::is_complete(StreamPoint point) {
+  if (point.ticket == 0) return true;
+  if (point.stream >= kMaxStreams) return false;
+  if (completed_[point.stream].load(std::memory_order_relaxed) >= point.ticket) return true;
+  return completed(point.stream) >= point.ticket;
+}
+
+Result<void> StreamOrder::wait(StreamPoint point) {
+  if (is_complete(point)) return {};
+  FERRY_TRY(backend_.wait(point, wait_timeout_));
+  completed(point.stream);
+  return {};
+}
+
+Result<void> StreamOrder::wait(const UseSet& uses) {
+  for (const StreamPoint& p : uses.points()) FERRY_TRY(wait(p));
+  return {};
+}
+
+Result<void> StreamOrder::fill_lost_ticket(StreamId stream) {
+  Result<Ticket> nop = backend_.enqueue(stream, NopOp{});
+  if (!nop.ok()) {
+    return make_error(ErrorCode::backend_error,
+                      "stream " + std::to_string(stream) +
+                          " lost a ticket and could not fill it: " + nop.error().message);
+  }
+  return {};
+}
+
+}  // namespace ferry

@@ -1,0 +1,40 @@
+// One test suite, every backend: fixtures take the backend name as their
+// parameter, and suites are instantiated with FERRY_BACKENDS. A backend this
+// machine cannot run (cuda without a GPU) makes its tests SKIP.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+
+#include "ferry/backend.hpp"
+#include "ferry/cuda_backend.hpp"
+#include "ferry/sim_backend.hpp"
+
+namespace ferry::testing {
+
+inline std::unique_ptr<Backend> make_backend(const std::string& name, SimFaults faults = {},
+                                             std::uint64_t seed = 1, const char* profile = "tiny") {
+  if (name == "sim") return make_sim_backend({*find_profile(profile), seed, faults});
+  auto cuda = make_cuda_backend({});
+  if (!cuda.ok()) return nullptr;
+  return std::move(cuda).value();
+}
+
+inline std::string backend_skip_reason(const std::string& name) {
+  if (name == "sim") return {};
+  auto cuda = make_cuda_backend({});
+  return cuda.ok() ? std::string{} : cuda.error().message;
+}
+
+#define FERRY_BACKENDS ::testing::Values(std::string("sim"), std::string("cuda"))
+
+// Skips the current test when `backend` is null (a backend this machine lacks).
+#define FERRY_REQUIRE_BACKEND(backend, name)                                        \
+  do {                                                                             \
+    if (!(backend)) GTEST_SKIP() << "backend " << (name) << " unavailable: "        \
+                                 << ::ferry::testing::backend_skip_reason(name);    \
+  } while (0)
+
+}  // namespace ferry::testing

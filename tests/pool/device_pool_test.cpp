@@ -1,0 +1,372 @@
+// The device pool's invariants I1-I4 and I7, each by a test that fails when the
+// invariant is broken. Written once, run on every backend (cuda SKIPs without a GPU).
+#include "ferry/device_pool.hpp"
+
+#include <gtest/gtest.h>
+
+#include <random>
+#include <thread>
+
+#include "backend_fixture.hpp"
+#include "pool/pool_helpers.hpp"
+
+namespace ferry {
+namespace {
+
+using testing::mix_bytes;
+using testing::pattern_bytes;
+using testing::read_back;
+
+constexpr std::uint64_t KiB = 1024, MiB = 1024 * 1024;
+
+class DevicePoolTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    backend_ = testing::make_backend(GetParam());
+    FERRY_REQUIRE_BACKEND(backend_, GetParam());
+    order_ = std::make_unique<StreamOrder>(*backend_);
+  }
+  DevicePool& pool(PoolOptions o = {}) {
+    if (!pool_) {
+      pool_ = std::make_unique<DevicePool>(*order_, o);
+      EXPECT_TRUE(pool_->status().ok());
+    }
+    return *pool_;
+  }
+  void expect_valid() {
+    std::string why;
+    EXPECT_TRUE(pool_->validate(&why)) << why;
+  }
+  std::uint64_t granule() const { return backend_->info().granularity; }
+
+  std::unique_ptr<Backend> backend_;
+  std::unique_ptr<StreamOrder> order_;
+  std::unique_ptr<DevicePool> pool_;
+};
+
+// I1 -------------------------------------------------------------------------
+
+TEST_P(DevicePoolTest, StaleHandlesOfEveryKindAreRefused) {
+  DevicePool& p = pool();
+  auto a = p.allocate(4 * KiB, 0);
+  ASSERT_TRUE(a.ok());
+  const DeviceHandle old = *a;
+  ASSERT_TRUE(p.free(old).ok());
+
+  // Double free.
+  auto twice = p.free(old);
+  ASSERT_FALSE(twice.ok());
+  EXPECT_EQ(twice.error().code, ErrorCode::stale_handle);
+
+  // The slot is reused by a new allocation; the old handle must not reach it.
+  auto b = p.allocate(4 * KiB, 0);
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(b->slot, old.slot);
+  EXPECT_NE(b->generation, old.generation);
+  EXPECT_EQ(p.resolve(old).error().code, ErrorCode::stale_handle);
+  EXPECT_EQ(p.lease(old, {0, 1}).error().code, ErrorCode::stale_handle);
+  EXPECT_EQ(enqueue_fill(p, 0, old, 1).error().code, ErrorCode::stale_handle);
+
+  // Null, forged and foreign handles.
+  EXPECT_EQ(p.resolve(DeviceHandle{}).error().code, ErrorCode::stale_handle);
+  EXPECT_EQ(p.resolve({b->pool, 999999, 1}).error().code, ErrorCode::stale_handle);
+  EXPECT_EQ(p.resolve({b->pool, b->slot, b->generation + 7}).error().code, ErrorCode::stale_handle);
+  DevicePool other(*order_);
+  auto foreign = other.allocate(4 * KiB, 0);
+  ASSERT_TRUE(foreign.ok());
+  EXPECT_EQ(p.resolve(*foreign).error().code, ErrorCode::stale_handle);
+  EXPECT_EQ(p.free(*foreign).error().code, ErrorCode::stale_handle);
+  EXPECT_TRUE(other.resolve(*foreign).ok());
+  EXPECT_TRUE(p.resolve(*b).ok());
+  expect_valid();
+}
+
+// I2 + I4: report 003's four steps ----------------------------------------------
+
+TEST_P(DevicePoolTest, Report003HeldKernelKeepsItsTransientThroughReclaim) {
+  PoolOptions o;
+  o.capacity = 8 * MiB;
+  DevicePool& p = pool(o);
+  auto resident = p.allocate(6 * MiB, 0);
+  auto transient = p.allocate(1 * MiB, 0);
+  auto out = p.allocate(64 * KiB, 0);
+  ASSERT_TRUE(resident.ok() && transient.ok() && out.ok());
+  ASSERT_TRUE(enqueue_fill(p, 0, *resident, 1).ok());
+  ASSERT_TRUE(enqueue_fill(p, 0, *transient, 2).ok());
+  ASSERT_TRUE(order_->wait({0, backend_->submitted(0)}).ok());
+
+  // 1. a kernel that reads the transient is queued and held in the host queue
+  backend_->set_hold(0, true);
+  const DeviceHandle in[] = {*transient};
+  ASSERT_TRUE(enqueue_compute(p, 0, in, *out).ok());
+  // 2. the transient's host handle is dropped
+  ASSERT_TRUE(p.free(*transient).ok());
+  // 3. an allocation on another stream only fits by reclaiming
+  auto big = p.allocate(1536 * KiB, 1);
+  ASSERT_TRUE(big.ok()) << big.error().message;
+  const PoolStats s = p.stats();
+  EXPECT_GE(s.reclaims, 1u);
+  EXPECT_GE(s.recoveries, 1u);
+  ASSERT_TRUE(enqueue_fill(p, 1, *big, 3).ok());
+  // 4. dispatch: the kernel reads the right bytes
+  backend_->set_hold(0, false);
+  ASSERT_TRUE(backend_->synchronize().ok());
+  auto got = read_back(p, *out, 0);
+  ASSERT_TRUE(got.ok()) << got.error().message;
+  EXPECT_EQ(*got, mix_bytes({pattern_bytes(2, 1 * MiB)}, 64 * KiB));
+  auto big_bytes = read_back(p, *big, 1);
+  ASSERT_TRUE(big_bytes.ok());
+  EXPECT_EQ(*big_bytes, pattern_bytes(3, 1536 * KiB));
+  auto res_bytes = read_back(p, *resident, 0);
+  ASSERT_TRUE(res_bytes.ok());
+  EXPECT_EQ(*res_bytes, pattern_bytes(1, 6 * MiB));
+  expect_valid();
+}
+
+// I3 -------------------------------------------------------------------------
+
+TEST_P(DevicePoolTest, FreeIsStreamOrdered) {
+  DevicePool& p = pool();
+  backend_->set_hold(0, true);
+  auto a = p.allocate(256 * KiB, 0);
+  ASSERT_TRUE(a.ok());
+  const std::uint64_t a_addr = p.resolve(*a)->addr;
+  ASSERT_TRUE(enqueue_fill(p, 0, *a, 1).ok());  // held: not yet run
+  ASSERT_TRUE(p.free(*a).ok());                 // legal with work in flight
+
+  // Another stream must not get the block while stream 0's fill may still run.
+  auto b = p.allocate(256 * KiB, 1);
+  ASSERT_TRUE(b.ok());
+  EXPECT_NE(p.resolve(*b)->addr, a_addr);
+  ASSERT_TRUE(enqueue_fill(p, 1, *b, 2).ok());
+  ASSERT_TRUE(order_->wait({1, backend_->submitted(1)}).ok());
+
+  // The same stream may reuse it at once: its FIFO orders the new work after.
+  auto c = p.allocate(256 * KiB, 0);
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(p.resolve(*c)->addr, a_addr);
+  EXPECT_EQ(p.stats().same_stream_reuses, 1u);
+  ASSERT_TRUE(enqueue_fill(p, 0, *c, 3).ok());
+  backend_->set_hold(0, false);
+  ASSERT_TRUE(backend_->synchronize().ok());
+  EXPECT_EQ(*read_back(p, *b, 1), pattern_bytes(2, 256 * KiB));
+  EXPECT_EQ(*read_back(p, *c, 0), pattern_bytes(3, 256 * KiB));
+  expect_valid();
+}
+
+TEST_P(DevicePoolTest, CrossStreamReuseWaitsForCompletion) {
+  DevicePool& p = pool();
+  auto a = p.allocate(256 * KiB, 0);
+  ASSERT_TRUE(a.ok());
+  const std::uint64_t a_addr = p.resolve(*a)->addr;
+  auto t = enqueue_fill(p, 0, *a, 1);
+  ASSERT_TRUE(t.ok());
+  ASSERT_TRUE(p.free(*a).ok());
+  ASSERT_TRUE(order_->wait({0, *t}).ok());
+  // Completed: now any stream may have it.
+  auto b = p.allocate(256 * KiB, 1);
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(p.resolve(*b)->addr, a_addr);
+  expect_valid();
+}
+
+TEST_P(DevicePoolTest, ABlockReadByTwoStreamsWaitsForBoth) {
+  DevicePool& p = pool();
+  auto a = p.allocate(128 * KiB, 0);
+  auto out = p.allocate(64 * KiB, 1);
+  ASSERT_TRUE(a.ok() && out.ok());
+  ASSERT_TRUE(enqueue_fill(p, 0, *a, 4).ok());
+  ASSERT_TRUE(order_->wait({0, backend_->submitted(0)}).ok());
+  backend_->set_hold(1, true);
+  const DeviceHandle in[] = {*a};
+  ASSERT_TRUE(enqueue_compute(p, 1, in, *out).ok());  // held read on stream 1
+  const std::uint64_t a_addr = p.resolve(*a)->addr;
+  ASSERT_TRUE(p.free(*a).ok());
+  // Neither stream 0 nor 2 may take it: stream 1 still reads it.
+  for (StreamId s : {0u, 2u}) {
+    auto c = p.allocate(128 * KiB, s);
+    ASSERT_TRUE(c.ok());
+    EXPECT_NE(p.resolve(*c)->addr, a_addr) << "stream " << s;
+    ASSERT_TRUE(enqueue_fill(p, s, *c, 9).ok());
+  }
+  backend_->set_hold(1, false);
+  ASSERT_TRUE(backend_->synchronize().ok());
+  EXPECT_EQ(*read_back(p, *out, 1), mix_bytes({pattern_bytes(4, 128 * KiB)}, 64 * KiB));
+  expect_valid();
+}
+
+// I4 -------------------------------------------------------------------------
+
+TEST_P(DevicePoolTest, OutOfMemoryCarriesTheDiagnosticAndKeepsLiveBytes) {
+  PoolOptions o;
+  o.capacity = 4 * MiB;
+  DevicePool& p = pool(o);
+  std::vector<DeviceHandle> live;
+  for (int i = 0; i < 3; ++i) {
+    auto h = p.allocate(1 * MiB, 0);
+    ASSERT_TRUE(h.ok());
+    ASSERT_TRUE(enqueue_fill(p, 0, *h, 100 + i).ok());
+    live.push_back(*h);
+  }
+  auto too_much = p.allocate(2 * MiB, 1);
+  ASSERT_FALSE(too_much.ok());
+  EXPECT_EQ(too_much.error().code, ErrorCode::out_of_memory);
+  for (const char* field : {"capacity", "reserved", "live", "pending-free", "largest free extent",
+                            "request of 2.00 MiB"}) {
+    EXPECT_NE(too_much.error().message.find(field), std::string::npos) << field << " in: "
+                                                                       << too_much.error().message;
+  }
+  EXPECT_EQ(p.stats().ooms, 1u);
+  for (int i = 0; i < 3; ++i) {
+    auto got = read_back(p, live[i], 0);
+    ASSERT_TRUE(got.ok());
+    EXPECT_EQ(*got, pattern_bytes(100 + i, 1 * MiB)) << i;
+  }
+  expect_valid();
+}
+
+TEST_P(DevicePoolTest, AbsurdSizesAreErrorsNotCrashes) {
+  DevicePool& p = pool();
+  auto zero = p.allocate(0, 0);
+  ASSERT_FALSE(zero.ok());
+  EXPECT_EQ(zero.error().code, ErrorCode::invalid_argument);
+  for (std::uint64_t huge : {std::uint64_t{1} << 62, std::uint64_t{1} << 63, UINT64_MAX}) {
+    auto r = p.allocate(huge, 0);
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.error().code, ErrorCode::out_of_memory);
+    EXPECT_NE(r.error().message.find("larger than the whole capacity"), std::string::npos);
+  }
+  EXPECT_EQ(p.allocate(1, kMaxStreams).error().code, ErrorCode::invalid_argument);
+  EXPECT_TRUE(p.allocate(1, 0).ok());
+  expect_valid();
+}
+
+TEST_P(DevicePoolTest, PressureReusesCompletedFreesAndCachedMemory) {
+  PoolOptions o;
+  o.capacity = 4 * MiB;
+  DevicePool& p = pool(o);
+  // Churn more than the capacity through the pool, one transient at a time, on
+  // alternating streams: every allocation must fit.
+  for (int i = 0; i < 40; ++i) {
+    const StreamId s = static_cast<StreamId>(i % 3);
+    auto h = p.allocate(3 * MiB, s);
+    ASSERT_TRUE(h.ok()) << i << ": " << h.error().message;
+    ASSERT_TRUE(enqueue_fill(p, s, *h, static_cast<std::uint64_t>(i)).ok());
+    ASSERT_TRUE(p.free(*h).ok());
+  }
+  EXPECT_EQ(p.stats().ooms, 0u);
+  expect_valid();
+}
+
+TEST_P(DevicePoolTest, TrimAndReleaseThresholdReturnMemory) {
+  PoolOptions o;
+  o.release_threshold = UINT64_MAX;
+  DevicePool& p = pool(o);
+  std::vector<DeviceHandle> hs;
+  for (int i = 0; i < 8; ++i) hs.push_back(*p.allocate(2 * MiB, 0));
+  for (auto h : hs) ASSERT_TRUE(p.free(h).ok());
+  EXPECT_GT(p.stats().reserved_bytes, 0u);
+  EXPECT_EQ(p.stats().reserved_bytes, p.stats().cached_bytes);
+  ASSERT_TRUE(p.trim().ok());
+  EXPECT_EQ(p.stats().reserved_bytes, 0u);
+  expect_valid();
+
+  DevicePool eager(*order_, PoolOptions{0, 0});
+  auto h = eager.allocate(2 * MiB, 0);
+  ASSERT_TRUE(h.ok());
+  EXPECT_GE(eager.stats().reserved_bytes, 2 * MiB);
+  ASSERT_TRUE(eager.free(*h).ok());
+  EXPECT_EQ(eager.stats().reserved_bytes, 0u);
+}
+
+TEST_P(DevicePoolTest, TransientChurnBesideAResidentSetDoesNotRatchet) {
+  // Report 003's dequantize pattern: a resident set plus short-lived large
+  // transients of varying size. Reserved memory must track active memory.
+  PoolOptions o;
+  o.release_threshold = 0;
+  DevicePool& p = pool(o);
+  std::vector<DeviceHandle> resident;
+  for (int i = 0; i < 6; ++i) resident.push_back(*p.allocate(3 * MiB + 4096 * i, 0));
+  std::mt19937_64 rng(3);
+  for (int i = 0; i < 200; ++i) {
+    auto t = p.allocate(512 * KiB + rng() % (4 * MiB), 0);
+    ASSERT_TRUE(t.ok());
+    ASSERT_TRUE(enqueue_fill(p, 0, *t, 1).ok());
+    ASSERT_TRUE(p.free(*t).ok());
+  }
+  const PoolStats s = p.stats();
+  EXPECT_LE(double(s.peak_reserved_bytes), 1.10 * double(s.peak_active_bytes) + 4.0 * double(granule()))
+      << "peak reserved " << s.peak_reserved_bytes << " vs peak active " << s.peak_active_bytes;
+  expect_valid();
+}
+
+// Threads ------------------------------------------------------------------------
+
+TEST_P(DevicePoolTest, SeveralHostThreadsShareOnePool) {
+  PoolOptions o;
+  o.capacity = 16 * MiB;
+  DevicePool& p = pool(o);
+  std::vector<std::thread> threads;
+  std::atomic<int> failures{0};
+  for (StreamId s = 0; s < 4; ++s) {
+    threads.emplace_back([&, s] {
+      std::mt19937_64 rng(s);
+      std::vector<DeviceHandle> mine;
+      for (int i = 0; i < 300; ++i) {
+        if (mine.size() < 4 || rng() % 2) {
+          auto h = p.allocate(256 + rng() % (512 * KiB), s);
+          if (!h.ok()) {
+            if (h.error().code != ErrorCode::out_of_memory) ++failures;
+            continue;
+          }
+          if (!enqueue_fill(p, s, *h, i).ok()) ++failures;
+          mine.push_back(*h);
+        } else {
+          const std::size_t k = rng() % mine.size();
+          if (!p.free(mine[k]).ok()) ++failures;
+          mine.erase(mine.begin() + static_cast<long>(k));
+        }
+      }
+      for (auto h : mine) {
+        if (!p.free(h).ok()) ++failures;
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(failures.load(), 0);
+  ASSERT_TRUE(backend_->synchronize().ok());
+  ASSERT_TRUE(p.trim().ok());
+  const PoolStats s = p.stats();
+  EXPECT_EQ(s.allocated_bytes, 0u);
+  EXPECT_EQ(s.allocs, s.frees);
+  expect_valid();
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, DevicePoolTest, FERRY_BACKENDS);
+
+// Sim-only: the model's own detectors stay quiet.
+TEST(DevicePoolSim, PressureWithHeldWorkNeverTouchesUnmappedMemory) {
+  auto sim = make_sim_backend({*find_profile("tiny"), 5, {}});
+  StreamOrder order(*sim);
+  PoolOptions o;
+  o.capacity = 2 * MiB;
+  o.release_threshold = 0;
+  DevicePool p(order, o);
+  auto out = p.allocate(64 * KiB, 0);
+  ASSERT_TRUE(out.ok());
+  sim->set_hold(0, true);
+  for (int i = 0; i < 20; ++i) {
+    auto t = p.allocate(1 * MiB, i % 2);
+    ASSERT_TRUE(t.ok()) << t.error().message;
+    ASSERT_TRUE(enqueue_fill(p, i % 2, *t, i).ok());
+    const DeviceHandle in[] = {*t};
+    ASSERT_TRUE(enqueue_compute(p, 0, in, *out).ok());
+    ASSERT_TRUE(p.free(*t).ok());
+  }
+  sim->set_hold(0, false);
+  ASSERT_TRUE(sim->synchronize().ok());
+  EXPECT_EQ(sim->illegal_accesses(), 0u);
+}
+
+}  // namespace
+}  // namespace ferry
