@@ -41,6 +41,9 @@ struct DevicePool::Impl {
     BlockState state = BlockState::live;
     std::uint32_t slot = kNoBlock;
     UseSet uses;                  // leases of enqueued work on this block (I2)
+    // Set when the block was reused on its stream while older work there still
+    // touches it: other streams must wait for this point before using it (I3).
+    StreamPoint ready_after{};
   };
 
   struct Slot {
@@ -325,6 +328,9 @@ struct DevicePool::Impl {
     }
     ++st.same_stream_reuses;
     // The new owner inherits the old leases: they name work still queued on it.
+    blocks[b].ready_after = {stream, 0};
+    for (const StreamPoint& p : blocks[b].uses.points())
+      blocks[b].ready_after.ticket = std::max(blocks[b].ready_after.ticket, p.ticket);
     return b;
   }
 
@@ -610,6 +616,22 @@ Result<DeviceSpan> DevicePool::lease(DeviceHandle handle, StreamPoint point) {
   return DeviceSpan{blk.addr, blk.requested};
 }
 
+Result<void> DevicePool::make_ready(DeviceHandle handle, StreamId stream) {
+  StreamPoint after;
+  {
+    std::lock_guard lock(impl_->mu);
+    Result<std::uint32_t> b = impl_->find(handle);
+    if (!b.ok()) return std::move(b).error();
+    after = impl_->blocks[*b].ready_after;
+  }
+  if (after.ticket == 0 || after.stream == stream || impl_->order.is_complete(after)) return {};
+  // The wait could never finish while the work it names sits in a held queue.
+  FERRY_TRY(impl_->backend.flush(after.stream));
+  Result<Ticket> t = impl_->order.submit(stream, [&](Ticket) -> Result<Op> { return Op{WaitOp{after}}; });
+  if (!t.ok()) return std::move(t).error();
+  return {};
+}
+
 Result<void> DevicePool::trim() {
   Impl& p = *impl_;
   std::lock_guard lock(p.mu);
@@ -651,6 +673,7 @@ bool DevicePool::validate(std::string* why) const {
 // --- convenience enqueues ------------------------------------------------------
 
 Result<Ticket> enqueue_fill(DevicePool& pool, StreamId stream, DeviceHandle dst, std::uint64_t seed) {
+  FERRY_TRY(pool.make_ready(dst, stream));
   return pool.order().submit(stream, [&](Ticket t) -> Result<Op> {
     Result<DeviceSpan> d = pool.lease(dst, {stream, t});
     if (!d.ok()) return std::move(d).error();
@@ -660,6 +683,8 @@ Result<Ticket> enqueue_fill(DevicePool& pool, StreamId stream, DeviceHandle dst,
 
 Result<Ticket> enqueue_compute(DevicePool& pool, StreamId stream, std::span<const DeviceHandle> inputs,
                                DeviceHandle output, double flops, std::uint64_t mem_bytes) {
+  for (DeviceHandle h : inputs) FERRY_TRY(pool.make_ready(h, stream));
+  FERRY_TRY(pool.make_ready(output, stream));
   return pool.order().submit(stream, [&](Ticket t) -> Result<Op> {
     ComputeOp op;
     op.flops = flops;
@@ -678,6 +703,7 @@ Result<Ticket> enqueue_compute(DevicePool& pool, StreamId stream, std::span<cons
 
 Result<Ticket> enqueue_copy_to_host(DevicePool& pool, StreamId stream, DeviceHandle src,
                                     std::span<std::byte> dst) {
+  FERRY_TRY(pool.make_ready(src, stream));
   return pool.order().submit(stream, [&](Ticket t) -> Result<Op> {
     Result<DeviceSpan> r = pool.resolve(src);
     if (!r.ok()) return std::move(r).error();

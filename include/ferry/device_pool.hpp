@@ -114,7 +114,17 @@ class DevicePool {
 
   // Resolves `handle` and records a lease for `point` (called from a
   // StreamOrder::submit prepare callback). Errors: stale_handle.
+  // Before the first use of a block on a stream other than the one it was
+  // allocated on, call make_ready() (the enqueue_* helpers below do).
   Result<DeviceSpan> lease(DeviceHandle handle, StreamPoint point);
+
+  // Orders `stream` after the point where the block became this allocation's.
+  // That point is pending only when the allocation reused memory that earlier
+  // work on its allocation stream still touches (I3's same-stream reuse); then a
+  // wait on that point is enqueued on `stream` (and held work it names is
+  // dispatched, so the wait can finish). Otherwise does nothing. Never blocks.
+  // Errors: stale_handle, backend_error.
+  Result<void> make_ready(DeviceHandle handle, StreamId stream);
 
   // Releases every cached granule and every completed pending free. Never blocks.
   Result<void> trim();

@@ -154,6 +154,25 @@ TEST_P(DevicePoolTest, FreeIsStreamOrdered) {
   expect_valid();
 }
 
+TEST_P(DevicePoolTest, SameStreamReuseUsedElsewhereIsOrderedAfterTheOldWork) {
+  DevicePool& p = pool();
+  backend_->set_hold(0, true);
+  auto a = p.allocate(256 * KiB, 0);
+  ASSERT_TRUE(a.ok());
+  ASSERT_TRUE(enqueue_fill(p, 0, *a, 1).ok());  // held
+  ASSERT_TRUE(p.free(*a).ok());
+  auto c = p.allocate(256 * KiB, 0);  // reuses a's block at once (I3)
+  ASSERT_TRUE(c.ok());
+  ASSERT_EQ(p.stats().same_stream_reuses, 1u);
+  // Used on another stream, the block must still see stream 0's old fill first.
+  ASSERT_TRUE(enqueue_fill(p, 1, *c, 3).ok());
+  ASSERT_TRUE(order_->wait({1, backend_->submitted(1)}).ok());
+  backend_->set_hold(0, false);
+  ASSERT_TRUE(backend_->synchronize().ok());
+  EXPECT_EQ(*read_back(p, *c, 1), pattern_bytes(3, 256 * KiB));
+  expect_valid();
+}
+
 TEST_P(DevicePoolTest, CrossStreamReuseWaitsForCompletion) {
   DevicePool& p = pool();
   auto a = p.allocate(256 * KiB, 0);
