@@ -1,6 +1,7 @@
 #include "ferry/device_pool.hpp"
 
 #include <algorithm>
+#include <bit>
 #include <atomic>
 #include <cinttypes>
 #include <cstdio>
@@ -69,6 +70,7 @@ struct DevicePool::Impl {
   PoolOptions options;
   std::uint32_t id;
   std::uint64_t granule;
+  unsigned granule_shift = 0;
   std::uint64_t capacity;
   Result<void> status;
 
@@ -82,12 +84,14 @@ struct DevicePool::Impl {
   // on stream s, so later work on s may reuse them at once (I3).
   std::array<std::vector<std::uint32_t>, kMaxStreams> pending_on;
   std::vector<std::uint32_t> pending_multi;  // leases on several streams
+  std::uint64_t pending_streams = 0;  // bit s set  <=>  !pending_on[s].empty()
   PoolStats st;
 
   Impl(StreamOrder& o, PoolOptions opt)
       : order(o), backend(o.backend()), options(opt), id(next_pool_id.fetch_add(1)) {
     const DeviceInfo& info = backend.info();
-    granule = std::max<std::uint64_t>(info.granularity, kAlign);
+    granule = std::bit_ceil(std::max<std::uint64_t>(info.granularity, kAlign));
+    granule_shift = static_cast<unsigned>(std::countr_zero(granule));
     const std::uint64_t device_cap = info.capacity / granule * granule;
     capacity = options.capacity == 0 ? device_cap : std::min(options.capacity, device_cap);
     capacity = capacity / granule * granule;
@@ -136,8 +140,9 @@ struct DevicePool::Impl {
 
   std::pair<std::uint64_t, std::uint64_t> granule_span(const Region& r, std::uint64_t addr,
                                                        std::uint64_t size) const {
-    const std::uint64_t first = (addr - r.base) / granule;
-    const std::uint64_t last = (addr - r.base + size - 1) / granule;
+    // granule is a power of two; shifts keep divisions off the hot path.
+    const std::uint64_t first = (addr - r.base) >> granule_shift;
+    const std::uint64_t last = (addr - r.base + size - 1) >> granule_shift;
     return {first, last};
   }
 
@@ -251,7 +256,7 @@ struct DevicePool::Impl {
     }
     blk.state = BlockState::pending;
     st.pending_free_bytes += blk.size;
-    if (auto s = blk.uses.single_stream()) pending_on[*s].push_back(b);
+    if (auto s = blk.uses.single_stream()) push_pending(*s, b);
     else pending_multi.push_back(b);
   }
 
@@ -274,23 +279,31 @@ struct DevicePool::Impl {
           if (auto s = blk.uses.single_stream()) {
             list[i] = list.back();
             list.pop_back();
-            pending_on[*s].push_back(b);
+            push_pending(*s, b);
             continue;
           }
         }
         ++i;
       }
     };
-    sweep(pending_multi, std::nullopt);
-    for (StreamId s = 0; s < kMaxStreams; ++s) {
-      if (!pending_on[s].empty()) sweep(pending_on[s], s);
+    if (!pending_multi.empty()) sweep(pending_multi, std::nullopt);
+    for (std::uint64_t mask = pending_streams; mask != 0; mask &= mask - 1) {
+      const auto s = static_cast<StreamId>(std::countr_zero(mask));
+      sweep(pending_on[s], s);
+      if (pending_on[s].empty()) pending_streams &= ~(std::uint64_t{1} << s);
     }
+  }
+
+  void push_pending(StreamId s, std::uint32_t b) {
+    pending_on[s].push_back(b);
+    pending_streams |= std::uint64_t{1} << s;
   }
 
   // Stream-ordered reuse: a block freed with open leases on `stream` only may
   // serve later work on that stream at once; the FIFO orders it after them (I3).
   std::optional<std::uint32_t> reuse_on_stream(std::uint64_t size, StreamId stream) {
     auto& list = pending_on[stream];
+    if (list.empty()) return std::nullopt;
     std::size_t best = list.size();
     for (std::size_t i = 0; i < list.size(); ++i) {
       const std::uint64_t s = blocks[list[i]].size;
@@ -300,6 +313,7 @@ struct DevicePool::Impl {
     const std::uint32_t b = list[best];
     list[best] = list.back();
     list.pop_back();
+    if (list.empty()) pending_streams &= ~(std::uint64_t{1} << stream);
     Block& blk = blocks[b];
     st.pending_free_bytes -= blk.size;
     if (blk.size > size) {
@@ -324,7 +338,7 @@ struct DevicePool::Impl {
       (void)tl;
       if (hl == tf) ++r.refs[hl];
       st.pending_free_bytes += tail.size;
-      list.push_back(t);
+      push_pending(stream, t);
     }
     ++st.same_stream_reuses;
     // The new owner inherits the old leases: they name work still queued on it.
@@ -453,6 +467,9 @@ struct DevicePool::Impl {
         for (const StreamPoint& p : blocks[b].uses.points())
           if (p.stream != s) return fail("block pending on one stream holds a lease on another");
       }
+    }
+    for (StreamId s = 0; s < kMaxStreams; ++s) {
+      if (((pending_streams >> s) & 1u) != !pending_on[s].empty()) return fail("pending_streams mask wrong");
     }
     for (std::uint32_t b = 0; b < blocks.size(); ++b) {
       if (is_spare[b]) continue;
