@@ -34,7 +34,7 @@ struct SimFaults {
 };
 
 struct SimOptions {
-  DeviceProfile profile;
+  DeviceProfile profile;  // left empty (no name, capacity 0): the "tiny" preset
   std::uint64_t seed = 1;
   SimFaults faults;
 };

@@ -1,0 +1,148 @@
+// SimGpu: the discrete-event model behind make_sim_backend().
+//
+// Model. Each stream keeps every operation that has not completed, in ticket
+// order; the first `dispatched - completed` of them are on the device, the rest
+// are held in the host-side queue. Only a stream's front operation can be
+// running (streams are FIFOs). There is one compute engine (fill, compute, hash,
+// device-to-device copy) and profile.copy_engines copy engines (host<->device);
+// waits and no-ops need none. The clock moves only inside run_until(), which
+// alternates "start whatever is ready now" and "jump to the next completion and
+// apply its bytes", so an operation's bytes change exactly at its completion.
+//
+// Between calls every dispatched op that can start at now_ has started
+// (dispatching starts work at once, as a real submission does, so a free engine
+// goes to the first op submitted). Completions, even of zero-length work, happen
+// only when wait, synchronize or advance runs the clock, so polling (completed,
+// peek, now_ns) never changes the schedule it observes.
+//
+// Thread safety: every public method takes mutex_; the model runs entirely under
+// it (a "blocking" wait costs no real time, only virtual time).
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "ferry/content.hpp"
+#include "ferry/sim_backend.hpp"
+#include "sim/device_memory.hpp"
+#include "sim/fault_model.hpp"
+#include "sim/pinned_host_memory.hpp"
+
+namespace ferry::sim {
+
+class SimGpu final : public SimBackend {
+ public:
+  explicit SimGpu(const SimOptions& options);
+
+  const DeviceInfo& info() const noexcept override { return info_; }
+
+  Result<std::uint64_t> reserve_address(std::uint64_t bytes) override;
+  Result<void> release_address(std::uint64_t base, std::uint64_t bytes) override;
+  Result<void> map(std::uint64_t addr, std::uint64_t bytes) override;
+  Result<void> unmap(std::uint64_t addr, std::uint64_t bytes) override;
+  std::uint64_t mapped_bytes() const override;
+
+  Result<Ticket> enqueue(StreamId stream, Op op) override;
+  Ticket submitted(StreamId stream) const override;
+  Ticket completed(StreamId stream) override;
+  void set_hold(StreamId stream, bool hold) override;
+  bool held(StreamId stream) const override;
+  Result<void> flush(StreamId stream) override;
+  Result<void> flush_all() override;
+  Result<void> wait(StreamPoint point, std::chrono::nanoseconds timeout) override;
+  Result<void> synchronize() override;
+
+  Result<std::byte*> allocate_pinned(std::uint64_t bytes) override;
+  Result<void> free_pinned(std::byte* ptr) override;
+  Result<void> register_host(std::byte* ptr, std::uint64_t bytes) override;
+  Result<void> unregister_host(std::byte* ptr) override;
+  HostMemoryStats host_stats() const override;
+
+  std::uint64_t now_ns() const override;
+
+  void advance(std::uint64_t ns) override;
+  std::uint64_t illegal_accesses() const override;
+  Result<void> peek(std::uint64_t addr, std::span<std::byte> out) const override;
+  std::uint64_t swallowed_copies() const override;
+  bool validate(std::string* why = nullptr) const override;
+
+ private:
+  enum class EngineKind : std::uint8_t { none, compute, copy };
+  static constexpr std::uint32_t kNoUnit = UINT32_MAX;
+
+  struct PendingOp {
+    Ticket ticket = 0;
+    Op op;
+    EngineKind engine = EngineKind::none;
+    bool dispatched = false;
+    std::uint64_t dispatched_ns = 0;
+    bool started = false;
+    std::uint32_t unit = kNoUnit;  // index into compute_/copy_ owners while started
+    std::uint64_t finish_ns = 0;
+  };
+
+  // completed <= dispatched <= submitted; ops.size() == submitted - completed;
+  // ops[i].ticket == completed + 1 + i; ops[i].dispatched == (ops[i].ticket <= dispatched);
+  // only ops.front() may have started.
+  struct StreamState {
+    bool held = false;
+    Ticket submitted = 0;
+    Ticket dispatched = 0;
+    Ticket completed = 0;
+    std::uint64_t last_completion_ns = 0;
+    std::deque<PendingOp> ops;
+  };
+
+  enum class RunEnd { done, reached, stuck };
+
+  // Everything below runs with mutex_ held.
+  Result<void> check_op(StreamId stream, const Op& op) const;
+  Result<void> check_healthy() const;
+  void dispatch_through(StreamId stream, Ticket ticket);
+  bool point_complete(StreamPoint point) const;
+  // Starts what is ready at now_ and completes what is due at now_, until neither
+  // changes anything.
+  void settle();
+  // Runs the model until done() holds (RunEnd::done), the clock reaches `until`
+  // with done() still false (reached; the clock is then `until`), or nothing can
+  // ever progress (stuck; the clock stays at the last event).
+  template <class Done>
+  RunEnd run_until(std::uint64_t until, Done&& done);
+  void start_ready_ops();
+  std::optional<std::uint64_t> next_completion() const;
+  void complete_ops_at(std::uint64_t t);
+  std::uint64_t duration_ns(const Op& op) const;
+  // Time to move `bytes` across the link: pinned bandwidth when [ptr, ptr + bytes)
+  // is pinned or registered, pageable bandwidth otherwise.
+  double host_link_ns(const std::byte* ptr, std::uint64_t bytes) const;
+  void apply(StreamId stream, const PendingOp& pending);
+  std::optional<std::string> find_unmapped(const Op& op) const;
+  bool swallowed(const CopyToDeviceOp& copy) const;
+  std::string describe_blockage(StreamPoint point) const;
+  std::optional<StreamPoint> host_pointer_user(const std::byte* begin, std::uint64_t bytes) const;
+
+  const DeviceProfile profile_;
+  const FaultModel faults_;
+  DeviceInfo info_;
+
+  mutable std::mutex mutex_;
+  std::uint64_t now_ = 0;
+  DeviceMemory memory_;
+  PinnedHostMemory host_;
+  std::vector<StreamState> streams_;
+  std::uint64_t active_ = 0;  // bit s set <=> streams_[s].ops is not empty
+  std::vector<std::optional<StreamId>> compute_;  // owner of each compute engine
+  std::vector<std::optional<StreamId>> copy_;     // owner of each copy engine
+  std::unique_ptr<ContentHasher> hasher_;          // 64 KiB of state: kept off the stack
+  std::uint64_t map_calls_ = 0;
+  std::uint64_t illegal_accesses_ = 0;
+  std::uint64_t swallowed_copies_ = 0;
+  std::string first_fault_;  // set by the first illegal access; makes the backend sticky-failed
+};
+
+}  // namespace ferry::sim
