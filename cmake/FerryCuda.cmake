@@ -11,6 +11,12 @@ if(NOT FERRY_CUDA STREQUAL "OFF")
       set(CMAKE_CUDA_ARCHITECTURES 80 90)
     endif()
     enable_language(CUDA)
+    # The kernels include content.hpp (std::span): C++20 device code. CMake 3.25
+    # does not know nvcc's C++20 flag; teach it.
+    if(NOT DEFINED CMAKE_CUDA20_STANDARD_COMPILE_OPTION)
+      set(CMAKE_CUDA20_STANDARD_COMPILE_OPTION "-std=c++20")
+      set(CMAKE_CUDA20_EXTENSION_COMPILE_OPTION "-std=c++20")
+    endif()
     find_package(CUDAToolkit)
     if(CUDAToolkit_FOUND)
       set(FERRY_HAVE_CUDA ON)

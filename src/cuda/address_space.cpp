@@ -1,0 +1,351 @@
+#include "cuda/address_space.hpp"
+
+#include <cuda_runtime_api.h>
+
+#include <limits>
+#include <optional>
+#include <string>
+#include <utility>
+
+#include "cuda/cuda_error.hpp"
+
+namespace ferry::cuda_detail {
+namespace {
+
+std::string hex(std::uint64_t v) {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string s = "0x";
+  bool started = false;
+  for (int shift = 60; shift >= 0; shift -= 4) {
+    const auto d = static_cast<unsigned>((v >> shift) & 0xf);
+    if (d != 0 || started || shift == 0) {
+      s += kDigits[d];
+      started = true;
+    }
+  }
+  return s;
+}
+
+std::string range(std::uint64_t addr, std::uint64_t bytes) {
+  // Appended piecewise: `"literal" + std::string&&` trips GCC 12's -Wrestrict.
+  std::string s = "[";
+  s += hex(addr);
+  s += ", +";
+  s += std::to_string(bytes);
+  s += ")";
+  return s;
+}
+
+}  // namespace
+
+CudaAddressSpace::CudaAddressSpace(const DriverApi* driver, CUdevice device, int ordinal,
+                                   std::uint64_t granularity)
+    : driver_(driver), device_(device), ordinal_(ordinal), granularity_(granularity) {}
+
+CudaAddressSpace::~CudaAddressSpace() {
+  std::map<std::uint64_t, Reservation> all;
+  {
+    std::lock_guard lock(mu_);
+    all.swap(reservations_);
+    mapped_ = 0;
+  }
+  for (auto& [base, r] : all) {
+    if (driver_ == nullptr) {
+      (void)cudaFree(r.raw);
+      continue;
+    }
+    for (std::size_t i = 0; i < r.state.size(); ++i) {
+      if (r.state[i] == Granule::mapped) unmap_granule(base + i * granularity_, r.handles[i]);
+    }
+    (void)driver_->mem_address_free(static_cast<CUdeviceptr>(base), r.bytes);
+  }
+  (void)cudaGetLastError();
+}
+
+Error CudaAddressSpace::driver_error(CUresult result, const std::string& what) const {
+  const ErrorCode code =
+      result == CUDA_ERROR_OUT_OF_MEMORY ? ErrorCode::out_of_memory : ErrorCode::backend_error;
+  return make_error(code, what + " failed: " + driver_->describe(result));
+}
+
+Result<std::uint64_t> CudaAddressSpace::reserve(std::uint64_t bytes) {
+  if (bytes == 0) return make_error(ErrorCode::invalid_argument, "reserve_address of 0 bytes");
+  if (bytes > std::numeric_limits<std::uint64_t>::max() - granularity_) {
+    return make_error(ErrorCode::invalid_argument,
+                      "reserve_address of " + std::to_string(bytes) + " bytes overflows");
+  }
+  const std::uint64_t size = (bytes + granularity_ - 1) / granularity_ * granularity_;
+  Reservation r;
+  r.bytes = size;
+  r.state.assign(size / granularity_, Granule::unmapped);
+  std::uint64_t base = 0;
+  if (driver_ != nullptr) {
+    CUdeviceptr ptr = 0;
+    const CUresult res = driver_->mem_address_reserve(&ptr, size, granularity_, 0, 0);
+    if (res != CUDA_SUCCESS) {
+      // Address space, not memory, ran out; to the caller the request does not fit.
+      return make_error(ErrorCode::out_of_memory,
+                        "reserving " + std::to_string(size) +
+                            " bytes of device address space failed: " + driver_->describe(res));
+    }
+    base = static_cast<std::uint64_t>(ptr);
+    r.handles.assign(r.state.size(), CUmemGenericAllocationHandle{});
+  } else {
+    // cudaMalloc aligns to 256 bytes, the contract says granule-aligned: retry with
+    // slack when the first pointer is not aligned.
+    void* raw = nullptr;
+    cudaError_t err = cudaMalloc(&raw, size);
+    if (err == cudaSuccess && reinterpret_cast<std::uintptr_t>(raw) % granularity_ != 0) {
+      (void)cudaFree(raw);
+      raw = nullptr;
+      err = cudaMalloc(&raw, size + granularity_);
+    }
+    if (err != cudaSuccess) {
+      return cuda_error(err, "cudaMalloc of " + std::to_string(size) + " bytes (reserve_address)");
+    }
+    r.raw = raw;
+    const auto p = reinterpret_cast<std::uintptr_t>(raw);
+    base = (p + granularity_ - 1) / granularity_ * granularity_;
+  }
+  std::lock_guard lock(mu_);
+  reservations_.emplace(base, std::move(r));
+  return base;
+}
+
+Result<void> CudaAddressSpace::release(std::uint64_t base, std::uint64_t bytes) {
+  Reservation r;
+  {
+    std::lock_guard lock(mu_);
+    auto it = reservations_.find(base);
+    if (it == reservations_.end()) {
+      return make_error(ErrorCode::invalid_argument,
+                        "release_address " + hex(base) + ": not a reservation of this backend");
+    }
+    const std::uint64_t rounded = (bytes + granularity_ - 1) / granularity_ * granularity_;
+    if (bytes != it->second.bytes && rounded != it->second.bytes) {
+      return make_error(ErrorCode::invalid_argument,
+                        "release_address " + hex(base) + " of " + std::to_string(bytes) +
+                            " bytes: the reservation has " + std::to_string(it->second.bytes));
+    }
+    for (const Granule g : it->second.state) {
+      if (g == Granule::busy) {
+        return make_error(ErrorCode::invalid_argument,
+                          "release_address " + hex(base) + " while a map/unmap of it is running");
+      }
+    }
+    for (const Granule g : it->second.state) {
+      if (g == Granule::mapped) mapped_ -= granularity_;
+    }
+    r = std::move(it->second);
+    reservations_.erase(it);
+  }
+  if (driver_ == nullptr) {
+    const cudaError_t err = cudaFree(r.raw);
+    if (err != cudaSuccess) return cuda_error(err, "cudaFree (release_address " + hex(base) + ")");
+    return {};
+  }
+  for (std::size_t i = 0; i < r.state.size(); ++i) {
+    if (r.state[i] == Granule::mapped) unmap_granule(base + i * granularity_, r.handles[i]);
+  }
+  const CUresult res = driver_->mem_address_free(static_cast<CUdeviceptr>(base), r.bytes);
+  if (res != CUDA_SUCCESS) return driver_error(res, "cuMemAddressFree " + range(base, r.bytes));
+  return {};
+}
+
+CudaAddressSpace::Reservation* CudaAddressSpace::find(std::uint64_t addr, std::uint64_t bytes,
+                                                      std::uint64_t* base) {
+  return const_cast<Reservation*>(std::as_const(*this).find(addr, bytes, base));
+}
+
+const CudaAddressSpace::Reservation* CudaAddressSpace::find(std::uint64_t addr,
+                                                            std::uint64_t bytes,
+                                                            std::uint64_t* base) const {
+  auto it = reservations_.upper_bound(addr);
+  if (it == reservations_.begin()) return nullptr;
+  --it;
+  const std::uint64_t offset = addr - it->first;
+  if (offset >= it->second.bytes || bytes > it->second.bytes - offset) return nullptr;
+  *base = it->first;
+  return &it->second;
+}
+
+Result<void> CudaAddressSpace::check_range(std::uint64_t addr, std::uint64_t bytes,
+                                           const char* what) const {
+  if (bytes == 0 || addr % granularity_ != 0 || bytes % granularity_ != 0) {
+    return make_error(ErrorCode::invalid_argument,
+                      std::string(what) + " " + range(addr, bytes) +
+                          ": address and size must be non-zero multiples of the granularity (" +
+                          std::to_string(granularity_) + ")");
+  }
+  return {};
+}
+
+Result<CUmemGenericAllocationHandle> CudaAddressSpace::map_granule(std::uint64_t addr) const {
+  CUmemAllocationProp prop{};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = device_;
+  CUmemGenericAllocationHandle handle{};
+  CUresult res = driver_->mem_create(&handle, granularity_, &prop, 0);
+  if (res != CUDA_SUCCESS) return driver_error(res, "cuMemCreate of one granule");
+  res = driver_->mem_map(static_cast<CUdeviceptr>(addr), granularity_, 0, handle, 0);
+  if (res != CUDA_SUCCESS) {
+    (void)driver_->mem_release(handle);
+    return driver_error(res, "cuMemMap at " + hex(addr));
+  }
+  CUmemAccessDesc access{};
+  access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  access.location.id = device_;
+  access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  res = driver_->mem_set_access(static_cast<CUdeviceptr>(addr), granularity_, &access, 1);
+  if (res != CUDA_SUCCESS) {
+    unmap_granule(addr, handle);
+    return driver_error(res, "cuMemSetAccess at " + hex(addr));
+  }
+  return handle;
+}
+
+void CudaAddressSpace::unmap_granule(std::uint64_t addr, CUmemGenericAllocationHandle handle) const {
+  // Unmapping first, then dropping our handle, returns the memory to the driver.
+  (void)driver_->mem_unmap(static_cast<CUdeviceptr>(addr), granularity_);
+  (void)driver_->mem_release(handle);
+}
+
+Result<void> CudaAddressSpace::map(std::uint64_t addr, std::uint64_t bytes) {
+  FERRY_TRY(check_range(addr, bytes, "map"));
+  std::uint64_t base = 0;
+  std::size_t first = 0;
+  const std::size_t count = bytes / granularity_;
+  {
+    std::lock_guard lock(mu_);
+    Reservation* r = find(addr, bytes, &base);
+    if (r == nullptr) {
+      return make_error(ErrorCode::invalid_argument,
+                        "map " + range(addr, bytes) + ": not inside one reservation");
+    }
+    first = (addr - base) / granularity_;
+    for (std::size_t i = first; i < first + count; ++i) {
+      if (r->state[i] != Granule::unmapped) {
+        return make_error(ErrorCode::invalid_argument,
+                          "map " + range(addr, bytes) + ": granule at " +
+                              hex(base + i * granularity_) + " is already mapped");
+      }
+    }
+    if (driver_ == nullptr) {  // the fallback's memory exists already: only account
+      for (std::size_t i = first; i < first + count; ++i) r->state[i] = Granule::mapped;
+      mapped_ += bytes;
+      return {};
+    }
+    for (std::size_t i = first; i < first + count; ++i) r->state[i] = Granule::busy;
+  }
+
+  // Physical memory, one allocation per granule, so each can later be unmapped alone.
+  std::vector<CUmemGenericAllocationHandle> handles;
+  handles.reserve(count);
+  std::optional<Error> failure;
+  for (std::size_t i = 0; i < count; ++i) {
+    auto h = map_granule(addr + i * granularity_);
+    if (!h.ok()) {
+      Error e = std::move(h).error();
+      if (e.code == ErrorCode::out_of_memory) {
+        e.message = "map " + range(addr, bytes) + ": device memory exhausted after " +
+                    std::to_string(i * granularity_) + " of " + std::to_string(bytes) +
+                    " bytes (" + e.message + ")";
+      }
+      failure = std::move(e);
+      break;
+    }
+    handles.push_back(*h);
+  }
+  if (failure) {
+    for (std::size_t i = 0; i < handles.size(); ++i) {
+      unmap_granule(addr + i * granularity_, handles[i]);
+    }
+  }
+
+  std::lock_guard lock(mu_);
+  Reservation* r = find(addr, bytes, &base);  // busy granules keep it from being released
+  for (std::size_t i = 0; i < count; ++i) {
+    r->state[first + i] = failure ? Granule::unmapped : Granule::mapped;
+    if (!failure) r->handles[first + i] = handles[i];
+  }
+  if (failure) {
+    failure->message += "; mapped in total: " + std::to_string(mapped_) + " bytes";
+    return std::move(*failure);
+  }
+  mapped_ += bytes;
+  return {};
+}
+
+Result<void> CudaAddressSpace::unmap(std::uint64_t addr, std::uint64_t bytes) {
+  FERRY_TRY(check_range(addr, bytes, "unmap"));
+  std::uint64_t base = 0;
+  std::size_t first = 0;
+  const std::size_t count = bytes / granularity_;
+  std::vector<CUmemGenericAllocationHandle> handles;
+  {
+    std::lock_guard lock(mu_);
+    Reservation* r = find(addr, bytes, &base);
+    if (r == nullptr) {
+      return make_error(ErrorCode::invalid_argument,
+                        "unmap " + range(addr, bytes) + ": not inside one reservation");
+    }
+    first = (addr - base) / granularity_;
+    for (std::size_t i = first; i < first + count; ++i) {
+      if (r->state[i] != Granule::mapped) {
+        return make_error(ErrorCode::invalid_argument,
+                          "unmap " + range(addr, bytes) + ": granule at " +
+                              hex(base + i * granularity_) + " is not mapped");
+      }
+    }
+    if (driver_ == nullptr) {
+      for (std::size_t i = first; i < first + count; ++i) r->state[i] = Granule::unmapped;
+      mapped_ -= bytes;
+      return {};
+    }
+    for (std::size_t i = first; i < first + count; ++i) {
+      r->state[i] = Granule::busy;
+      handles.push_back(r->handles[i]);
+    }
+  }
+  // The caller guarantees no enqueued work touches these granules any more (I2):
+  // cuMemUnmap does not wait for the device.
+  for (std::size_t i = 0; i < count; ++i) unmap_granule(addr + i * granularity_, handles[i]);
+  std::lock_guard lock(mu_);
+  Reservation* r = find(addr, bytes, &base);
+  for (std::size_t i = first; i < first + count; ++i) {
+    r->state[i] = Granule::unmapped;
+    r->handles[i] = CUmemGenericAllocationHandle{};
+  }
+  mapped_ -= bytes;
+  return {};
+}
+
+std::uint64_t CudaAddressSpace::mapped_bytes() const {
+  std::lock_guard lock(mu_);
+  return mapped_;
+}
+
+Result<void> CudaAddressSpace::check_mapped(std::uint64_t addr, std::uint64_t bytes,
+                                            const char* what) const {
+  if (bytes == 0) return {};
+  if (addr > std::numeric_limits<std::uint64_t>::max() - bytes) {
+    return make_error(ErrorCode::invalid_argument,
+                      std::string(what) + ": device range " + range(addr, bytes) + " overflows");
+  }
+  std::lock_guard lock(mu_);
+  std::uint64_t base = 0;
+  const Reservation* r = find(addr, bytes, &base);
+  if (r != nullptr) {
+    const std::size_t first = (addr - base) / granularity_;
+    const std::size_t last = (addr - base + bytes - 1) / granularity_;
+    bool all = true;
+    for (std::size_t i = first; i <= last && all; ++i) all = r->state[i] == Granule::mapped;
+    if (all) return {};
+  }
+  return make_error(ErrorCode::invalid_argument,
+                    std::string(what) + ": device range " + range(addr, bytes) +
+                        " is not mapped memory of this backend");
+}
+
+}  // namespace ferry::cuda_detail

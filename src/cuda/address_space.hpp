@@ -1,0 +1,92 @@
+// ferry — the CUDA backend's device address space: reservations and mapped granules.
+//
+// With the driver's virtual memory management (VMM) a reservation is bare address
+// space and every granule mapped into it is its own physical allocation, so any
+// granule can be unmapped and returned to the driver without moving its neighbours.
+// Without VMM the whole reservation is one cudaMalloc made at reserve time and
+// map/unmap only account.
+//
+// Invariants, per reservation R with granule size g:
+//   R.base % g == 0, R.bytes % g == 0, R.state.size() == R.bytes / g
+//   mapped_ == g * (number of granules in state `mapped` over all reservations)
+//   with VMM: state[i] == mapped  <=>  handles[i] is a live physical allocation mapped
+//             at R.base + i * g
+//
+// Thread safety: every method may be called from any thread. The table lock is
+// never held across a driver call: a map or unmap first marks its granules `busy`,
+// drops the lock for the driver calls, then commits.
+#pragma once
+
+#include <cuda.h>
+
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <vector>
+
+#include "cuda/driver_api.hpp"
+#include "ferry/result.hpp"
+
+namespace ferry::cuda_detail {
+
+class CudaAddressSpace {
+ public:
+  // `driver` null: the fallback (plain allocations). `granularity` is a power of two.
+  CudaAddressSpace(const DriverApi* driver, CUdevice device, int ordinal,
+                   std::uint64_t granularity);
+  ~CudaAddressSpace();
+  CudaAddressSpace(const CudaAddressSpace&) = delete;
+  CudaAddressSpace& operator=(const CudaAddressSpace&) = delete;
+
+  // Errors: invalid_argument (size 0 or overflowing), out_of_memory.
+  Result<std::uint64_t> reserve(std::uint64_t bytes);
+  // Unmaps what is still mapped, then frees the range. Errors: invalid_argument
+  // (not a reservation, wrong size, a map/unmap in progress), backend_error.
+  Result<void> release(std::uint64_t base, std::uint64_t bytes);
+  // All or nothing. Errors: invalid_argument (unaligned, outside one reservation,
+  // already mapped), out_of_memory (physical memory exhausted), backend_error.
+  Result<void> map(std::uint64_t addr, std::uint64_t bytes);
+  // Errors: invalid_argument (unaligned, outside one reservation, not mapped),
+  // backend_error.
+  Result<void> unmap(std::uint64_t addr, std::uint64_t bytes);
+  std::uint64_t mapped_bytes() const;
+
+  // ok when [addr, addr + bytes) lies in mapped granules of one reservation (always
+  // for bytes == 0); invalid_argument naming `what` otherwise. Catching this before
+  // the device touches unmapped memory keeps a caller's bug from becoming a sticky
+  // device fault that kills every later operation.
+  Result<void> check_mapped(std::uint64_t addr, std::uint64_t bytes, const char* what) const;
+
+  bool virtual_memory() const noexcept { return driver_ != nullptr; }
+  std::uint64_t granularity() const noexcept { return granularity_; }
+
+ private:
+  enum class Granule : std::uint8_t { unmapped, busy, mapped };
+  struct Reservation {
+    std::uint64_t bytes = 0;
+    void* raw = nullptr;  // fallback only: what cudaMalloc returned
+    std::vector<Granule> state;
+    std::vector<CUmemGenericAllocationHandle> handles;  // VMM only
+  };
+
+  // Lock held. The reservation holding [addr, addr + bytes), or null.
+  Reservation* find(std::uint64_t addr, std::uint64_t bytes, std::uint64_t* base);
+  const Reservation* find(std::uint64_t addr, std::uint64_t bytes, std::uint64_t* base) const;
+  Result<void> check_range(std::uint64_t addr, std::uint64_t bytes, const char* what) const;
+
+  // Driver calls, no lock held.
+  Result<CUmemGenericAllocationHandle> map_granule(std::uint64_t addr) const;
+  void unmap_granule(std::uint64_t addr, CUmemGenericAllocationHandle handle) const;
+  Error driver_error(CUresult result, const std::string& what) const;
+
+  const DriverApi* driver_;
+  CUdevice device_;
+  int ordinal_;
+  std::uint64_t granularity_;
+
+  mutable std::mutex mu_;
+  std::map<std::uint64_t, Reservation> reservations_;  // by base address
+  std::uint64_t mapped_ = 0;
+};
+
+}  // namespace ferry::cuda_detail

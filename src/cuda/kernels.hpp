@@ -1,0 +1,31 @@
+// ferry — the CUDA backend's device kernels (kernels.cu), behind plain host functions.
+//
+// Every launch is asynchronous on `stream` and returns the launch error; none of
+// them blocks. Each kernel produces exactly the bytes content.hpp defines.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace ferry::cuda_detail {
+
+// Device scratch words (u64) that content_hash of `bytes` needs: one per 64 KiB chunk.
+std::uint64_t hash_chunk_count(std::uint64_t bytes) noexcept;
+
+// dst[0, bytes) = fill_pattern(seed). When device_seed is not null the seed is read
+// from device memory when the kernel runs instead (the ComputeOp output).
+cudaError_t launch_fill(void* dst, std::uint64_t bytes, std::uint64_t seed,
+                        const std::uint64_t* device_seed, cudaStream_t stream) noexcept;
+
+// *device_out = content_hash(src[0, bytes)). chunk_hashes is device scratch of
+// hash_chunk_count(bytes) words (may be null when bytes == 0); device_out is device
+// memory. Two launches: one group of four threads per chunk, then the combine.
+cudaError_t launch_content_hash(const void* src, std::uint64_t bytes, std::uint64_t* chunk_hashes,
+                                std::uint64_t* device_out, cudaStream_t stream) noexcept;
+
+// *device_seed = fold of mix_step(acc, k, hashes[k]) for k < count from kMixStart.
+cudaError_t launch_mix_seed(const std::uint64_t* hashes, std::uint64_t count,
+                            std::uint64_t* device_seed, cudaStream_t stream) noexcept;
+
+}  // namespace ferry::cuda_detail
