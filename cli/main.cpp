@@ -1,0 +1,7 @@
+#include <iostream>
+
+#include "cli/app.hpp"
+
+int main(int argc, char** argv) {
+  return ferry::cli::run_cli(argc, argv, std::cout, std::cerr);
+}

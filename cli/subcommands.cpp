@@ -1,0 +1,16 @@
+// The subcommands of `ferry`, in help order: one line each.
+#include "cli/subcommand.hpp"
+
+#include <array>
+
+namespace ferry::cli {
+
+std::span<const AddSubcommand> all_subcommands() {
+  static constexpr std::array kAll = {
+      &add_run,
+      &add_replay,
+  };
+  return kAll;
+}
+
+}  // namespace ferry::cli

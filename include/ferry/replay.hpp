@@ -1,0 +1,120 @@
+// ferry — replaying an allocation trace against a backend and a device pool
+// (SPEC.md "Trace format"), with a host reference model of every buffer's bytes.
+//
+// A trace is JSON Lines, one operation per line: alloc, free, fill, upload,
+// compute, hold, release, sync, trim, check. Blank lines are ignored; fields a
+// trace does not need are ignored too (a recorder may add metadata). The whole
+// trace is validated before anything runs; the first problems are returned as
+// one `invalid_argument` error whose lines read "FILE:LINE: what is wrong".
+//
+// Semantics beyond SPEC.md, decided here:
+//   * `expect` is allowed on every op: "oom" (= "out_of_memory") or any error
+//     code name. The named error is counted in `errors` but not as unexpected;
+//     an op that succeeds although an error was expected is counted in
+//     `unexpected_successes` and fails the verdict (the trace's claim was wrong).
+//   * Ops that touch an id whose alloc failed (expectedly or not) are skipped and
+//     counted in `skipped`; the failure itself was counted once.
+//   * An id may be allocated again after `free`, or after an alloc that carried
+//     `expect`; allocating an id that is still live is malformed.
+//   * A fresh allocation's bytes are undefined: `check` before the first write
+//     compares nothing and is counted in `unwritten_checks`.
+//   * Trace order is the program order. When an op reads or writes an id that
+//     an unfinished op on another stream wrote (or, for a write, read), the
+//     replay makes its stream wait for that op (an event wait), as a program
+//     would; if the producer's stream is held, its held commands are dispatched
+//     first so the wait can be satisfied (the hold stays on).
+//   * `check` copies on the stream that last wrote the id and waits for that copy.
+//   * At the end every stream is synchronized and every live id freed.
+//
+// Thread safety: replay functions are reentrant; each call builds its own
+// backend and pool. They block for as long as the replay runs.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ferry/result.hpp"
+
+namespace ferry {
+
+struct ReplayOptions {
+  std::string backend = "sim";   // "sim" or "cuda"
+  std::string profile = "h200";  // device profile of the sim backend (ignored by cuda)
+  std::uint64_t capacity = 0;    // pool capacity in bytes; 0 = the device's capacity
+  std::uint64_t seed = 1;        // sim schedule seed
+};
+
+struct ReplayIntegrity {
+  std::uint64_t bytes_moved = 0;  // host->device bytes of successful uploads
+  std::uint64_t bytes_verified = 0;
+  std::uint64_t mismatches = 0;
+  std::uint64_t retries = 0;
+  std::uint64_t fallbacks = 0;
+};
+
+// One thing a person should look at: an unexpected error, an unexpected
+// success, or a corrupt check.
+struct ReplayProblem {
+  std::size_t line = 0;
+  std::string op;
+  std::string what;  // error code name, "unexpected_success" or "corrupt"
+  std::string message;
+};
+
+struct ReplayReport {
+  std::string trace;  // the name the trace was read under
+  std::string backend, device;
+  std::uint64_t capacity = 0;  // the pool's capacity as it ran
+  std::uint64_t seed = 0;
+
+  std::uint64_t ops = 0;               // operations in the trace
+  std::uint64_t skipped = 0;           // ops on an id whose alloc failed
+  std::uint64_t checks = 0;            // checks that compared bytes
+  std::uint64_t unwritten_checks = 0;  // checks of never-written buffers
+  std::uint64_t corrupt = 0;           // checks whose bytes differed
+  std::map<std::string, std::uint64_t> errors;  // every error returned, by code
+  std::uint64_t expected_errors = 0;
+  std::uint64_t unexpected_errors = 0;
+  std::uint64_t unexpected_successes = 0;
+
+  std::uint64_t peak_live_bytes = 0;       // pool peak of requested live bytes
+  std::uint64_t peak_allocated_bytes = 0;  // the same, rounded as the pool allocates
+  std::uint64_t peak_reserved_bytes = 0;   // pool peak of mapped memory
+  std::uint64_t ooms = 0, reclaims = 0, recoveries = 0;
+  ReplayIntegrity integrity;
+
+  std::uint64_t device_time_ns = 0;    // backend clock (virtual on sim) spent
+  std::uint64_t illegal_accesses = 0;  // sim only: device ops on unmapped memory
+  std::vector<ReplayProblem> problems;  // the first kMaxProblems, in trace order
+
+  static constexpr std::size_t kMaxProblems = 20;
+
+  // The verdict: no corrupt check, no unexpected error or success.
+  bool passed() const noexcept {
+    return corrupt == 0 && unexpected_errors == 0 && unexpected_successes == 0 &&
+           illegal_accesses == 0;
+  }
+};
+
+// Reads and validates the trace at `path`, then replays it.
+// Errors (nothing has run): invalid_argument (unreadable or malformed trace,
+// unknown profile or backend, bad capacity; the message names FILE:LINE),
+// unsupported (the backend is not available here), backend_error (the backend
+// or pool could not be set up). Every error while replaying is counted in the
+// report instead.
+Result<ReplayReport> replay_trace_file(const std::string& path, const ReplayOptions& options);
+
+// The same for a trace held in memory; `name` stands for the file in messages.
+Result<ReplayReport> replay_trace_text(std::string_view text, std::string_view name,
+                                       const ReplayOptions& options);
+
+// The report as one JSON object (SPEC.md's keys and the extra ones above).
+std::string report_json(const ReplayReport& report);
+
+// The report as a few lines a person reads, ending with the verdict.
+std::string report_summary(const ReplayReport& report);
+
+}  // namespace ferry

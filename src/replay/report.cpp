@@ -1,0 +1,155 @@
+// The replay report as JSON (for tools) and as a summary (for a person).
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "ferry/replay.hpp"
+
+namespace ferry {
+namespace {
+
+std::string human_bytes(std::uint64_t b) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+  double v = static_cast<double>(b);
+  int u = 0;
+  while (v >= 1024.0 && u < 6) {
+    v /= 1024.0;
+    ++u;
+  }
+  char buf[48];
+  if (u == 0) {
+    std::snprintf(buf, sizeof buf, "%llu B", static_cast<unsigned long long>(b));
+  } else {
+    std::snprintf(buf, sizeof buf, "%.1f %s", v, units[u]);
+  }
+  return buf;
+}
+
+std::string human_ns(std::uint64_t ns) {
+  char buf[48];
+  const double v = static_cast<double>(ns);
+  if (ns < 1000) {
+    std::snprintf(buf, sizeof buf, "%llu ns", static_cast<unsigned long long>(ns));
+  } else if (ns < 1'000'000) {
+    std::snprintf(buf, sizeof buf, "%.1f us", v / 1e3);
+  } else if (ns < 1'000'000'000) {
+    std::snprintf(buf, sizeof buf, "%.1f ms", v / 1e6);
+  } else {
+    std::snprintf(buf, sizeof buf, "%.2f s", v / 1e9);
+  }
+  return buf;
+}
+
+}  // namespace
+
+std::string report_json(const ReplayReport& r) {
+  using nlohmann::ordered_json;
+  ordered_json j;
+  j["trace"] = r.trace;
+  j["backend"] = r.backend;
+  j["device"] = r.device;
+  j["capacity"] = r.capacity;
+  j["seed"] = r.seed;
+  j["verdict"] = r.passed() ? "pass" : "fail";
+  j["ops"] = r.ops;
+  j["skipped"] = r.skipped;
+  j["checks"] = r.checks;
+  j["unwritten_checks"] = r.unwritten_checks;
+  j["corrupt"] = r.corrupt;
+  j["errors"] = ordered_json::object();
+  for (const auto& [code, n] : r.errors) j["errors"][code] = n;
+  j["expected_errors"] = r.expected_errors;
+  j["unexpected_errors"] = r.unexpected_errors;
+  j["unexpected_successes"] = r.unexpected_successes;
+  j["peak_live_bytes"] = r.peak_live_bytes;
+  j["peak_allocated_bytes"] = r.peak_allocated_bytes;
+  j["peak_reserved_bytes"] = r.peak_reserved_bytes;
+  j["ooms"] = r.ooms;
+  j["reclaims"] = r.reclaims;
+  j["recoveries"] = r.recoveries;
+  j["integrity"] = {{"bytes_moved", r.integrity.bytes_moved},
+                    {"bytes_verified", r.integrity.bytes_verified},
+                    {"mismatches", r.integrity.mismatches},
+                    {"retries", r.integrity.retries},
+                    {"fallbacks", r.integrity.fallbacks}};
+  j["device_time_ns"] = r.device_time_ns;
+  j["illegal_accesses"] = r.illegal_accesses;
+  j["problems"] = ordered_json::array();
+  for (const ReplayProblem& p : r.problems) {
+    j["problems"].push_back(
+        {{"line", p.line}, {"op", p.op}, {"what", p.what}, {"message", p.message}});
+  }
+  return j.dump(-1, ' ', false, ordered_json::error_handler_t::replace);
+}
+
+std::string report_summary(const ReplayReport& r) {
+  std::string s;
+  auto line = [&](const std::string& label, const std::string& value) {
+    s += "  ";
+    s += label;
+    s.append(label.size() < 15 ? 15 - label.size() : 1, ' ');
+    s += value;
+    s += '\n';
+  };
+  s += "replay " + r.trace + "\n";
+  line("device", r.backend + " " + r.device + ", pool capacity " + human_bytes(r.capacity) +
+                     ", seed " + std::to_string(r.seed));
+  line("ops", std::to_string(r.ops) + (r.skipped ? " (" + std::to_string(r.skipped) +
+                                                       " skipped after a failed alloc)"
+                                                 : ""));
+  line("checks", std::to_string(r.checks) + " compared, " + std::to_string(r.corrupt) + " corrupt" +
+                     (r.unwritten_checks ? ", " + std::to_string(r.unwritten_checks) +
+                                               " of never-written buffers"
+                                         : ""));
+  std::string errors;
+  for (const auto& [code, n] : r.errors) {
+    errors += (errors.empty() ? "" : ", ") + code + " " + std::to_string(n);
+  }
+  if (errors.empty()) {
+    errors = "none";
+  } else {
+    errors += " (" + std::to_string(r.expected_errors) + " expected, " +
+              std::to_string(r.unexpected_errors) + " unexpected)";
+  }
+  line("errors", errors);
+  if (r.unexpected_successes) {
+    line("expectations", std::to_string(r.unexpected_successes) +
+                             " ops succeeded although the trace expected an error");
+  }
+  std::string peaks = "live " + human_bytes(r.peak_live_bytes) + ", reserved " +
+                      human_bytes(r.peak_reserved_bytes);
+  if (r.peak_live_bytes > 0) {
+    char ratio[32];
+    std::snprintf(ratio, sizeof ratio, " (%.2fx live)",
+                  static_cast<double>(r.peak_reserved_bytes) / static_cast<double>(r.peak_live_bytes));
+    peaks += ratio;
+  }
+  line("peak", peaks);
+  line("pressure", std::to_string(r.ooms) + " out-of-memory answers, " + std::to_string(r.reclaims) +
+                       " reclaims (" + std::to_string(r.recoveries) + " turned a failed fit into success)");
+  line("uploaded", human_bytes(r.integrity.bytes_moved));
+  line("device time", human_ns(r.device_time_ns) + (r.backend == "sim" ? " (virtual)" : ""));
+  if (r.illegal_accesses) {
+    line("illegal", std::to_string(r.illegal_accesses) + " device ops touched unmapped memory");
+  }
+  for (const ReplayProblem& p : r.problems) {
+    s += "  ! ";
+    s += p.line ? "line " + std::to_string(p.line) : std::string("at the end");
+    s += " (" + p.op + "): " + p.what + (p.message.empty() ? "" : ": " + p.message) + "\n";
+  }
+  if (r.passed()) {
+    s += "verdict: PASS - every check matched and every error was expected\n";
+  } else {
+    std::string why;
+    auto add = [&](std::uint64_t n, const char* what) {
+      if (n) why += (why.empty() ? "" : ", ") + std::to_string(n) + " " + what;
+    };
+    add(r.corrupt, "corrupt checks");
+    add(r.unexpected_errors, "unexpected errors");
+    add(r.unexpected_successes, "unexpected successes");
+    add(r.illegal_accesses, "illegal device accesses");
+    s += "verdict: FAIL - " + why + "\n";
+  }
+  return s;
+}
+
+}  // namespace ferry

@@ -1,0 +1,457 @@
+// Runs a validated trace against a backend, a StreamOrder and a DevicePool,
+// keeping the host reference model beside it (replay.hpp states the semantics).
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <list>
+#include <memory>
+#include <new>
+#include <sstream>
+#include <vector>
+
+#include "ferry/content.hpp"
+#include "ferry/cuda_backend.hpp"
+#include "ferry/device_pool.hpp"
+#include "ferry/device_profile.hpp"
+#include "ferry/replay.hpp"
+#include "ferry/sim_backend.hpp"
+#include "ferry/stream_order.hpp"
+#include "replay/reference.hpp"
+#include "replay/trace.hpp"
+
+namespace ferry {
+namespace {
+
+using replay::ExpectedBytes;
+using replay::IdIndex;
+using replay::OpKind;
+using replay::Trace;
+using replay::TraceOp;
+
+// What the replay knows about one id.
+struct Buffer {
+  DeviceHandle handle;         // kept after free, so later uses meet stale_handle
+  bool allocated = false;      // the latest alloc succeeded
+  bool failed = false;         // the latest alloc failed: later ops are skipped
+  ExpectedBytes expected = ExpectedBytes::unknown(0);
+  // Hazard tracking across streams: the op that last wrote the bytes, and the
+  // ops that read them since.
+  std::optional<StreamPoint> last_write;
+  UseSet reads;
+};
+
+// A host buffer an enqueued upload reads from; it lives until the upload completed.
+struct PendingUpload {
+  StreamPoint point;
+  std::vector<std::byte> bytes;
+};
+
+class Replayer {
+ public:
+  // `uploads` outlives the backend: a host buffer must stay valid for as long
+  // as a copy out of it may run.
+  Replayer(const Trace& trace, Backend& backend, SimBackend* sim,
+           std::list<PendingUpload>& uploads, ReplayReport& report)
+      : trace_(trace), backend_(backend), sim_(sim), order_(backend), report_(report),
+        buffers_(trace.ids.size()), uploads_(uploads) {}
+
+  Result<void> setup(std::uint64_t capacity) {
+    PoolOptions po;
+    po.capacity = capacity;
+#ifdef FERRY_HEAVY_VALIDATE
+    po.validate_each_op = true;
+#endif
+    pool_ = std::make_unique<DevicePool>(order_, po);
+    if (!pool_->status().ok()) return pool_->status().error();
+    return {};
+  }
+
+  void run() {
+    const std::uint64_t start_ns = backend_.now_ns();
+    for (const TraceOp& op : trace_.ops) {
+      ++report_.ops;
+      try {
+        execute(op);
+      } catch (const std::bad_alloc&) {
+        record(op, make_error(ErrorCode::backend_error, "host memory exhausted while running this op"));
+      } catch (const std::exception& e) {
+        record(op, make_error(ErrorCode::backend_error, std::string("internal error: ") + e.what()));
+      }
+      retire_uploads();
+    }
+    finish();
+    report_.device_time_ns = backend_.now_ns() - start_ns;
+    const PoolStats st = pool_->stats();
+    report_.capacity = pool_->capacity();
+    report_.peak_live_bytes = st.peak_requested_bytes;
+    report_.peak_allocated_bytes = st.peak_allocated_bytes;
+    report_.peak_reserved_bytes = st.peak_reserved_bytes;
+    report_.ooms = st.ooms;
+    report_.reclaims = st.reclaims;
+    report_.recoveries = st.recoveries;
+    if (sim_ != nullptr) report_.illegal_accesses = sim_->illegal_accesses();
+    if (report_.illegal_accesses > 0) {
+      add_problem(0, "end", "illegal_access",
+                  std::to_string(report_.illegal_accesses) +
+                      " device operations touched unmapped memory");
+    }
+  }
+
+  // The pool must go before the StreamOrder and the backend it uses.
+  ~Replayer() { pool_.reset(); }
+
+ private:
+  void execute(const TraceOp& op) {
+    switch (op.kind) {
+      case OpKind::alloc: return alloc(op);
+      case OpKind::free: return free(op);
+      case OpKind::fill: return fill(op);
+      case OpKind::upload: return upload(op);
+      case OpKind::compute: return compute(op);
+      case OpKind::hold:
+        backend_.set_hold(op.stream, true);
+        return expect_success(op);
+      case OpKind::release:
+        backend_.set_hold(op.stream, false);
+        if (!outcome(op, backend_.flush(op.stream))) return;
+        return expect_success(op);
+      case OpKind::sync: return sync(op);
+      case OpKind::trim:
+        if (!outcome(op, pool_->trim())) return;
+        return expect_success(op);
+      case OpKind::check: return check(op);
+    }
+  }
+
+  void alloc(const TraceOp& op) {
+    Buffer& b = buffers_[op.id];
+    // Only an alloc that carried `expect` and succeeded anyway leaves a live
+    // handle behind under the same id (the validator rejects the rest).
+    if (b.allocated) (void)pool_->free(b.handle);
+    b = Buffer{};
+    Result<DeviceHandle> h = pool_->allocate(op.bytes, op.stream);
+    if (!h.ok()) {
+      b.failed = true;
+      record(op, std::move(h).error());
+      return;
+    }
+    b.handle = *h;
+    b.allocated = true;
+    b.expected = ExpectedBytes::unknown(op.bytes);
+    expect_success(op);
+  }
+
+  void free(const TraceOp& op) {
+    Buffer& b = buffers_[op.id];
+    if (skip(b)) return;
+    b.allocated = false;
+    if (!outcome(op, pool_->free(b.handle))) return;
+    expect_success(op);
+  }
+
+  void fill(const TraceOp& op) {
+    Buffer& b = buffers_[op.id];
+    if (skip(b)) return;
+    if (!outcome(op, order_after_writers_and_readers(op.stream, b))) return;
+    Result<Ticket> t = enqueue_fill(*pool_, op.stream, b.handle, op.seed);
+    if (!outcome(op, t)) return;
+    wrote(b, {op.stream, *t}, ExpectedBytes::pattern(b.expected.size(), op.seed));
+    expect_success(op);
+  }
+
+  // Host->device copy of fill_pattern(seed). The one place uploads are routed;
+  // the host arena and the transfer engine will take it over.
+  void upload(const TraceOp& op) {
+    Buffer& b = buffers_[op.id];
+    if (skip(b)) return;
+    if (!outcome(op, order_after_writers_and_readers(op.stream, b))) return;
+    const std::uint64_t size = b.expected.size();
+    PendingUpload up;
+    up.bytes.resize(static_cast<std::size_t>(size));
+    fill_pattern(op.seed, 0, up.bytes);
+    const std::byte* src = up.bytes.data();
+    Result<Ticket> t = order_.submit(op.stream, [&](Ticket ticket) -> Result<Op> {
+      Result<DeviceSpan> span = pool_->lease(b.handle, {op.stream, ticket});
+      if (!span.ok()) return std::move(span).error();
+      if (span->bytes != size) {
+        return make_error(ErrorCode::invalid_argument, "upload of " + std::to_string(size) +
+                                                           " B into a block of " +
+                                                           std::to_string(span->bytes) + " B");
+      }
+      return Op{CopyToDeviceOp{DeviceRange{span->addr, span->bytes}, src}};
+    });
+    if (!outcome(op, t)) return;
+    up.point = {op.stream, *t};
+    uploads_.push_back(std::move(up));
+    report_.integrity.bytes_moved += size;
+    wrote(b, {op.stream, *t}, ExpectedBytes::pattern(size, op.seed));
+    expect_success(op);
+  }
+
+  void compute(const TraceOp& op) {
+    Buffer& out = buffers_[op.id];
+    for (IdIndex in : op.inputs) {
+      if (buffers_[in].failed) return skipped();
+    }
+    if (skip(out)) return;
+    std::vector<DeviceHandle> handles;
+    std::vector<ExpectedBytes*> inputs;
+    std::uint64_t mem_bytes = out.expected.size();
+    for (IdIndex in : op.inputs) {
+      Buffer& b = buffers_[in];
+      if (!outcome(op, order_after_writer(op.stream, b))) return;
+      handles.push_back(b.handle);
+      inputs.push_back(&b.expected);
+      mem_bytes += b.expected.size();
+    }
+    if (!outcome(op, order_after_writers_and_readers(op.stream, out))) return;
+    // The reference of the output is computed before it changes (the output may
+    // also be an input).
+    ExpectedBytes result = ExpectedBytes::mixed(inputs, out.expected.size());
+    Result<Ticket> t = enqueue_compute(*pool_, op.stream, handles, out.handle, 0.0, mem_bytes);
+    if (!outcome(op, t)) return;
+    for (IdIndex in : op.inputs) buffers_[in].reads.add({op.stream, *t});
+    wrote(out, {op.stream, *t}, std::move(result));
+    expect_success(op);
+  }
+
+  void sync(const TraceOp& op) {
+    if (op.all_streams) {
+      if (!outcome(op, backend_.synchronize())) return;
+    } else {
+      const Ticket last = backend_.submitted(op.stream);
+      if (!outcome(op, order_.wait(StreamPoint{op.stream, last}))) return;
+    }
+    expect_success(op);
+  }
+
+  void check(const TraceOp& op) {
+    Buffer& b = buffers_[op.id];
+    if (skip(b)) return;
+    Result<DeviceSpan> span = pool_->resolve(b.handle);
+    if (!outcome(op, span)) return;
+    if (!b.expected.known()) {
+      ++report_.unwritten_checks;
+      return expect_success(op);
+    }
+    // Copy on the stream that wrote last: the FIFO orders the copy after it.
+    const StreamId stream = b.last_write ? b.last_write->stream : 0;
+    std::vector<std::byte> host(static_cast<std::size_t>(b.expected.size()));
+    Result<Ticket> t = enqueue_copy_to_host(*pool_, stream, b.handle, host);
+    if (!outcome(op, t)) return;
+    b.reads.add({stream, *t});
+    if (!outcome(op, order_.wait(StreamPoint{stream, *t}))) return;
+    ++report_.checks;
+    if (const auto at = b.expected.first_mismatch(host)) {
+      ++report_.corrupt;
+      add_problem(op.line, op, "corrupt",
+                  "check of " + replay::quoted_id(trace_.ids[op.id]) + ": byte " + std::to_string(*at) + " of " +
+                      std::to_string(host.size()) + " differs from the reference");
+      return;
+    }
+    expect_success(op);
+  }
+
+  // --- cross-stream ordering the program would have written -------------------
+
+  Result<void> order_after_writer(StreamId stream, Buffer& b) {
+    if (!b.last_write) return {};
+    return wait_on(stream, *b.last_write);
+  }
+
+  Result<void> order_after_writers_and_readers(StreamId stream, Buffer& b) {
+    FERRY_TRY(order_after_writer(stream, b));
+    b.reads.retire(order_);
+    std::vector<StreamPoint> reads(b.reads.points().begin(), b.reads.points().end());
+    for (const StreamPoint& p : reads) FERRY_TRY(wait_on(stream, p));
+    return {};
+  }
+
+  Result<void> wait_on(StreamId stream, StreamPoint point) {
+    if (point.stream == stream || order_.is_complete(point)) return {};
+    // A held producer would never reach the event: dispatch what it holds.
+    if (backend_.held(point.stream)) FERRY_TRY(backend_.flush(point.stream));
+    Result<Ticket> t = order_.submit(stream, [&](Ticket) -> Result<Op> { return Op{WaitOp{point}}; });
+    if (!t.ok()) return std::move(t).error();
+    return {};
+  }
+
+  void wrote(Buffer& b, StreamPoint point, ExpectedBytes expected) {
+    b.expected = std::move(expected);
+    b.last_write = point;
+    b.reads.clear();
+  }
+
+  // --- bookkeeping ---------------------------------------------------------------
+
+  bool skip(const Buffer& b) {
+    if (!b.failed) return false;
+    skipped();
+    return true;
+  }
+  void skipped() { ++report_.skipped; }
+
+  template <class R>
+  bool outcome(const TraceOp& op, const R& r) {
+    if (r.ok()) return true;
+    record(op, r.error());
+    return false;
+  }
+
+  void record(const TraceOp& op, const Error& e) {
+    const std::string code(to_string(e.code));
+    ++report_.errors[code];
+    if (op.expect == e.code) {
+      ++report_.expected_errors;
+      return;
+    }
+    ++report_.unexpected_errors;
+    add_problem(op.line, op, code, e.message);
+  }
+
+  void expect_success(const TraceOp& op) {
+    if (!op.expect) return;
+    ++report_.unexpected_successes;
+    add_problem(op.line, op, "unexpected_success",
+                "expected " + std::string(to_string(*op.expect)) + " but the op succeeded");
+  }
+
+  void add_problem(std::size_t line, const TraceOp& op, std::string what, std::string message) {
+    add_problem(line, std::string(replay::to_string(op.kind)), std::move(what), std::move(message));
+  }
+  void add_problem(std::size_t line, std::string op, std::string what, std::string message) {
+    if (report_.problems.size() >= ReplayReport::kMaxProblems) return;
+    report_.problems.push_back({line, std::move(op), std::move(what), std::move(message)});
+  }
+
+  void retire_uploads() {
+    uploads_.remove_if([&](const PendingUpload& u) { return order_.is_complete(u.point); });
+  }
+
+  // Everything enqueued completes before the host buffers and the pool go away.
+  void finish() {
+    for (StreamId s = 0; s < kMaxStreams; ++s) {
+      if (backend_.held(s)) backend_.set_hold(s, false);
+    }
+    if (Result<void> r = backend_.synchronize(); !r.ok()) {
+      ++report_.errors[std::string(to_string(r.error().code))];
+      ++report_.unexpected_errors;
+      add_problem(0, "end", std::string(to_string(r.error().code)),
+                  "synchronizing at the end of the trace: " + r.error().message);
+    }
+    for (Buffer& b : buffers_) {
+      if (b.allocated) (void)pool_->free(b.handle);
+      b.allocated = false;
+    }
+    retire_uploads();
+  }
+
+  const Trace& trace_;
+  Backend& backend_;
+  SimBackend* sim_;
+  StreamOrder order_;
+  ReplayReport& report_;
+  std::unique_ptr<DevicePool> pool_;
+  std::vector<Buffer> buffers_;
+  std::list<PendingUpload>& uploads_;
+};
+
+Result<ReplayReport> run(const Trace& trace, const ReplayOptions& options) {
+  ReplayReport report;
+  report.trace = trace.name;
+  report.seed = options.seed;
+
+  std::list<PendingUpload> uploads;  // destroyed after the backend
+  std::unique_ptr<Backend> backend;
+  SimBackend* sim = nullptr;
+  if (options.backend == "sim") {
+    std::optional<DeviceProfile> profile = find_profile(options.profile);
+    if (!profile) {
+      std::string known;
+      for (const std::string& n : profile_names()) known += (known.empty() ? "" : ", ") + n;
+      return make_error(ErrorCode::invalid_argument,
+                        "unknown profile \"" + options.profile + "\" (profiles: " + known + ")");
+    }
+    SimOptions so;
+    so.profile = *profile;
+    so.seed = options.seed;
+    std::unique_ptr<SimBackend> s = make_sim_backend(so);
+    if (!s) return make_error(ErrorCode::backend_error, "the sim backend could not be created");
+    sim = s.get();
+    backend = std::move(s);
+  } else if (options.backend == "cuda") {
+    Result<std::unique_ptr<Backend>> c = make_cuda_backend(CudaOptions{});
+    if (!c.ok()) {
+      Error e = std::move(c).error();
+      e.message = "the cuda backend is not available: " + e.message;
+      return e;
+    }
+    backend = std::move(c).value();
+  } else {
+    return make_error(ErrorCode::invalid_argument,
+                      "unknown backend \"" + options.backend + "\" (backends: sim, cuda)");
+  }
+  report.backend = backend->info().backend;
+  report.device = backend->info().device;
+
+  {
+    Replayer r(trace, *backend, sim, uploads, report);
+    if (Result<void> s = r.setup(options.capacity); !s.ok()) {
+      Error e = std::move(s).error();
+      e.message = "the device pool could not be set up: " + e.message;
+      return e;
+    }
+    r.run();
+  }
+  return report;
+}
+
+Result<void> check_options(const ReplayOptions& options) {
+  if (options.backend != "sim" && options.backend != "cuda") {
+    return make_error(ErrorCode::invalid_argument,
+                      "unknown backend \"" + options.backend + "\" (backends: sim, cuda)");
+  }
+  if (options.backend == "sim" && !find_profile(options.profile)) {
+    std::string known;
+    for (const std::string& n : profile_names()) known += (known.empty() ? "" : ", ") + n;
+    return make_error(ErrorCode::invalid_argument,
+                      "unknown profile \"" + options.profile + "\" (profiles: " + known + ")");
+  }
+  return {};
+}
+
+}  // namespace
+
+Result<ReplayReport> replay_trace_text(std::string_view text, std::string_view name,
+                                       const ReplayOptions& options) {
+  try {
+    FERRY_TRY(check_options(options));
+    Result<Trace> trace = replay::parse_trace(text, name);
+    if (!trace.ok()) return std::move(trace).error();
+    return run(*trace, options);
+  } catch (const std::exception& e) {
+    return make_error(ErrorCode::backend_error, std::string("replay failed: ") + e.what());
+  }
+}
+
+Result<ReplayReport> replay_trace_file(const std::string& path, const ReplayOptions& options) {
+  try {
+    FERRY_TRY(check_options(options));
+    std::error_code ec;
+    if (std::filesystem::is_directory(path, ec)) {
+      return make_error(ErrorCode::invalid_argument, path + ": is a directory, not a trace file");
+    }
+    std::ifstream in(path, std::ios::binary);
+    if (!in) return make_error(ErrorCode::invalid_argument, path + ": cannot open the trace file");
+    std::ostringstream text;
+    text << in.rdbuf();
+    if (in.bad() || (!in.eof() && in.fail())) {
+      return make_error(ErrorCode::invalid_argument, path + ": cannot read the trace file");
+    }
+    return replay_trace_text(text.str(), path, options);
+  } catch (const std::exception& e) {
+    return make_error(ErrorCode::backend_error, std::string("replay failed: ") + e.what());
+  }
+}
+
+}  // namespace ferry

@@ -1,0 +1,378 @@
+#include "replay/trace.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <array>
+#include <unordered_map>
+
+namespace ferry::replay {
+namespace {
+
+using nlohmann::json;
+
+constexpr std::array<std::pair<std::string_view, OpKind>, 10> kOps = {{
+    {"alloc", OpKind::alloc},
+    {"free", OpKind::free},
+    {"fill", OpKind::fill},
+    {"upload", OpKind::upload},
+    {"compute", OpKind::compute},
+    {"hold", OpKind::hold},
+    {"release", OpKind::release},
+    {"sync", OpKind::sync},
+    {"trim", OpKind::trim},
+    {"check", OpKind::check},
+}};
+
+constexpr std::array<ErrorCode, 7> kCodes = {
+    ErrorCode::out_of_memory,  ErrorCode::stale_handle, ErrorCode::invalid_argument,
+    ErrorCode::transfer_corrupt, ErrorCode::backend_error, ErrorCode::unsupported,
+    ErrorCode::timeout,
+};
+
+std::string op_list() {
+  std::string s;
+  for (const auto& [name, kind] : kOps) {
+    if (!s.empty()) s += ", ";
+    s += name;
+  }
+  return s;
+}
+
+// A JSON value as it appeared, short enough for one message line. dump() with
+// `replace` never throws on odd strings.
+std::string shown(const json& v) {
+  // Containers are named, not dumped: dump() recurses, and a line may nest deeply.
+  if (v.is_array()) return "an array";
+  if (v.is_object()) return "an object";
+  std::string s = v.dump(-1, ' ', false, json::error_handler_t::replace);
+  if (s.size() > 40) s = s.substr(0, 37) + "...";
+  return s;
+}
+
+std::string in_quotes(std::string_view s) {
+  std::string q = "\"";
+  q += s;
+  q += '"';
+  return q;
+}
+
+// Reads typed fields of one op object; the first problem sticks and every later
+// read returns nullopt.
+class FieldReader {
+ public:
+  explicit FieldReader(const json& obj) : obj_(obj) {}
+
+  bool failed() const noexcept { return !problem_.empty(); }
+  const std::string& problem() const noexcept { return problem_; }
+  bool has(const char* key) const { return obj_.contains(key); }
+
+  std::optional<std::string> id(const char* key) {
+    const json* v = field(key);
+    if (v == nullptr) return std::nullopt;
+    if (!v->is_string() || v->get_ref<const std::string&>().empty()) {
+      return fail("field " + in_quotes(key) + " must be a non-empty string (an id), got " + shown(*v));
+    }
+    return v->get<std::string>();
+  }
+
+  std::optional<std::vector<std::string>> ids(const char* key) {
+    const json* v = field(key);
+    if (v == nullptr) return std::nullopt;
+    if (!v->is_array() || v->empty()) {
+      return fail("field " + in_quotes(key) + " must be a non-empty array of ids, got " + shown(*v));
+    }
+    std::vector<std::string> out;
+    out.reserve(v->size());
+    for (const json& e : *v) {
+      if (!e.is_string() || e.get_ref<const std::string&>().empty()) {
+        return fail("field " + in_quotes(key) + " must hold only non-empty strings (ids), got " +
+                    shown(e));
+      }
+      out.push_back(e.get<std::string>());
+    }
+    return out;
+  }
+
+  std::optional<std::uint64_t> u64(const char* key) {
+    const json* v = field(key);
+    if (v == nullptr) return std::nullopt;
+    if (v->is_number_unsigned()) return v->get<std::uint64_t>();
+    if (v->is_number_integer()) {
+      const auto i = v->get<std::int64_t>();
+      if (i >= 0) return static_cast<std::uint64_t>(i);
+      return fail("field " + in_quotes(key) + " must not be negative, got " + shown(*v));
+    }
+    if (v->is_number_float()) {
+      const double d = v->get<double>();
+      // nlohmann reads integers beyond 2^64-1 as floating point.
+      if (d >= 18446744073709551616.0) {
+        return fail("field " + in_quotes(key) + " is too large: " + shown(*v) +
+                    " (at most 18446744073709551615)");
+      }
+      if (d < 0) return fail("field " + in_quotes(key) + " must not be negative, got " + shown(*v));
+      return fail("field " + in_quotes(key) + " must be an integer, got " + shown(*v));
+    }
+    return fail("field " + in_quotes(key) + " must be a non-negative integer, got " + shown(*v));
+  }
+
+  std::optional<StreamId> stream(const char* key) {
+    const std::optional<std::uint64_t> s = u64(key);
+    if (!s) return std::nullopt;
+    if (*s >= kMaxStreams) {
+      return fail("field " + in_quotes(key) + " is " + std::to_string(*s) + ", outside 0.." +
+                  std::to_string(kMaxStreams - 1));
+    }
+    return static_cast<StreamId>(*s);
+  }
+
+  std::optional<ErrorCode> expect(const char* key) {
+    const json* v = field(key);
+    if (v == nullptr) return std::nullopt;
+    std::optional<ErrorCode> code;
+    if (v->is_string()) code = parse_expect(v->get_ref<const std::string&>());
+    if (!code) {
+      std::string names = "\"oom\"";
+      for (ErrorCode c : kCodes) names += ", " + in_quotes(ferry::to_string(c));
+      return fail("field " + in_quotes(key) + " must be one of " + names + ", got " + shown(*v));
+    }
+    return code;
+  }
+
+ private:
+  const json* field(const char* key) {
+    if (failed()) return nullptr;
+    auto it = obj_.find(key);
+    if (it == obj_.end()) {
+      problem_ = "missing field " + in_quotes(key);
+      return nullptr;
+    }
+    return &*it;
+  }
+
+  std::nullopt_t fail(std::string problem) {
+    problem_ = std::move(problem);
+    return std::nullopt;
+  }
+
+  const json& obj_;
+  std::string problem_;
+};
+
+// What the validator knows about one id from the lines read so far.
+struct IdState {
+  std::size_t alloc_line = 0;  // 0: no earlier line allocated it
+  bool live = false;           // allocated and not freed since
+  bool may_have_failed = false;  // its latest alloc carried `expect`
+};
+
+class Validator {
+ public:
+  explicit Validator(std::string_view name) { trace_.name = name; }
+
+  void line(std::string_view text, std::size_t number) {
+    json obj;
+    try {
+      obj = json::parse(text.begin(), text.end());
+    } catch (const json::exception& e) {
+      // "[json.exception.parse_error.101] parse error at ..." -> "parse error at ..."
+      std::string what = e.what();
+      if (const auto p = what.find("] "); p != std::string::npos) what = what.substr(p + 2);
+      return problem(number, "not valid JSON: " + what);
+    }
+    if (!obj.is_object()) {
+      return problem(number, std::string("not a JSON object (got ") + obj.type_name() + ")");
+    }
+    auto op_it = obj.find("op");
+    if (op_it == obj.end()) return problem(number, "missing field \"op\"");
+    if (!op_it->is_string()) return problem(number, "field \"op\" must be a string, got " + shown(*op_it));
+    const std::string& op_name = op_it->get_ref<const std::string&>();
+    std::optional<OpKind> kind;
+    for (const auto& [n, k] : kOps) {
+      if (n == op_name) kind = k;
+    }
+    if (!kind) {
+      return problem(number, "unknown op " + shown(*op_it) + " (ops are " + op_list() + ")");
+    }
+
+    TraceOp op;
+    op.kind = *kind;
+    op.line = number;
+    FieldReader f(obj);
+    std::optional<std::string> id;
+    std::optional<std::vector<std::string>> inputs;
+    switch (op.kind) {
+      case OpKind::alloc:
+        id = f.id("id");
+        op.bytes = f.u64("bytes").value_or(0);
+        op.stream = f.stream("stream").value_or(0);
+        break;
+      case OpKind::free:
+      case OpKind::check:
+        id = f.id("id");
+        break;
+      case OpKind::fill:
+      case OpKind::upload:
+        id = f.id("id");
+        op.stream = f.stream("stream").value_or(0);
+        op.seed = f.u64("seed").value_or(0);
+        break;
+      case OpKind::compute:
+        inputs = f.ids("inputs");
+        id = f.id("output");
+        op.stream = f.stream("stream").value_or(0);
+        break;
+      case OpKind::hold:
+      case OpKind::release:
+        op.stream = f.stream("stream").value_or(0);
+        break;
+      case OpKind::sync:
+        if (f.has("stream")) {
+          op.stream = f.stream("stream").value_or(0);
+        } else {
+          op.all_streams = true;
+        }
+        break;
+      case OpKind::trim:
+        break;
+    }
+    if (f.has("expect")) op.expect = f.expect("expect");
+    if (f.failed()) {
+      // A bad alloc still names its id, so that later lines do not cascade.
+      if (op.kind == OpKind::alloc && id) declare(*id, number, true);
+      return problem(number, f.problem());
+    }
+
+    if (inputs) {
+      for (const std::string& in : *inputs) {
+        const std::optional<IdIndex> index = use(in, number);
+        if (!index) return;
+        op.inputs.push_back(*index);
+      }
+    }
+    if (id) {
+      if (op.kind == OpKind::alloc) {
+        const IdIndex index = intern(*id);
+        IdState& st = states_[index];
+        if (st.live && !st.may_have_failed) {
+          return problem(number, "id " + quoted_id(*id) + " is still live (allocated on line " +
+                                     std::to_string(st.alloc_line) + "); free it first");
+        }
+        declare(*id, number, op.expect.has_value());
+        op.id = index;
+      } else {
+        const std::optional<IdIndex> index = use(*id, number);
+        if (!index) return;
+        op.id = *index;
+        if (op.kind == OpKind::free) states_[*index].live = false;
+      }
+    }
+    trace_.ops.push_back(std::move(op));
+  }
+
+  Result<Trace> finish() && {
+    if (problems_.empty()) return std::move(trace_);
+    std::string message;
+    const std::size_t listed = std::min(problems_.size(), kMaxListedProblems);
+    for (std::size_t i = 0; i < listed; ++i) {
+      if (i > 0) message += '\n';
+      message += problems_[i];
+    }
+    if (problems_.size() > listed) {
+      message += '\n' + trace_.name + ": " + std::to_string(problems_.size() - listed) +
+                 " more problems not listed";
+    }
+    return make_error(ErrorCode::invalid_argument, std::move(message));
+  }
+
+ private:
+  void problem(std::size_t number, std::string what) {
+    // A parser message may quote a whole token; keep each line readable.
+    if (what.size() > 200) what = what.substr(0, 197) + "...";
+    problems_.push_back(trace_.name + ":" + std::to_string(number) + ": " + what);
+  }
+
+  IdIndex intern(const std::string& id) {
+    auto [it, inserted] = index_.try_emplace(id, static_cast<IdIndex>(trace_.ids.size()));
+    if (inserted) {
+      trace_.ids.push_back(id);
+      states_.emplace_back();
+    }
+    return it->second;
+  }
+
+  void declare(const std::string& id, std::size_t number, bool may_fail) {
+    IdState& st = states_[intern(id)];
+    st.alloc_line = number;
+    st.live = true;
+    st.may_have_failed = may_fail;
+  }
+
+  std::optional<IdIndex> use(const std::string& id, std::size_t number) {
+    auto it = index_.find(id);
+    if (it == index_.end() || states_[it->second].alloc_line == 0) {
+      problem(number, "id " + quoted_id(id) + " was not allocated by an earlier line");
+      return std::nullopt;
+    }
+    return it->second;
+  }
+
+  Trace trace_;
+  std::unordered_map<std::string, IdIndex> index_;
+  std::vector<IdState> states_;
+  std::vector<std::string> problems_;
+};
+
+bool blank(std::string_view s) noexcept {
+  return s.find_first_not_of(" \t\r\f\v") == std::string_view::npos;
+}
+
+}  // namespace
+
+std::string_view to_string(OpKind kind) noexcept {
+  for (const auto& [name, k] : kOps) {
+    if (k == kind) return name;
+  }
+  return "?";
+}
+
+std::string quoted_id(std::string_view id) {
+  std::string q = "\"";
+  if (id.size() > 40) {
+    q += id.substr(0, 37);
+    q += "...";
+  } else {
+    q += id;
+  }
+  return q + '"';
+}
+
+std::optional<ErrorCode> parse_expect(std::string_view name) noexcept {
+  if (name == "oom") return ErrorCode::out_of_memory;
+  for (ErrorCode c : kCodes) {
+    if (ferry::to_string(c) == name) return c;
+  }
+  return std::nullopt;
+}
+
+Result<Trace> parse_trace(std::string_view text, std::string_view name) {
+  try {
+    Validator v(name);
+    std::size_t number = 0;
+    while (!text.empty()) {
+      ++number;
+      const std::size_t nl = text.find('\n');
+      std::string_view line = text.substr(0, nl);
+      text = nl == std::string_view::npos ? std::string_view{} : text.substr(nl + 1);
+      if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+      if (blank(line)) continue;
+      v.line(line, number);
+    }
+    return std::move(v).finish();
+  } catch (const std::exception& e) {
+    // Only allocation failure can get here; never let it cross the API.
+    return make_error(ErrorCode::invalid_argument,
+                      std::string(name) + ": could not be read: " + e.what());
+  }
+}
+
+}  // namespace ferry::replay

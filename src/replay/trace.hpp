@@ -1,0 +1,60 @@
+// The parsed form of a replay trace (SPEC.md "Trace format") and its validator.
+//
+// Ids are interned: a TraceOp names buffers by index into Trace::ids, so the
+// runner never hashes strings. Validation is complete before a Trace exists:
+// every op in it has every field it needs, in range, and names only ids that an
+// earlier line allocated.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ferry/result.hpp"
+#include "ferry/stream.hpp"
+
+namespace ferry::replay {
+
+enum class OpKind : std::uint8_t { alloc, free, fill, upload, compute, hold, release, sync, trim, check };
+
+std::string_view to_string(OpKind kind) noexcept;
+
+using IdIndex = std::uint32_t;
+
+struct TraceOp {
+  OpKind kind = OpKind::trim;
+  std::size_t line = 0;             // 1-based line in the file
+  IdIndex id = 0;                   // alloc, free, fill, upload, check; compute's output
+  std::vector<IdIndex> inputs;      // compute
+  std::uint64_t bytes = 0;          // alloc
+  std::uint64_t seed = 0;           // fill, upload
+  StreamId stream = 0;              // alloc, fill, upload, compute, hold, release, sync
+  bool all_streams = false;         // sync without a stream
+  std::optional<ErrorCode> expect;  // the error the trace says this op returns
+};
+
+struct Trace {
+  std::string name;
+  std::vector<std::string> ids;  // IdIndex -> the id as written
+  std::vector<TraceOp> ops;
+};
+
+// At most this many problems are listed in a malformed-trace error.
+inline constexpr std::size_t kMaxListedProblems = 10;
+
+// Parses and validates JSON Lines text. Blank (whitespace-only) lines are
+// ignored; a trailing '\r' is ignored. Errors: invalid_argument whose message
+// has one "NAME:LINE: what is wrong" line per problem (the first
+// kMaxListedProblems, then a count of the rest).
+Result<Trace> parse_trace(std::string_view text, std::string_view name);
+
+// An id as messages show it: in quotes, cut short when long.
+std::string quoted_id(std::string_view id);
+
+// The error code a trace's `expect` names: "oom" or a code's own name.
+std::optional<ErrorCode> parse_expect(std::string_view name) noexcept;
+
+}  // namespace ferry::replay

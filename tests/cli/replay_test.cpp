@@ -1,0 +1,348 @@
+// ferry replay, the library function: the committed traces, the reference
+// model's verdicts, and what never crashes.
+#include "ferry/replay.hpp"
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <random>
+#include <string>
+
+#include "ferry/cuda_backend.hpp"
+
+namespace ferry {
+namespace {
+
+constexpr std::uint64_t kMiB = 1ull << 20;
+
+std::string trace_path(const std::string& name) { return std::string(FERRY_TRACES_DIR) + "/" + name; }
+
+ReplayOptions with_capacity(std::uint64_t capacity) {
+  ReplayOptions o;
+  o.capacity = capacity;
+  return o;
+}
+
+ReplayReport replay_ok(std::string_view text, const ReplayOptions& options = with_capacity(64 * kMiB)) {
+  Result<ReplayReport> r = replay_trace_text(text, "test.jsonl", options);
+  EXPECT_TRUE(r.ok()) << r.error().message;
+  return r.ok() ? std::move(r).value() : ReplayReport{};
+}
+
+// --- the committed traces (capacities as in tests/traces/README.md) -------------
+
+struct TraceCase {
+  const char* file;
+  std::uint64_t capacity;
+};
+
+class CommittedTrace : public ::testing::TestWithParam<TraceCase> {};
+
+TEST_P(CommittedTrace, ReplaysWithEveryCheckMatching) {
+  const TraceCase& c = GetParam();
+  Result<ReplayReport> r = replay_trace_file(trace_path(c.file), with_capacity(c.capacity));
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_TRUE(r->passed()) << report_summary(*r);
+  EXPECT_EQ(r->corrupt, 0u);
+  EXPECT_EQ(r->unexpected_errors, 0u) << report_summary(*r);
+  EXPECT_EQ(r->unexpected_successes, 0u);
+  EXPECT_EQ(r->illegal_accesses, 0u);
+  EXPECT_GT(r->checks, 0u);
+  EXPECT_GT(r->ops, 0u);
+  EXPECT_LE(r->peak_reserved_bytes, c.capacity);
+  EXPECT_GE(r->peak_reserved_bytes, r->peak_live_bytes);
+}
+
+INSTANTIATE_TEST_SUITE_P(Traces, CommittedTrace,
+                         ::testing::Values(TraceCase{"report003.jsonl", 64 * kMiB},
+                                           TraceCase{"oom-expected.jsonl", 32 * kMiB},
+                                           TraceCase{"dequant-pattern.jsonl", 128 * kMiB},
+                                           TraceCase{"mixed-random.jsonl", 128 * kMiB}),
+                         [](const auto& p) {
+                           std::string n = p.param.file;
+                           n = n.substr(0, n.find('.'));
+                           for (char& ch : n) {
+                             if (ch == '-') ch = '_';
+                           }
+                           return n;
+                         });
+
+// Report 003: the allocation on stream 2 fits only by reclaiming the transient
+// that a held kernel still reads. It must succeed, by a reclaim, and the kernel
+// must read the transient's bytes (the checks of out0..out2).
+TEST(Report003Trace, AllocationSucceedsByReclaimingAndTheHeldKernelReadsTheRightBytes) {
+  Result<ReplayReport> r = replay_trace_file(trace_path("report003.jsonl"), with_capacity(64 * kMiB));
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_TRUE(r->errors.empty()) << report_summary(*r);
+  EXPECT_EQ(r->ooms, 0u);
+  EXPECT_GT(r->reclaims, 0u);
+  EXPECT_GE(r->recoveries, 3u) << "each round's allocation on stream 2 needs a reclaim";
+  EXPECT_EQ(r->checks, 18u);
+  EXPECT_EQ(r->corrupt, 0u);
+  // The transient stayed live while the kernel was queued: live peaked above
+  // resident + the allocation that displaced it.
+  EXPECT_GE(r->peak_live_bytes, 60 * kMiB);
+}
+
+TEST(OomExpectedTrace, CountsTheExpectedErrorsAndSkipsTheFailedIds) {
+  Result<ReplayReport> r = replay_trace_file(trace_path("oom-expected.jsonl"), with_capacity(32 * kMiB));
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_EQ(r->errors["out_of_memory"], 2u);
+  EXPECT_EQ(r->errors["invalid_argument"], 1u);
+  EXPECT_EQ(r->expected_errors, 3u);
+  EXPECT_EQ(r->unexpected_errors, 0u);
+  EXPECT_EQ(r->skipped, 3u);  // fill d, check d, free d
+  EXPECT_EQ(r->checks, 9u);
+  EXPECT_GE(r->ooms, 2u);
+  EXPECT_TRUE(r->passed());
+}
+
+TEST(Replay, IsDeterministicForASeed) {
+  ReplayOptions o = with_capacity(64 * kMiB);
+  o.seed = 7;
+  Result<ReplayReport> a = replay_trace_file(trace_path("report003.jsonl"), o);
+  Result<ReplayReport> b = replay_trace_file(trace_path("report003.jsonl"), o);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(report_json(*a), report_json(*b));
+}
+
+// --- semantics --------------------------------------------------------------------
+
+TEST(Replay, ZeroAndHugeAllocationsAreErrorsNotCrashes) {
+  ReplayReport r = replay_ok(
+      R"({"op":"alloc","id":"zero","bytes":0,"stream":0}
+{"op":"alloc","id":"huge","bytes":4611686018427387904,"stream":0}
+{"op":"alloc","id":"max","bytes":18446744073709551615,"stream":3}
+{"op":"fill","id":"zero","stream":0,"seed":1}
+{"op":"check","id":"huge"}
+{"op":"free","id":"max"}
+{"op":"alloc","id":"ok","bytes":4096,"stream":0}
+{"op":"fill","id":"ok","stream":0,"seed":1}
+{"op":"check","id":"ok"}
+)");
+  // 0 bytes is invalid_argument, more than the capacity is out_of_memory (the
+  // pool may call 2^64-1 either: rounding it up overflows).
+  EXPECT_GE(r.errors["invalid_argument"], 1u);
+  EXPECT_GE(r.errors["out_of_memory"], 1u);
+  EXPECT_EQ(r.errors["invalid_argument"] + r.errors["out_of_memory"], 3u);
+  EXPECT_EQ(r.unexpected_errors, 3u);
+  EXPECT_EQ(r.skipped, 3u);
+  EXPECT_EQ(r.checks, 1u);
+  EXPECT_EQ(r.corrupt, 0u);
+  EXPECT_FALSE(r.passed());
+  EXPECT_EQ(r.problems.size(), 3u);
+  EXPECT_EQ(r.problems[0].line, 1u);
+}
+
+TEST(Replay, AnExpectedErrorThatDoesNotHappenFailsTheVerdict) {
+  ReplayReport r = replay_ok(R"({"op":"alloc","id":"a","bytes":4096,"stream":0,"expect":"oom"})");
+  EXPECT_EQ(r.unexpected_successes, 1u);
+  EXPECT_EQ(r.unexpected_errors, 0u);
+  EXPECT_FALSE(r.passed());
+}
+
+TEST(Replay, StaleHandleUsesAreErrorsAndCanBeExpected) {
+  const char* trace = R"({"op":"alloc","id":"a","bytes":4096,"stream":0}
+{"op":"free","id":"a"}
+{"op":"free","id":"a"%s}
+{"op":"fill","id":"a","stream":0,"seed":3%s}
+{"op":"check","id":"a"%s}
+)";
+  auto with = [&](const char* expect) {
+    char buf[512];
+    std::snprintf(buf, sizeof buf, trace, expect, expect, expect);
+    return std::string(buf);
+  };
+  ReplayReport unexpected = replay_ok(with(""));
+  EXPECT_EQ(unexpected.errors["stale_handle"], 3u);
+  EXPECT_EQ(unexpected.unexpected_errors, 3u);
+  EXPECT_FALSE(unexpected.passed());
+
+  ReplayReport expected = replay_ok(with(R"(,"expect":"stale_handle")"));
+  EXPECT_EQ(expected.errors["stale_handle"], 3u);
+  EXPECT_EQ(expected.expected_errors, 3u);
+  EXPECT_TRUE(expected.passed()) << report_summary(expected);
+}
+
+TEST(Replay, ACheckOfANeverWrittenBufferComparesNothing) {
+  ReplayReport r = replay_ok(R"({"op":"alloc","id":"a","bytes":4096,"stream":0}
+{"op":"check","id":"a"})");
+  EXPECT_EQ(r.checks, 0u);
+  EXPECT_EQ(r.unwritten_checks, 1u);
+  EXPECT_TRUE(r.passed());
+}
+
+TEST(Replay, ComputeOfAnUnwrittenInputLeavesTheOutputUnknown) {
+  ReplayReport r = replay_ok(R"({"op":"alloc","id":"a","bytes":4096,"stream":0}
+{"op":"alloc","id":"b","bytes":4096,"stream":0}
+{"op":"compute","inputs":["a"],"output":"b","stream":0}
+{"op":"check","id":"b"})");
+  EXPECT_EQ(r.unwritten_checks, 1u);
+  EXPECT_TRUE(r.passed());
+}
+
+// Producers and consumers on different streams, one of them held: the replay
+// orders them as the trace does, so the bytes match and nothing times out.
+TEST(Replay, CrossStreamDependenciesAreOrderedEvenWhenTheProducerIsHeld) {
+  ReplayReport r = replay_ok(R"({"op":"alloc","id":"a","bytes":3000000,"stream":0}
+{"op":"alloc","id":"b","bytes":1000,"stream":1}
+{"op":"alloc","id":"c","bytes":5000000,"stream":2}
+{"op":"hold","stream":0}
+{"op":"upload","id":"a","stream":0,"seed":1}
+{"op":"fill","id":"b","stream":1,"seed":2}
+{"op":"compute","inputs":["a","b"],"output":"c","stream":2}
+{"op":"fill","id":"a","stream":1,"seed":3}
+{"op":"compute","inputs":["c","a"],"output":"b","stream":0}
+{"op":"check","id":"c"}
+{"op":"sync","stream":2}
+{"op":"check","id":"b"}
+{"op":"check","id":"a"}
+{"op":"compute","inputs":["b","b"],"output":"b","stream":1}
+{"op":"release","stream":0}
+{"op":"check","id":"b"}
+{"op":"sync"}
+)");
+  EXPECT_TRUE(r.errors.empty()) << report_summary(r);
+  EXPECT_EQ(r.checks, 4u);
+  EXPECT_EQ(r.corrupt, 0u);
+  EXPECT_TRUE(r.passed()) << report_summary(r);
+}
+
+TEST(Replay, SyncOfAHeldStreamDispatchesWhatItHoldsAndTheHoldStays) {
+  ReplayReport r = replay_ok(R"({"op":"alloc","id":"a","bytes":100000,"stream":1}
+{"op":"hold","stream":1}
+{"op":"fill","id":"a","stream":1,"seed":9}
+{"op":"sync","stream":1}
+{"op":"check","id":"a"}
+{"op":"compute","inputs":["a"],"output":"a","stream":1}
+{"op":"sync","stream":1}
+{"op":"check","id":"a"}
+{"op":"release","stream":1})");
+  EXPECT_EQ(r.checks, 2u);
+  EXPECT_TRUE(r.passed()) << report_summary(r);
+}
+
+TEST(Replay, DeeplyNestedOrHugeLinesAreMalformedNotFatal) {
+  const std::string deep = "{\"op\":" + std::string(100000, '[') + std::string(100000, ']') + "}";
+  Result<ReplayReport> r = replay_trace_text(deep, "deep.jsonl", ReplayOptions{});
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.error().message.find("deep.jsonl:1: "), std::string::npos);
+  const std::string wide = "{\"op\":\"check\",\"id\":\"" + std::string(1 << 20, 'x') + "\"}";
+  r = replay_trace_text(wide, "wide.jsonl", ReplayOptions{});
+  ASSERT_FALSE(r.ok());
+  EXPECT_LT(r.error().message.size(), 400u) << "messages stay short";
+}
+
+TEST(Replay, HeldStreamsLeftHeldAtTheEndAreDrained) {
+  ReplayReport r = replay_ok(R"({"op":"alloc","id":"a","bytes":65536,"stream":5}
+{"op":"hold","stream":5}
+{"op":"fill","id":"a","stream":5,"seed":1}
+{"op":"free","id":"a"})");
+  EXPECT_TRUE(r.passed()) << report_summary(r);
+}
+
+TEST(Replay, AnEmptyTraceDoesNothingAndPasses) {
+  ReplayReport r = replay_ok("\n  \n");
+  EXPECT_EQ(r.ops, 0u);
+  EXPECT_TRUE(r.passed());
+}
+
+TEST(Replay, ReportJsonHasEverySpecKey) {
+  Result<ReplayReport> r = replay_trace_file(trace_path("oom-expected.jsonl"), with_capacity(32 * kMiB));
+  ASSERT_TRUE(r.ok());
+  const nlohmann::json j = nlohmann::json::parse(report_json(*r));
+  for (const char* key : {"ops", "checks", "corrupt", "errors", "unexpected_errors", "peak_live_bytes",
+                          "peak_reserved_bytes", "ooms", "reclaims", "integrity", "skipped"}) {
+    EXPECT_TRUE(j.contains(key)) << key;
+  }
+  for (const char* key : {"bytes_moved", "bytes_verified", "mismatches", "retries", "fallbacks"}) {
+    EXPECT_TRUE(j["integrity"].contains(key)) << key;
+  }
+  EXPECT_TRUE(j["errors"].is_object());
+  EXPECT_EQ(j["errors"]["out_of_memory"], 2);
+  EXPECT_EQ(j["ops"], r->ops);
+}
+
+TEST(Replay, UnknownProfileOrBackendIsABadOption) {
+  ReplayOptions o;
+  o.profile = "gtx480";
+  Result<ReplayReport> r = replay_trace_text("", "t", o);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().code, ErrorCode::invalid_argument);
+  EXPECT_NE(r.error().message.find("gtx480"), std::string::npos);
+
+  o = ReplayOptions{};
+  o.backend = "opencl";
+  r = replay_trace_text("", "t", o);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().code, ErrorCode::invalid_argument);
+}
+
+TEST(Replay, CudaWithoutCudaIsUnsupported) {
+  if (cuda_backend_built()) GTEST_SKIP() << "this build has the CUDA backend";
+  ReplayOptions o;
+  o.backend = "cuda";
+  Result<ReplayReport> r = replay_trace_text("{\"op\":\"trim\"}", "t", o);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().code, ErrorCode::unsupported);
+  EXPECT_NE(r.error().message.find("cuda"), std::string::npos);
+}
+
+TEST(Replay, MissingFileAndDirectoryAreBadInput) {
+  Result<ReplayReport> r = replay_trace_file("/nonexistent/trace.jsonl", ReplayOptions{});
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().code, ErrorCode::invalid_argument);
+  r = replay_trace_file(FERRY_TRACES_DIR, ReplayOptions{});
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().code, ErrorCode::invalid_argument);
+}
+
+TEST(Replay, ACapacityBelowOneGranuleIsRefusedBeforeRunning) {
+  Result<ReplayReport> r = replay_trace_text("{\"op\":\"trim\"}", "t", with_capacity(4096));
+  ASSERT_FALSE(r.ok());
+}
+
+// Never crash on any input: mutated copies of a real trace either replay or are
+// rejected as malformed.
+TEST(Replay, MutatedTracesNeverCrash) {
+  std::string base;
+  {
+    Result<ReplayReport> probe = replay_trace_file(trace_path("report003.jsonl"), with_capacity(64 * kMiB));
+    ASSERT_TRUE(probe.ok());
+  }
+  FILE* f = std::fopen(trace_path("report003.jsonl").c_str(), "rb");
+  ASSERT_NE(f, nullptr);
+  char buf[4096];
+  std::size_t n = 0;
+  while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) base.append(buf, n);
+  std::fclose(f);
+
+  std::mt19937_64 rng(2024);
+  const std::string alphabet = "{}[]\":,-0123456789eE.aoz \n\\\x01\xff";
+  int ran = 0, rejected = 0;
+  for (int i = 0; i < 200; ++i) {
+    std::string t = base;
+    const int edits = 1 + static_cast<int>(rng() % 4);
+    for (int e = 0; e < edits; ++e) {
+      const std::size_t at = rng() % t.size();
+      switch (rng() % 3) {
+        case 0: t[at] = alphabet[rng() % alphabet.size()]; break;
+        case 1: t.erase(at, 1 + rng() % 8); break;
+        default: t.insert(at, 1, alphabet[rng() % alphabet.size()]); break;
+      }
+      if (t.empty()) t = "x";
+    }
+    Result<ReplayReport> r = replay_trace_text(t, "mutant.jsonl", with_capacity(64 * kMiB));
+    if (r.ok()) {
+      ++ran;
+      EXPECT_EQ(r->corrupt, 0u) << t;
+    } else {
+      ++rejected;
+      EXPECT_EQ(r.error().code, ErrorCode::invalid_argument) << r.error().message;
+    }
+  }
+  EXPECT_GT(rejected, 0);
+}
+
+}  // namespace
+}  // namespace ferry

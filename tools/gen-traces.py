@@ -1,0 +1,290 @@
+#!/usr/bin/env python3
+"""Writes the replay traces in tests/traces/ (SPEC.md "Trace format").
+
+Deterministic: the same script writes the same bytes. Standard library only.
+
+    python3 tools/gen-traces.py [OUT_DIR]     # default: tests/traces next to this script
+
+Each trace is meant for one pool capacity (see CAPACITY below and
+tests/traces/README.md); the script prints each trace's peak live bytes and the
+pressure at that capacity.
+"""
+
+import json
+import math
+import os
+import random
+import sys
+
+KiB = 1 << 10
+MiB = 1 << 20
+
+# The --capacity each trace is replayed with (tests/cli and the README use these).
+CAPACITY = {
+    "report003": 64 * MiB,
+    "oom-expected": 32 * MiB,
+    "dequant-pattern": 128 * MiB,
+    "mixed-random": 128 * MiB,
+}
+
+
+class Trace:
+    """Collects ops and tracks the live bytes the trace asks for."""
+
+    def __init__(self):
+        self.lines = []
+        self.live = {}
+        self.peak = 0
+
+    def op(self, **fields):
+        self.lines.append(json.dumps(fields, separators=(",", ":")))
+
+    def alloc(self, id, bytes, stream, expect=None):
+        if expect is None:
+            self.op(op="alloc", id=id, bytes=bytes, stream=stream)
+            self.live[id] = bytes
+            self.peak = max(self.peak, sum(self.live.values()))
+        else:
+            self.op(op="alloc", id=id, bytes=bytes, stream=stream, expect=expect)
+
+    def free(self, id):
+        self.op(op="free", id=id)
+        self.live.pop(id, None)
+
+    def fill(self, id, stream, seed):
+        self.op(op="fill", id=id, stream=stream, seed=seed)
+
+    def upload(self, id, stream, seed):
+        self.op(op="upload", id=id, stream=stream, seed=seed)
+
+    def compute(self, inputs, output, stream):
+        self.op(op="compute", inputs=inputs, output=output, stream=stream)
+
+    def hold(self, stream):
+        self.op(op="hold", stream=stream)
+
+    def release(self, stream):
+        self.op(op="release", stream=stream)
+
+    def sync(self, stream=None):
+        if stream is None:
+            self.op(op="sync")
+        else:
+            self.op(op="sync", stream=stream)
+
+    def trim(self):
+        self.op(op="trim")
+
+    def check(self, id):
+        self.op(op="check", id=id)
+
+    def text(self):
+        return "\n".join(self.lines) + "\n"
+
+
+def report003():
+    """Report 003's four steps, three times: a transient bound (upload), a kernel
+    that reads it queued on a held stream, its handle dropped, an allocation on
+    another stream that only fits by reclaiming the transient's memory; then the
+    hold is released and the kernel's output checked. 48 MiB resident of 64."""
+    t = Trace()
+    for i in range(6):
+        t.alloc(f"resident{i}", 8 * MiB, 0)
+        t.fill(f"resident{i}", 0, 1000 + i)
+    t.sync(0)
+    for k in range(3):
+        t.hold(1)
+        t.alloc(f"transient{k}", 12 * MiB, 1)
+        t.upload(f"transient{k}", 1, 2000 + k)
+        t.alloc(f"out{k}", 256 * KiB, 1)
+        t.compute([f"resident{k}", f"transient{k}"], f"out{k}", 1)
+        t.free(f"transient{k}")
+        # A stream sync does not help: the kernel is not on any stream yet.
+        t.sync(0)
+        t.alloc(f"other{k}", 10 * MiB, 2)
+        t.fill(f"other{k}", 2, 3000 + k)
+        t.release(1)
+        t.sync()
+        t.check(f"out{k}")
+        t.check(f"resident{k}")
+        t.check(f"other{k}")
+        t.free(f"other{k}")
+    t.trim()
+    for i in range(6):
+        t.check(f"resident{i}")
+    for k in range(3):
+        t.check(f"out{k}")
+    return t
+
+
+def oom_expected():
+    """A live set that does not fit 32 MiB: the allocation that would exceed it
+    returns out_of_memory as expected, ops on it are skipped, and every earlier
+    live buffer keeps its bytes. So do requests of 2^62 bytes and of 0 bytes."""
+    t = Trace()
+    t.alloc("a", 10 * MiB, 0)
+    t.fill("a", 0, 11)
+    t.alloc("b", 10 * MiB, 0)
+    t.upload("b", 0, 12)
+    t.alloc("c", 8 * MiB, 1)
+    t.compute(["a", "b"], "c", 1)
+    t.alloc("d", 12 * MiB, 0, expect="oom")
+    t.fill("d", 0, 13)
+    t.check("d")
+    t.alloc("huge", 1 << 62, 1, expect="oom")
+    t.alloc("empty", 0, 0, expect="invalid_argument")
+    t.check("a")
+    t.check("b")
+    t.check("c")
+    t.sync()
+    t.check("a")
+    t.check("b")
+    t.check("c")
+    t.free("d")
+    t.free("a")
+    t.alloc("d", 12 * MiB, 0)
+    t.fill("d", 0, 14)
+    t.check("d")
+    t.check("b")
+    t.check("c")
+    for id in ("b", "c", "d"):
+        t.free(id)
+    return t
+
+
+def dequant_pattern():
+    """Report 003's second account: ~260 frozen weights dequantized (uploaded on a
+    copy stream) for one matmul each on the compute stream and dropped, forward
+    then backward, one weight prefetched ahead, beside an 84 MiB resident set.
+    Peak live is ~83% of the 128 MiB capacity."""
+    rng = random.Random(260)
+    t = Trace()
+    for i in range(20):
+        t.alloc(f"frozen{i}", 4 * MiB, 0)
+        t.fill(f"frozen{i}", 0, 100 + i)
+    for x in ("x0", "x1"):
+        t.alloc(x, 2 * MiB, 0)
+    t.fill("x0", 0, 7)
+    half = [2560 * 2 * rng.randint(1200, 2400) for _ in range(130)]
+    sizes = half + half[::-1]  # backward visits the weights in reverse
+    n = len(sizes)
+    seed = 5000
+    t.alloc("w0", sizes[0], 1)
+    t.upload("w0", 1, seed)
+    cur = "x0"
+    for i in range(n):
+        if i + 1 < n:
+            t.alloc(f"w{i + 1}", sizes[i + 1], 1)
+            t.upload(f"w{i + 1}", 1, seed + i + 1)
+        nxt = "x1" if cur == "x0" else "x0"
+        t.compute([cur, f"w{i}", f"frozen{i % 20}"], nxt, 0)
+        t.free(f"w{i}")
+        cur = nxt
+        if i % 26 == 25:
+            t.check(cur)
+    t.sync()
+    t.check(cur)
+    for i in range(20):
+        t.check(f"frozen{i}")
+    return t
+
+
+def mixed_random():
+    """Random traffic on 3 streams: sizes log-uniform in 256 B..24 MiB, live set
+    kept under 96 MiB, fills, uploads, computes across streams, frees, holds,
+    syncs, trims and checks."""
+    rng = random.Random(3)
+    t = Trace()
+    streams = [0, 1, 2]
+    budget = 96 * MiB
+    live = {}          # id -> bytes
+    written = set()
+    held = {}          # stream -> ops left before release
+    next_id = 0
+    seed = 1
+    lo, hi = math.log(256), math.log(24 * MiB)
+    for _ in range(1500):
+        for s in list(held):
+            held[s] -= 1
+            if held[s] <= 0:
+                t.release(s)
+                del held[s]
+        r = rng.random()
+        used = sum(live.values())
+        if r < 0.25 or len(live) < 3:
+            size = int(math.exp(rng.uniform(lo, hi)))
+            if used + size > budget:
+                r = 0.55  # free instead
+            else:
+                id = f"m{next_id}"
+                next_id += 1
+                t.alloc(id, size, rng.choice(streams))
+                live[id] = size
+                continue
+        if r < 0.45:
+            id = rng.choice(sorted(live))
+            if rng.random() < 0.5:
+                t.fill(id, rng.choice(streams), seed)
+            else:
+                t.upload(id, rng.choice(streams), seed)
+            seed += 1
+            written.add(id)
+        elif r < 0.55 and written:
+            ins = rng.sample(sorted(written), k=min(len(written), rng.randint(1, 3)))
+            out = rng.choice(sorted(live))
+            t.compute(ins, out, rng.choice(streams))
+            written.add(out)
+        elif r < 0.75:
+            id = rng.choice(sorted(live))
+            t.free(id)
+            del live[id]
+            written.discard(id)
+        elif r < 0.85:
+            t.check(rng.choice(sorted(live)))
+        elif r < 0.90:
+            if rng.random() < 0.5:
+                t.sync(rng.choice(streams))
+            else:
+                t.sync()
+        elif r < 0.97:
+            s = rng.choice(streams)
+            if s not in held and len(held) < 2:
+                t.hold(s)
+                held[s] = rng.randint(3, 15)
+        else:
+            t.trim()
+        t.live = dict(live)
+        t.peak = max(t.peak, sum(live.values()))
+    for s in sorted(held):
+        t.release(s)
+    t.sync()
+    for id in sorted(written):
+        t.check(id)
+    for id in sorted(live):
+        t.free(id)
+    return t
+
+
+def main():
+    here = os.path.dirname(os.path.abspath(__file__))
+    out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(here, "..", "tests", "traces")
+    os.makedirs(out, exist_ok=True)
+    makers = {
+        "report003": report003,
+        "oom-expected": oom_expected,
+        "dequant-pattern": dequant_pattern,
+        "mixed-random": mixed_random,
+    }
+    for name, make in makers.items():
+        t = make()
+        path = os.path.join(out, name + ".jsonl")
+        with open(path, "w", newline="\n") as f:
+            f.write(t.text())
+        cap = CAPACITY[name]
+        print(f"{name + '.jsonl':22} {len(t.lines):5} ops {os.path.getsize(path):7} B  "
+              f"peak live {t.peak / MiB:7.2f} MiB  capacity {cap // MiB} MiB  "
+              f"pressure {100 * t.peak / cap:.0f}%")
+
+
+if __name__ == "__main__":
+    main()
