@@ -57,7 +57,8 @@ struct ComputeOp {
   double flops = 0;
   std::uint64_t mem_bytes = 0;
 };
-struct HashOp {  // device computes content_hash(src) and stores it at *result
+struct HashOp {  // device computes content_hash(src) and stores it at *result;
+                 // *result must stay valid until the op's ticket completes
   DeviceRange src;
   std::uint64_t* result = nullptr;
 };
@@ -113,7 +114,8 @@ class Backend {
   virtual std::uint64_t mapped_bytes() const = 0;
 
   // --- Streams. enqueue appends op to `stream`'s host-side queue and returns its
-  // ticket (the previous ticket + 1). If the stream is not held the op is
+  // ticket (the previous ticket + 1). Inside ferry every enqueue goes through
+  // StreamOrder::submit, whose ticket prediction assumes no other enqueuer. If the stream is not held the op is
   // dispatched to the device at once. Never blocks on device work.
   // Errors: invalid_argument (bad stream or op), backend_error (sticky device fault).
   virtual Result<Ticket> enqueue(StreamId stream, Op op) = 0;
@@ -121,6 +123,7 @@ class Backend {
   virtual Ticket completed(StreamId stream) = 0;        // last ticket completed; polls
 
   // Held streams keep new ops in the host-side queue (report 003's lazy dispatch).
+  // set_hold(s, false) dispatches what the queue holds.
   virtual void set_hold(StreamId stream, bool hold) = 0;
   virtual bool held(StreamId stream) const = 0;
   // Dispatches what the host-side queues hold; the hold itself stays on.

@@ -38,6 +38,7 @@ class StreamOrder;
 
 // The positions on streams that may still touch one resource: at most one point
 // per stream (the latest ticket), since a stream completes in order.
+// Not thread-safe: the resource's owner guards it (the pool's or arena's lock).
 class UseSet {
  public:
   void add(StreamPoint point);

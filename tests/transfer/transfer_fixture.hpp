@@ -1,0 +1,156 @@
+// Shared set-up for the arena and transfer tests: a sim backend (optionally
+// wrapped), its StreamOrder, a pool, an arena and an engine, plus byte helpers.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ferry/content.hpp"
+#include "ferry/device_pool.hpp"
+#include "ferry/host_arena.hpp"
+#include "ferry/sim_backend.hpp"
+#include "ferry/stream_order.hpp"
+#include "ferry/transfer_engine.hpp"
+
+namespace ferry::testing {
+
+inline std::vector<std::byte> pattern_of(std::uint64_t seed, std::uint64_t n) {
+  std::vector<std::byte> v(n);
+  fill_pattern(seed, 0, v);
+  return v;
+}
+
+struct RigOptions {
+  SimFaults faults{};
+  std::uint64_t seed = 1;
+  const char* profile = "tiny";
+  ArenaOptions arena{};
+  EngineOptions engine{};
+  bool with_engine = true;
+};
+
+// Owns everything in construction order. `backend()` is what the StreamOrder
+// talks to: the sim, or a test double in front of it.
+class Rig {
+ public:
+  using Wrap = std::function<std::unique_ptr<Backend>(SimBackend&)>;
+
+  explicit Rig(RigOptions o = {}, const Wrap& wrap = {}) : options(o) {
+    sim_owned = make_sim_backend({*find_profile(o.profile), o.seed, o.faults});
+    sim = sim_owned.get();
+    if (wrap) wrapped = wrap(*sim);
+    order = std::make_unique<StreamOrder>(backend(), std::chrono::seconds(30));
+    pool = std::make_unique<DevicePool>(*order);
+    arena = std::make_unique<HostArena>(*order, o.arena);
+    if (o.with_engine) engine = std::make_unique<TransferEngine>(*pool, *arena, o.engine);
+  }
+
+  ~Rig() {
+    engine.reset();
+    arena.reset();
+    pool.reset();
+    order.reset();
+    wrapped.reset();
+  }
+
+  Backend& backend() { return wrapped ? *wrapped : static_cast<Backend&>(*sim); }
+
+  DeviceHandle device(std::uint64_t bytes, StreamId stream = 0) {
+    auto h = pool->allocate(bytes, stream);
+    EXPECT_TRUE(h.ok()) << h.error().message;
+    return h.value_or(DeviceHandle{});
+  }
+
+  // Device bytes, read around the streams (the sim's peek).
+  std::vector<std::byte> device_bytes(DeviceHandle h, std::uint64_t offset, std::uint64_t n) {
+    std::vector<std::byte> out(n);
+    auto span = pool->resolve(h);
+    EXPECT_TRUE(span.ok());
+    if (!span.ok()) return out;
+    auto r = sim->peek(span->addr + offset, out);
+    EXPECT_TRUE(r.ok()) << r.error().message;
+    return out;
+  }
+
+  HostBlock block_with(std::uint64_t seed, std::uint64_t n) {
+    auto b = arena->allocate(n);
+    EXPECT_TRUE(b.ok()) << b.error().message;
+    if (!b.ok()) return {};
+    fill_pattern(seed, 0, b->span());
+    return *b;
+  }
+
+  void sync() {
+    auto r = backend().synchronize();
+    ASSERT_TRUE(r.ok()) << r.error().message;
+  }
+
+  RigOptions options;
+  std::unique_ptr<SimBackend> sim_owned;
+  SimBackend* sim = nullptr;
+  std::unique_ptr<Backend> wrapped;
+  std::unique_ptr<StreamOrder> order;
+  std::unique_ptr<DevicePool> pool;
+  std::unique_ptr<HostArena> arena;
+  std::unique_ptr<TransferEngine> engine;
+
+};
+
+// A Backend that forwards to another one; tests override what they break.
+class ForwardingBackend : public Backend {
+ public:
+  explicit ForwardingBackend(Backend& inner) : inner_(inner) {}
+  const DeviceInfo& info() const noexcept override { return inner_.info(); }
+  Result<std::uint64_t> reserve_address(std::uint64_t bytes) override { return inner_.reserve_address(bytes); }
+  Result<void> release_address(std::uint64_t base, std::uint64_t bytes) override {
+    return inner_.release_address(base, bytes);
+  }
+  Result<void> map(std::uint64_t addr, std::uint64_t bytes) override { return inner_.map(addr, bytes); }
+  Result<void> unmap(std::uint64_t addr, std::uint64_t bytes) override { return inner_.unmap(addr, bytes); }
+  std::uint64_t mapped_bytes() const override { return inner_.mapped_bytes(); }
+  Result<Ticket> enqueue(StreamId stream, Op op) override { return inner_.enqueue(stream, std::move(op)); }
+  Ticket submitted(StreamId stream) const override { return inner_.submitted(stream); }
+  Ticket completed(StreamId stream) override { return inner_.completed(stream); }
+  void set_hold(StreamId stream, bool hold) override { inner_.set_hold(stream, hold); }
+  bool held(StreamId stream) const override { return inner_.held(stream); }
+  Result<void> flush(StreamId stream) override { return inner_.flush(stream); }
+  Result<void> flush_all() override { return inner_.flush_all(); }
+  Result<void> wait(StreamPoint point, std::chrono::nanoseconds timeout) override {
+    return inner_.wait(point, timeout);
+  }
+  Result<void> synchronize() override { return inner_.synchronize(); }
+  Result<std::byte*> allocate_pinned(std::uint64_t bytes) override { return inner_.allocate_pinned(bytes); }
+  Result<void> free_pinned(std::byte* ptr) override { return inner_.free_pinned(ptr); }
+  Result<void> register_host(std::byte* ptr, std::uint64_t bytes) override {
+    return inner_.register_host(ptr, bytes);
+  }
+  Result<void> unregister_host(std::byte* ptr) override { return inner_.unregister_host(ptr); }
+  HostMemoryStats host_stats() const override { return inner_.host_stats(); }
+  std::uint64_t now_ns() const override { return inner_.now_ns(); }
+
+ protected:
+  Backend& inner_;
+};
+
+// Every host->device copy — pinned, registered, pageable, batched — silently does
+// nothing: the "every path is broken" double.
+class DropAllHostToDevice final : public ForwardingBackend {
+ public:
+  using ForwardingBackend::ForwardingBackend;
+  Result<Ticket> enqueue(StreamId stream, Op op) override {
+    if (std::holds_alternative<CopyToDeviceOp>(op) || std::holds_alternative<BatchCopyToDeviceOp>(op)) {
+      ++dropped;
+      op = NopOp{};
+    }
+    return inner_.enqueue(stream, std::move(op));
+  }
+  std::uint64_t dropped = 0;
+};
+
+}  // namespace ferry::testing
