@@ -7,7 +7,6 @@ namespace ferry::cli {
 
 std::span<const AddSubcommand> all_subcommands() {
   static constexpr std::array kAll = {
-      &add_run,
       &add_replay,
   };
   return kAll;
