@@ -367,9 +367,59 @@ struct DevicePool::Impl {
     return b;
   }
 
+  std::uint64_t unmapped_bytes_under(const Region& r, std::uint64_t addr, std::uint64_t size) const {
+    auto [first, last] = granule_span(r, addr, size);
+    std::uint64_t need = 0;
+    for (std::uint64_t g = first; g <= last; ++g) need += r.mapped[g] ? 0 : granule;
+    return need;
+  }
+
+  // The slow path when the quick fit runs out of physical memory: place the
+  // block where it needs the fewest granules mapped (inside partly used ones),
+  // in either region. Scans every free extent, so it runs only under pressure.
+  std::optional<std::uint32_t> fit_tight(std::uint64_t size) {
+    struct Best {
+      std::uint8_t region = 0;
+      std::uint32_t node = detail::OffsetAllocator::kNone;
+      std::uint64_t offset = 0;  // units
+      std::uint64_t need = UINT64_MAX;
+    } best;
+    const std::uint64_t units = size / kAlign;
+    for (std::uint8_t ri = 0; ri < regions.size(); ++ri) {
+      const Region& r = regions[ri];
+      r.space.for_each_free([&](std::uint32_t node, std::uint64_t off, std::uint64_t n) {
+        if (n < units || best.need == 0) return;
+        for (std::uint64_t at : {off, off + n - units}) {
+          const std::uint64_t need = unmapped_bytes_under(r, r.base + at * kAlign, size);
+          if (need < best.need) best = {ri, node, at, need};
+        }
+      });
+    }
+    if (best.node == detail::OffsetAllocator::kNone ||
+        st.reserved_bytes + best.need > capacity) {
+      return std::nullopt;
+    }
+    Region& r = regions[best.region];
+    const auto a = r.space.allocate_range(best.node, best.offset, units);
+    const std::uint64_t addr = r.base + a.offset * kAlign;
+    if (!reference_granules(r, addr, size).ok()) {
+      r.space.free(a.node);
+      return std::nullopt;
+    }
+    const std::uint32_t b = new_block();
+    blocks[b] = Block{};
+    blocks[b].region = best.region;
+    blocks[b].node = a.node;
+    blocks[b].addr = addr;
+    blocks[b].size = size;
+    ++st.tight_fits;
+    return b;
+  }
+
   std::optional<std::uint32_t> try_fit(std::uint64_t size, StreamId stream) {
     if (auto b = reuse_on_stream(size, stream)) return b;
-    return fit_fresh(size);
+    if (auto b = fit_fresh(size)) return b;
+    return fit_tight(size);
   }
 
   DeviceHandle bind(std::uint32_t b, std::uint64_t requested, StreamId stream) {

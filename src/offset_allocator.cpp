@@ -128,6 +128,43 @@ std::optional<OffsetAllocator::Allocation> OffsetAllocator::allocate(std::uint64
   return Allocation{nodes_[found].offset, found};
 }
 
+OffsetAllocator::Allocation OffsetAllocator::allocate_range(std::uint32_t n, std::uint64_t offset,
+                                                           std::uint64_t units) {
+  assert(nodes_[n].in_bin && offset >= nodes_[n].offset &&
+         offset + units <= nodes_[n].offset + nodes_[n].size && units > 0);
+  remove_free(n);
+  if (offset > nodes_[n].offset) {
+    // Split off the free head; n keeps the head, the rest moves on.
+    const std::uint32_t rest = new_node();
+    Node& head = nodes_[n];
+    Node& r = nodes_[rest];
+    r.offset = offset;
+    r.size = head.offset + head.size - offset;
+    r.prev_phys = n;
+    r.next_phys = head.next_phys;
+    if (head.next_phys != kNone) nodes_[head.next_phys].prev_phys = rest;
+    head.next_phys = rest;
+    head.size = offset - head.offset;
+    insert_free(n);
+    n = rest;
+  }
+  if (nodes_[n].size > units) {
+    const std::uint32_t tail = new_node();
+    Node& mid = nodes_[n];
+    Node& t = nodes_[tail];
+    t.offset = mid.offset + units;
+    t.size = mid.size - units;
+    t.prev_phys = n;
+    t.next_phys = mid.next_phys;
+    if (mid.next_phys != kNone) nodes_[mid.next_phys].prev_phys = tail;
+    mid.next_phys = tail;
+    mid.size = units;
+    insert_free(tail);
+  }
+  nodes_[n].used = true;
+  return Allocation{nodes_[n].offset, n};
+}
+
 void OffsetAllocator::free(std::uint32_t n) {
   assert(n < nodes_.size() && nodes_[n].used);
   nodes_[n].used = false;

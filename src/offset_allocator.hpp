@@ -35,6 +35,16 @@ class OffsetAllocator {
 
   // A block of at least `units` (>0) units, or nullopt when no free block fits.
   std::optional<Allocation> allocate(std::uint64_t units);
+  // Carves exactly [offset, offset + units) out of free node `node`, which must
+  // contain it. The slow path for placement-aware callers.
+  Allocation allocate_range(std::uint32_t node, std::uint64_t offset, std::uint64_t units);
+  // Calls f(node, offset, size) for every free node. O(free nodes).
+  template <class F>
+  void for_each_free(F&& f) const {
+    for (std::uint32_t head : bin_head_)
+      for (std::uint32_t n = head; n != kNone; n = nodes_[n].next_free)
+        f(n, nodes_[n].offset, nodes_[n].size);
+  }
   // Returns an allocated node to the free space. Precondition: node is allocated.
   void free(std::uint32_t node);
   // Cuts allocated `node` after `head_units`; the tail becomes a new allocated

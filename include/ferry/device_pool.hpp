@@ -71,6 +71,7 @@ struct PoolStats {
   std::uint64_t reclaims = 0;         // reclaim sequences run (pressure or trim)
   std::uint64_t recoveries = 0;       // failed fits that a reclaim turned into success
   std::uint64_t same_stream_reuses = 0;  // pending blocks reused in stream order
+  std::uint64_t tight_fits = 0;          // placed inside partly used granules under pressure
   std::uint64_t maps = 0, unmaps = 0;    // backend map/unmap calls
 };
 

@@ -87,3 +87,30 @@ TEST(OffsetAllocator, RefusesWhatDoesNotFit) {
 
 }  // namespace
 }  // namespace ferry::detail
+
+namespace ferry::detail {
+namespace {
+
+TEST(OffsetAllocator, AllocateRangeCarvesExactlyTheAskedPlace) {
+  OffsetAllocator a(1000);
+  std::uint32_t node = OffsetAllocator::kNone;
+  a.for_each_free([&](std::uint32_t n, std::uint64_t off, std::uint64_t size) {
+    EXPECT_EQ(off, 0u);
+    EXPECT_EQ(size, 1000u);
+    node = n;
+  });
+  auto mid = a.allocate_range(node, 300, 100);
+  EXPECT_EQ(mid.offset, 300u);
+  std::string why;
+  ASSERT_TRUE(a.validate(&why)) << why;
+  EXPECT_EQ(a.free_units(), 900u);
+  std::uint64_t extents = 0;
+  a.for_each_free([&](std::uint32_t, std::uint64_t, std::uint64_t) { ++extents; });
+  EXPECT_EQ(extents, 2u);
+  a.free(mid.node);
+  ASSERT_TRUE(a.validate(&why)) << why;
+  EXPECT_EQ(a.largest_free(), 1000u);
+}
+
+}  // namespace
+}  // namespace ferry::detail

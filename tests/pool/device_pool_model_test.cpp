@@ -185,6 +185,7 @@ class Model {
 class DevicePoolModelTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(DevicePoolModelTest, RandomTrafficUnderPressureKeepsEveryByte) {
+  std::uint64_t tight_fits = 0;
   for (std::uint64_t seed : {1u, 2u, 3u, 4u}) {
     auto backend = testing::make_backend(GetParam(), {}, seed);
     FERRY_REQUIRE_BACKEND(backend, GetParam());
@@ -193,9 +194,12 @@ TEST_P(DevicePoolModelTest, RandomTrafficUnderPressureKeepsEveryByte) {
       ASSERT_NO_FATAL_FAILURE(m.step()) << "seed " << seed << " step " << i;
     }
     ASSERT_NO_FATAL_FAILURE(m.finish());
+    if (::testing::Test::HasFailure()) return;
     EXPECT_GT(m.checks(), 100u) << "seed " << seed;
     EXPECT_GT(m.stats().reclaims, 0u) << "seed " << seed << ": the run never met pressure";
+    tight_fits += m.stats().tight_fits;
   }
+  EXPECT_GT(tight_fits, 0u) << "the runs never took the placement-under-pressure path";
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, DevicePoolModelTest, FERRY_BACKENDS);
