@@ -4,10 +4,13 @@
 #include <memory>
 #include <ostream>
 #include <string>
+#include <vector>
 
 #include "cli/option_values.hpp"
 #include "cli/subcommand.hpp"
 #include "ferry/device_profile.hpp"
+#include "ferry/fault_spec.hpp"
+#include "ferry/integrity.hpp"
 #include "ferry/replay.hpp"
 
 namespace ferry::cli {
@@ -19,6 +22,8 @@ struct ReplayArgs {
   std::string profile = "h200";
   std::string capacity;  // empty: the device's
   std::string seed = "1";
+  std::string integrity = "verify";
+  std::vector<std::string> inject;  // fault specs, in order (sim only)
   std::string report;    // empty: none; "-": stdout
   bool json = false;
 };
@@ -47,6 +52,19 @@ int run_replay(const ReplayArgs& args, const Io& io) {
   // The validators already accepted both values.
   if (!args.capacity.empty()) options.capacity = parse_byte_size(args.capacity).value_or(0);
   options.seed = parse_u64(args.seed).value_or(1);
+  options.integrity = parse_integrity_policy(args.integrity).value_or(IntegrityPolicy::verify);
+  Result<SimFaults> faults = parse_fault_specs(args.inject);
+  if (!faults.ok()) {  // the validator accepted each spec; kept for safety
+    io.err << "ferry replay: " << faults.error().message << '\n';
+    return kExitUsage;
+  }
+  options.faults = *faults;
+  if (options.backend != "sim" && describe(options.faults) != "none") {
+    io.err << "ferry replay: --inject " << describe(options.faults)
+           << ": fault injection needs --backend sim (the " << options.backend
+           << " backend runs on a real device)\n";
+    return kExitUsage;
+  }
 
   // Open the report file first: a path that cannot be written is bad usage,
   // found before anything runs.
@@ -120,11 +138,34 @@ Subcommand add_replay(CLI::App& parent) {
   app->add_option("--seed", args->seed, "Seed of the sim's schedule")
       ->check(checked([](const std::string& v) { return parse_u64(v); }, "UINT"))
       ->capture_default_str();
+  app->add_option("--integrity", args->integrity,
+                  "Integrity policy of every upload: off (trust the copy), probe (canary\n"
+                  "copies out of each pinned chunk), verify (device hash of every upload,\n"
+                  "retried through another path on a mismatch)")
+      ->check(CLI::IsMember({"off", "probe", "verify"}))
+      ->capture_default_str();
+  app->add_option("--inject", args->inject,
+                  "Sim faults, repeatable or comma-separated: pinned-noop[:P],\n"
+                  "batch-broken, batch-missing, fail-map:N, delay:NS, none")
+      ->check(checked(
+          [](const std::string& v) -> Result<void> {
+            // CLI11 names the option already: "--inject: item 'x': ...".
+            Result<SimFaults> f = parse_fault_spec(v);
+            if (f.ok()) return {};
+            Error e = std::move(f).error();
+            if (e.message.rfind("--inject ", 0) == 0) e.message.erase(0, 9);
+            return e;
+          },
+          ""))
+      ->type_name("SPEC")
+      ->allow_extra_args(false);
   app->add_option("--report", args->report, "Also write the JSON report to FILE ('-': stdout)")
       ->type_name("FILE");
   app->add_flag("--json", args->json, "Print the JSON report on stdout instead of the summary");
   app->footer(
       "Blank lines in a trace are ignored. The whole trace is checked before anything runs.\n"
+      "Uploads go from the host arena through the transfer engine under --integrity; an upload\n"
+      "that never arrives intact is a transfer_corrupt error. --inject works with the sim only.\n"
       "Exit status: 0 every check matched and every error was expected; 1 a check was corrupt,\n"
       "an error was unexpected or an expected error did not happen; 2 malformed trace (FILE:LINE:\n"
       "what is wrong), bad option, or a backend this machine does not have.");

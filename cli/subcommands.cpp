@@ -7,6 +7,7 @@ namespace ferry::cli {
 
 std::span<const AddSubcommand> all_subcommands() {
   static constexpr std::array kAll = {
+      &add_doctor,
       &add_replay,
   };
   return kAll;

@@ -24,10 +24,17 @@
 //     would; if the producer's stream is held, its held commands are dispatched
 //     first so the wait can be satisfied (the hold stays on).
 //   * `check` copies on the stream that last wrote the id and waits for that copy.
+//   * `upload` takes a block from a host arena, writes the pattern into it, and
+//     hands it to a transfer engine (TransferEngine::upload, under the chosen
+//     integrity policy), then frees the block (the arena keeps it until the copy
+//     completed). Under `verify` the upload waits for its own hash, so it also
+//     dispatches what its stream holds up to it. An upload returned as
+//     `transfer_corrupt` is an error like any other (expectable); the id's
+//     bytes are unknown after it, so later checks of it compare nothing.
 //   * At the end every stream is synchronized and every live id freed.
 //
 // Thread safety: replay functions are reentrant; each call builds its own
-// backend and pool. They block for as long as the replay runs.
+// backend, pool, host arena and transfer engine. They block for as long as the replay runs.
 #pragma once
 
 #include <cstdint>
@@ -36,7 +43,9 @@
 #include <string_view>
 #include <vector>
 
+#include "ferry/integrity.hpp"
 #include "ferry/result.hpp"
+#include "ferry/sim_backend.hpp"
 
 namespace ferry {
 
@@ -45,14 +54,26 @@ struct ReplayOptions {
   std::string profile = "h200";  // device profile of the sim backend (ignored by cuda)
   std::uint64_t capacity = 0;    // pool capacity in bytes; 0 = the device's capacity
   std::uint64_t seed = 1;        // sim schedule seed
+  IntegrityPolicy integrity = IntegrityPolicy::verify;  // of every upload
+  // Faults the sim backend injects (fault_spec.hpp). Sim only: any fault with
+  // the cuda backend is invalid_argument.
+  SimFaults faults{};
 };
 
+// The transfer engine's counters at the end of the replay (IntegrityCounters).
 struct ReplayIntegrity {
-  std::uint64_t bytes_moved = 0;  // host->device bytes of successful uploads
-  std::uint64_t bytes_verified = 0;
-  std::uint64_t mismatches = 0;
-  std::uint64_t retries = 0;
-  std::uint64_t fallbacks = 0;
+  IntegrityPolicy policy = IntegrityPolicy::verify;
+  std::uint64_t bytes_moved = 0;     // host->device bytes copied, every attempt and canary
+  std::uint64_t bytes_verified = 0;  // bytes whose device hash matched (verify)
+  std::uint64_t mismatches = 0;      // copies caught wrong (hash or canary)
+  std::uint64_t retries = 0;         // copies re-issued after a detected failure
+  std::uint64_t fallbacks = 0;       // step-downs to another path
+  std::uint64_t recovered = 0;       // uploads' ranges that failed, then arrived intact
+  std::uint64_t corrupt = 0;         // ranges returned as transfer_corrupt
+  std::uint64_t units_retired = 0;   // pinned chunks retired as bad
+  bool batched_disabled = false;     // batching is off (reason in batching_note)
+  std::string batch_probe;           // "passed", "failed" or "not run": the start-up probe
+  std::string batching_note;         // why batching is off; the probe's detail when on
 };
 
 // One thing a person should look at: an unexpected error, an unexpected
@@ -69,6 +90,7 @@ struct ReplayReport {
   std::string backend, device;
   std::uint64_t capacity = 0;  // the pool's capacity as it ran
   std::uint64_t seed = 0;
+  std::string faults = "none";  // describe(SimFaults) of what the sim injected
 
   std::uint64_t ops = 0;               // operations in the trace
   std::uint64_t skipped = 0;           // ops on an id whose alloc failed
@@ -101,7 +123,8 @@ struct ReplayReport {
 
 // Reads and validates the trace at `path`, then replays it.
 // Errors (nothing has run): invalid_argument (unreadable or malformed trace,
-// unknown profile or backend, bad capacity; the message names FILE:LINE),
+// unknown profile or backend, bad capacity, faults with a backend other than
+// sim; the message names FILE:LINE),
 // unsupported (the backend is not available here), backend_error (the backend
 // or pool could not be set up). Every error while replaying is counted in the
 // report instead.

@@ -49,6 +49,7 @@ std::string report_json(const ReplayReport& r) {
   j["device"] = r.device;
   j["capacity"] = r.capacity;
   j["seed"] = r.seed;
+  j["faults"] = r.faults;
   j["verdict"] = r.passed() ? "pass" : "fail";
   j["ops"] = r.ops;
   j["skipped"] = r.skipped;
@@ -66,11 +67,19 @@ std::string report_json(const ReplayReport& r) {
   j["ooms"] = r.ooms;
   j["reclaims"] = r.reclaims;
   j["recoveries"] = r.recoveries;
-  j["integrity"] = {{"bytes_moved", r.integrity.bytes_moved},
-                    {"bytes_verified", r.integrity.bytes_verified},
-                    {"mismatches", r.integrity.mismatches},
-                    {"retries", r.integrity.retries},
-                    {"fallbacks", r.integrity.fallbacks}};
+  const ReplayIntegrity& in = r.integrity;
+  j["integrity"] = {{"policy", std::string(to_string(in.policy))},
+                    {"bytes_moved", in.bytes_moved},
+                    {"bytes_verified", in.bytes_verified},
+                    {"mismatches", in.mismatches},
+                    {"retries", in.retries},
+                    {"fallbacks", in.fallbacks},
+                    {"recovered", in.recovered},
+                    {"corrupt", in.corrupt},
+                    {"units_retired", in.units_retired},
+                    {"batched_disabled", in.batched_disabled},
+                    {"batch_probe", in.batch_probe},
+                    {"batching_note", in.batching_note}};
   j["device_time_ns"] = r.device_time_ns;
   j["illegal_accesses"] = r.illegal_accesses;
   j["problems"] = ordered_json::array();
@@ -92,7 +101,8 @@ std::string report_summary(const ReplayReport& r) {
   };
   s += "replay " + r.trace + "\n";
   line("device", r.backend + " " + r.device + ", pool capacity " + human_bytes(r.capacity) +
-                     ", seed " + std::to_string(r.seed));
+                     ", seed " + std::to_string(r.seed) +
+                     (r.faults != "none" ? ", injecting " + r.faults : ""));
   line("ops", std::to_string(r.ops) + (r.skipped ? " (" + std::to_string(r.skipped) +
                                                        " skipped after a failed alloc)"
                                                  : ""));
@@ -126,7 +136,17 @@ std::string report_summary(const ReplayReport& r) {
   line("peak", peaks);
   line("pressure", std::to_string(r.ooms) + " out-of-memory answers, " + std::to_string(r.reclaims) +
                        " reclaims (" + std::to_string(r.recoveries) + " turned a failed fit into success)");
-  line("uploaded", human_bytes(r.integrity.bytes_moved));
+  const ReplayIntegrity& in = r.integrity;
+  std::string integrity = std::string(to_string(in.policy)) + ": " + human_bytes(in.bytes_moved) +
+                          " moved, " + human_bytes(in.bytes_verified) + " verified";
+  if (in.mismatches || in.retries || in.corrupt) {
+    integrity += "; " + std::to_string(in.mismatches) + " mismatches caught, " +
+                 std::to_string(in.retries) + " retries, " + std::to_string(in.fallbacks) +
+                 " fallbacks, " + std::to_string(in.recovered) + " recovered, " +
+                 std::to_string(in.corrupt) + " corrupt";
+  }
+  line("integrity", integrity);
+  line("batching", in.batched_disabled ? "off - " + in.batching_note : "on - probe " + in.batch_probe);
   line("device time", human_ns(r.device_time_ns) + (r.backend == "sim" ? " (virtual)" : ""));
   if (r.illegal_accesses) {
     line("illegal", std::to_string(r.illegal_accesses) + " device ops touched unmapped memory");

@@ -1,9 +1,9 @@
-// Runs a validated trace against a backend, a StreamOrder and a DevicePool,
-// keeping the host reference model beside it (replay.hpp states the semantics).
+// Runs a validated trace against a backend, a StreamOrder, a DevicePool, a
+// HostArena and a TransferEngine, keeping the host reference model beside it
+// (replay.hpp states the semantics).
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
-#include <list>
 #include <memory>
 #include <new>
 #include <sstream>
@@ -13,9 +13,12 @@
 #include "ferry/cuda_backend.hpp"
 #include "ferry/device_pool.hpp"
 #include "ferry/device_profile.hpp"
+#include "ferry/fault_spec.hpp"
+#include "ferry/host_arena.hpp"
 #include "ferry/replay.hpp"
 #include "ferry/sim_backend.hpp"
 #include "ferry/stream_order.hpp"
+#include "ferry/transfer_engine.hpp"
 #include "replay/reference.hpp"
 #include "replay/trace.hpp"
 
@@ -40,29 +43,34 @@ struct Buffer {
   UseSet reads;
 };
 
-// A host buffer an enqueued upload reads from; it lives until the upload completed.
-struct PendingUpload {
-  StreamPoint point;
-  std::vector<std::byte> bytes;
-};
-
 class Replayer {
  public:
-  // `uploads` outlives the backend: a host buffer must stay valid for as long
-  // as a copy out of it may run.
-  Replayer(const Trace& trace, Backend& backend, SimBackend* sim,
-           std::list<PendingUpload>& uploads, ReplayReport& report)
+  Replayer(const Trace& trace, Backend& backend, SimBackend* sim, ReplayReport& report)
       : trace_(trace), backend_(backend), sim_(sim), order_(backend), report_(report),
-        buffers_(trace.ids.size()), uploads_(uploads) {}
+        buffers_(trace.ids.size()) {}
 
-  Result<void> setup(std::uint64_t capacity) {
+  Result<void> setup(std::uint64_t capacity, IntegrityPolicy policy) {
     PoolOptions po;
     po.capacity = capacity;
 #ifdef FERRY_HEAVY_VALIDATE
     po.validate_each_op = true;
 #endif
     pool_ = std::make_unique<DevicePool>(order_, po);
-    if (!pool_->status().ok()) return pool_->status().error();
+    if (!pool_->status().ok()) {
+      Error e = pool_->status().error();
+      e.message = "the device pool could not be set up: " + e.message;
+      return e;
+    }
+    arena_ = std::make_unique<HostArena>(order_);
+    EngineOptions eo;
+    eo.policy = policy;
+    // Runs the batched-copy start-up probe (a capability check, every policy).
+    engine_ = std::make_unique<TransferEngine>(*pool_, *arena_, eo);
+    if (!engine_->status().ok()) {
+      Error e = engine_->status().error();
+      e.message = "the transfer engine could not be set up: " + e.message;
+      return e;
+    }
     return {};
   }
 
@@ -77,7 +85,6 @@ class Replayer {
       } catch (const std::exception& e) {
         record(op, make_error(ErrorCode::backend_error, std::string("internal error: ") + e.what()));
       }
-      retire_uploads();
     }
     finish();
     report_.device_time_ns = backend_.now_ns() - start_ns;
@@ -89,6 +96,7 @@ class Replayer {
     report_.ooms = st.ooms;
     report_.reclaims = st.reclaims;
     report_.recoveries = st.recoveries;
+    fill_integrity();
     if (sim_ != nullptr) report_.illegal_accesses = sim_->illegal_accesses();
     if (report_.illegal_accesses > 0) {
       add_problem(0, "end", "illegal_access",
@@ -97,8 +105,13 @@ class Replayer {
     }
   }
 
-  // The pool must go before the StreamOrder and the backend it uses.
-  ~Replayer() { pool_.reset(); }
+  // The engine goes before the arena and the pool it uses; all of them before the
+  // StreamOrder and the backend.
+  ~Replayer() {
+    engine_.reset();
+    arena_.reset();
+    pool_.reset();
+  }
 
  private:
   void execute(const TraceOp& op) {
@@ -159,32 +172,43 @@ class Replayer {
     expect_success(op);
   }
 
-  // Host->device copy of fill_pattern(seed). The one place uploads are routed;
-  // the host arena and the transfer engine will take it over.
+  // Host->device copy of fill_pattern(seed): out of an arena block, through the
+  // transfer engine and its integrity policy (I5, I6). The one place uploads
+  // are routed.
   void upload(const TraceOp& op) {
     Buffer& b = buffers_[op.id];
     if (skip(b)) return;
     if (!outcome(op, order_after_writers_and_readers(op.stream, b))) return;
     const std::uint64_t size = b.expected.size();
-    PendingUpload up;
-    up.bytes.resize(static_cast<std::size_t>(size));
-    fill_pattern(op.seed, 0, up.bytes);
-    const std::byte* src = up.bytes.data();
-    Result<Ticket> t = order_.submit(op.stream, [&](Ticket ticket) -> Result<Op> {
-      Result<DeviceSpan> span = pool_->lease(b.handle, {op.stream, ticket});
-      if (!span.ok()) return std::move(span).error();
-      if (span->bytes != size) {
-        return make_error(ErrorCode::invalid_argument, "upload of " + std::to_string(size) +
-                                                           " B into a block of " +
-                                                           std::to_string(span->bytes) + " B");
+    TransferPlan plan;
+    Result<HostBlock> block = arena_->allocate(size);
+    std::vector<std::byte> unpinned;
+    if (block.ok()) {
+      fill_pattern(op.seed, 0, block->span());
+      plan.add(*block, b.handle);
+    } else if (block.error().code == ErrorCode::out_of_memory) {
+      // Larger than the arena's pinned budget: plain host memory, which the
+      // engine copies before upload() returns (pageable, still verified).
+      unpinned.resize(static_cast<std::size_t>(size));
+      fill_pattern(op.seed, 0, unpinned);
+      plan.add(std::span<const std::byte>(unpinned), b.handle);
+    } else {
+      record(op, std::move(block).error());
+      return;
+    }
+    Result<TransferReceipt> receipt = engine_->upload(op.stream, plan);
+    // Legal with the copy in flight: the engine leased the block for it.
+    if (block.ok()) (void)arena_->free(*block);
+    if (!receipt.ok()) {
+      // Whatever the engine enqueued before it gave up may still write the
+      // buffer: order later users after all of it, and trust none of the bytes.
+      if (receipt.error().code == ErrorCode::transfer_corrupt) {
+        wrote(b, {op.stream, backend_.submitted(op.stream)}, ExpectedBytes::unknown(size));
       }
-      return Op{CopyToDeviceOp{DeviceRange{span->addr, span->bytes}, src}};
-    });
-    if (!outcome(op, t)) return;
-    up.point = {op.stream, *t};
-    uploads_.push_back(std::move(up));
-    report_.integrity.bytes_moved += size;
-    wrote(b, {op.stream, *t}, ExpectedBytes::pattern(size, op.seed));
+      record(op, receipt.error());
+      return;
+    }
+    wrote(b, receipt->done, ExpectedBytes::pattern(size, op.seed));
     expect_success(op);
   }
 
@@ -324,8 +348,22 @@ class Replayer {
     report_.problems.push_back({line, std::move(op), std::move(what), std::move(message)});
   }
 
-  void retire_uploads() {
-    uploads_.remove_if([&](const PendingUpload& u) { return order_.is_complete(u.point); });
+  void fill_integrity() {
+    const IntegrityCounters c = engine_->counters();
+    ReplayIntegrity& i = report_.integrity;
+    i.policy = engine_->policy();
+    i.bytes_moved = c.bytes_moved;
+    i.bytes_verified = c.bytes_verified;
+    i.mismatches = c.mismatches;
+    i.retries = c.retries;
+    i.fallbacks = c.fallbacks;
+    i.recovered = c.recovered;
+    i.corrupt = c.corrupt;
+    i.units_retired = c.units_retired;
+    i.batched_disabled = c.batched_disabled;
+    const BatchProbeReport probe = engine_->startup_probe();
+    i.batch_probe = !probe.ran ? "not run" : probe.passed ? "passed" : "failed";
+    i.batching_note = c.batched_disabled ? engine_->batching_disabled_reason() : probe.detail;
   }
 
   // Everything enqueued completes before the host buffers and the pool go away.
@@ -343,7 +381,6 @@ class Replayer {
       if (b.allocated) (void)pool_->free(b.handle);
       b.allocated = false;
     }
-    retire_uploads();
   }
 
   const Trace& trace_;
@@ -352,16 +389,17 @@ class Replayer {
   StreamOrder order_;
   ReplayReport& report_;
   std::unique_ptr<DevicePool> pool_;
+  std::unique_ptr<HostArena> arena_;
+  std::unique_ptr<TransferEngine> engine_;
   std::vector<Buffer> buffers_;
-  std::list<PendingUpload>& uploads_;
 };
 
 Result<ReplayReport> run(const Trace& trace, const ReplayOptions& options) {
   ReplayReport report;
   report.trace = trace.name;
   report.seed = options.seed;
+  report.faults = describe(options.faults);
 
-  std::list<PendingUpload> uploads;  // destroyed after the backend
   std::unique_ptr<Backend> backend;
   SimBackend* sim = nullptr;
   if (options.backend == "sim") {
@@ -375,6 +413,7 @@ Result<ReplayReport> run(const Trace& trace, const ReplayOptions& options) {
     SimOptions so;
     so.profile = *profile;
     so.seed = options.seed;
+    so.faults = options.faults;
     std::unique_ptr<SimBackend> s = make_sim_backend(so);
     if (!s) return make_error(ErrorCode::backend_error, "the sim backend could not be created");
     sim = s.get();
@@ -395,11 +434,9 @@ Result<ReplayReport> run(const Trace& trace, const ReplayOptions& options) {
   report.device = backend->info().device;
 
   {
-    Replayer r(trace, *backend, sim, uploads, report);
-    if (Result<void> s = r.setup(options.capacity); !s.ok()) {
-      Error e = std::move(s).error();
-      e.message = "the device pool could not be set up: " + e.message;
-      return e;
+    Replayer r(trace, *backend, sim, report);
+    if (Result<void> s = r.setup(options.capacity, options.integrity); !s.ok()) {
+      return std::move(s).error();
     }
     r.run();
   }
@@ -416,6 +453,12 @@ Result<void> check_options(const ReplayOptions& options) {
     for (const std::string& n : profile_names()) known += (known.empty() ? "" : ", ") + n;
     return make_error(ErrorCode::invalid_argument,
                       "unknown profile \"" + options.profile + "\" (profiles: " + known + ")");
+  }
+  if (options.backend != "sim" && describe(options.faults) != "none") {
+    return make_error(ErrorCode::invalid_argument,
+                      "fault injection (" + describe(options.faults) +
+                          ") needs the sim backend; the " + options.backend +
+                          " backend runs on a real device");
   }
   return {};
 }
