@@ -30,6 +30,13 @@ inline std::string backend_skip_reason(const std::string& name) {
 
 #define FERRY_BACKENDS ::testing::Values(std::string("sim"), std::string("cuda"))
 
+// Names instances after their backend (Suite.Test/sim, Suite.Test/cuda), so that
+// --gtest_filter='*/cuda' picks a backend: INSTANTIATE_TEST_SUITE_P(Backends,
+// Suite, FERRY_BACKENDS, ::ferry::testing::backend_name).
+inline std::string backend_name(const ::testing::TestParamInfo<std::string>& info) {
+  return info.param;
+}
+
 // Skips the current test when `backend` is null (a backend this machine lacks).
 #define FERRY_REQUIRE_BACKEND(backend, name)                                        \
   do {                                                                             \

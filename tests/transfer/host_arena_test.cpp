@@ -1,5 +1,6 @@
 // The host arena: sub-allocation without power-of-two rounding, coalescing,
 // stream-ordered reuse (I6), in-place registration, the pmr face, retirement.
+// Written once, run on every backend (cuda SKIPs without a GPU).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -30,8 +31,10 @@ void expect_valid(const HostArena& arena) {
   EXPECT_TRUE(arena.validate(&why)) << why;
 }
 
-TEST(HostArena, SubAllocatesOneChunkWithoutPowerOfTwoRounding) {
-  Rig rig(arena_only());
+class HostArenaTest : public BackendRigTest {};
+
+TEST_P(HostArenaTest, SubAllocatesOneChunkWithoutPowerOfTwoRounding) {
+  Rig rig = make_rig(arena_only());
   HostArena& arena = *rig.arena;
   auto a = arena.allocate(1000);
   auto b = arena.allocate(300 * kKiB + 1);
@@ -54,8 +57,8 @@ TEST(HostArena, SubAllocatesOneChunkWithoutPowerOfTwoRounding) {
   expect_valid(arena);
 }
 
-TEST(HostArena, CoalescesSoAFullSizeBlockFitsAfterScatteredFrees) {
-  Rig rig(arena_only());
+TEST_P(HostArenaTest, CoalescesSoAFullSizeBlockFitsAfterScatteredFrees) {
+  Rig rig = make_rig(arena_only());
   HostArena& arena = *rig.arena;
   const std::uint64_t usable = kMiB - kCanaryBytes;  // 15 * 69888: 15 blocks fill it exactly
   std::vector<HostBlock> blocks;
@@ -78,8 +81,8 @@ TEST(HostArena, CoalescesSoAFullSizeBlockFitsAfterScatteredFrees) {
   EXPECT_EQ(arena.stats().pinned_allocs, 1u) << "no second chunk was needed";
 }
 
-TEST(HostArena, BestFitPicksTheSmallestHoleThatFits) {
-  Rig rig(arena_only());
+TEST_P(HostArenaTest, BestFitPicksTheSmallestHoleThatFits) {
+  Rig rig = make_rig(arena_only());
   HostArena& arena = *rig.arena;
   auto a = arena.allocate(8 * kKiB);
   auto sep1 = arena.allocate(256);
@@ -97,8 +100,8 @@ TEST(HostArena, BestFitPicksTheSmallestHoleThatFits) {
   expect_valid(arena);
 }
 
-TEST(HostArena, BadRequestsAreErrorsNotCrashes) {
-  Rig rig(arena_only(kMiB, 4 * kMiB));
+TEST_P(HostArenaTest, BadRequestsAreErrorsNotCrashes) {
+  Rig rig = make_rig(arena_only(kMiB, 4 * kMiB));
   HostArena& arena = *rig.arena;
   auto zero = arena.allocate(0);
   ASSERT_FALSE(zero.ok());
@@ -130,8 +133,8 @@ TEST(HostArena, BadRequestsAreErrorsNotCrashes) {
   expect_valid(arena);
 }
 
-TEST(HostArena, BudgetExhaustedWithNothingPendingIsOutOfMemoryWithADiagnostic) {
-  Rig rig(arena_only(kMiB, 2 * kMiB));
+TEST_P(HostArenaTest, BudgetExhaustedWithNothingPendingIsOutOfMemoryWithADiagnostic) {
+  Rig rig = make_rig(arena_only(kMiB, 2 * kMiB));
   HostArena& arena = *rig.arena;
   auto a = arena.allocate(kMiB - kCanaryBytes);
   auto b = arena.allocate(kMiB - kCanaryBytes);
@@ -149,11 +152,11 @@ TEST(HostArena, BudgetExhaustedWithNothingPendingIsOutOfMemoryWithADiagnostic) {
 
 // A block that a held (queued, undispatched) copy still reads is never handed
 // out again; once the copy completed, the device holds the original bytes.
-TEST(HostArena, ReuseNeverOverwritesABlockThatAPendingCopyReads) {
+TEST_P(HostArenaTest, ReuseNeverOverwritesABlockThatAPendingCopyReads) {
   RigOptions o = arena_only();
   o.with_engine = true;
   o.engine.policy = IntegrityPolicy::off;  // enqueue only: the copy stays held
-  Rig rig(o);
+  Rig rig = make_rig(o);
   HostArena& arena = *rig.arena;
   const StreamId stream = 1;
   const std::uint64_t n = 64 * kKiB;
@@ -181,7 +184,7 @@ TEST(HostArena, ReuseNeverOverwritesABlockThatAPendingCopyReads) {
   rig.backend().set_hold(stream, false);
   ASSERT_TRUE(rig.backend().flush(stream).ok());
   rig.sync();
-  EXPECT_EQ(rig.device_bytes(dst, 0, n), pattern_of(7, n));
+  EXPECT_EQ(rig.device_bytes(dst, 0, n, stream), pattern_of(7, n));
 
   // Now the copy has completed: the next allocation may take the old block.
   ASSERT_TRUE(arena.free(*next).ok());
@@ -194,12 +197,12 @@ TEST(HostArena, ReuseNeverOverwritesABlockThatAPendingCopyReads) {
 
 // With the budget exhausted the arena waits (bounded) for the pending block
 // instead of handing it out early; the wait dispatches the held copy.
-TEST(HostArena, ExhaustedBudgetWaitsForThePendingCopyInsteadOfReusingEarly) {
+TEST_P(HostArenaTest, ExhaustedBudgetWaitsForThePendingCopyInsteadOfReusingEarly) {
   RigOptions o = arena_only(kMiB, kMiB);
   o.with_engine = true;
   o.engine.policy = IntegrityPolicy::off;
   o.engine.allow_batching = false;  // no start-up probe block
-  Rig rig(o);
+  Rig rig = make_rig(o);
   HostArena& arena = *rig.arena;
   const StreamId stream = 2;
   const std::uint64_t n = kMiB - kCanaryBytes;  // the whole chunk
@@ -221,14 +224,14 @@ TEST(HostArena, ExhaustedBudgetWaitsForThePendingCopyInsteadOfReusingEarly) {
 }
 
 // I6: a repeating workload makes zero pinned allocations or frees after warm-up.
-TEST(HostArena, SteadyStateIsChurnFree) {
+TEST_P(HostArenaTest, SteadyStateIsChurnFree) {
   for (IntegrityPolicy policy : {IntegrityPolicy::off, IntegrityPolicy::probe, IntegrityPolicy::verify}) {
     SCOPED_TRACE(std::string(to_string(policy)));
     RigOptions o;
     o.arena.chunk_bytes = kMiB;
     o.arena.budget_bytes = 16 * kMiB;
     o.engine.policy = policy;
-    Rig rig(o);
+    Rig rig = make_rig(o);
     const std::uint64_t sizes[] = {100 * kKiB, 37 * kKiB + 5, 300 * kKiB, 4 * kKiB};
     std::vector<DeviceHandle> dsts;
     for (std::uint64_t n : sizes) dsts.push_back(rig.device(n, 0));
@@ -268,10 +271,11 @@ TEST(HostArena, SteadyStateIsChurnFree) {
   }
 }
 
-TEST(HostArena, RegistersAnExistingRangeInPlaceInPieces) {
+TEST_P(HostArenaTest, RegistersAnExistingRangeInPlaceInPieces) {
   RigOptions o = arena_only();
   o.arena.register_piece_bytes = kMiB;
-  Rig rig(o);
+  Rig rig = make_rig(o);
+  if (!rig.backend().info().host_register) GTEST_SKIP() << "the device cannot register host memory";
   HostArena& arena = *rig.arena;
   std::vector<std::byte> file(5 * kMiB + 100);
   fill_pattern(3, 0, file);
@@ -301,8 +305,8 @@ TEST(HostArena, RegistersAnExistingRangeInPlaceInPieces) {
   expect_valid(arena);
 }
 
-TEST(HostArena, PmrFaceServesStandardContainers) {
-  Rig rig(arena_only());
+TEST_P(HostArenaTest, PmrFaceServesStandardContainers) {
+  Rig rig = make_rig(arena_only());
   HostArenaResource resource(*rig.arena);
   {
     std::pmr::vector<std::uint64_t> v(&resource);
@@ -322,8 +326,8 @@ TEST(HostArena, PmrFaceServesStandardContainers) {
   expect_valid(*rig.arena);
 }
 
-TEST(HostArena, ARetiredChunkTakesNoBlocksAndIsReleasedWhenEmpty) {
-  Rig rig(arena_only());
+TEST_P(HostArenaTest, ARetiredChunkTakesNoBlocksAndIsReleasedWhenEmpty) {
+  Rig rig = make_rig(arena_only());
   HostArena& arena = *rig.arena;
   auto a = arena.allocate(1000);
   ASSERT_TRUE(a.ok());
@@ -345,8 +349,8 @@ TEST(HostArena, ARetiredChunkTakesNoBlocksAndIsReleasedWhenEmpty) {
   expect_valid(arena);
 }
 
-TEST(HostArena, TrimReleasesEmptyChunksOnRequestOnly) {
-  Rig rig(arena_only(kMiB));
+TEST_P(HostArenaTest, TrimReleasesEmptyChunksOnRequestOnly) {
+  Rig rig = make_rig(arena_only(kMiB));
   auto a = rig.arena->allocate(kMiB / 2);
   auto b = rig.arena->allocate(kMiB / 2 + 4096);  // a second chunk
   ASSERT_TRUE(a.ok() && b.ok());
@@ -362,8 +366,8 @@ TEST(HostArena, TrimReleasesEmptyChunksOnRequestOnly) {
 
 // Randomized model: live blocks never overlap, their bytes survive every other
 // operation, and validate() holds after each step.
-TEST(HostArena, RandomizedBlocksNeverOverlapAndKeepTheirBytes) {
-  Rig rig(arena_only(256 * kKiB, 4 * kMiB));
+TEST_P(HostArenaTest, RandomizedBlocksNeverOverlapAndKeepTheirBytes) {
+  Rig rig = make_rig(arena_only(256 * kKiB, 4 * kMiB));
   HostArena& arena = *rig.arena;
   std::mt19937_64 rng(42);
   struct Live { HostBlock b; std::uint64_t seed; };
@@ -405,6 +409,8 @@ TEST(HostArena, RandomizedBlocksNeverOverlapAndKeepTheirBytes) {
   EXPECT_LE(arena.stats().reserved_bytes, 4 * kMiB);
   RecordProperty("ooms", static_cast<int>(ooms));
 }
+
+INSTANTIATE_TEST_SUITE_P(Backends, HostArenaTest, FERRY_BACKENDS, backend_name);
 
 }  // namespace
 }  // namespace ferry::testing
