@@ -110,20 +110,7 @@ std::optional<OffsetAllocator::Allocation> OffsetAllocator::allocate(std::uint64
     found = bin_head_[b];
   }
   remove_free(found);
-  Node& node = nodes_[found];
-  if (node.size > units) {
-    const std::uint32_t rest = new_node();
-    Node& head = nodes_[found];  // new_node may have reallocated nodes_
-    Node& tail = nodes_[rest];
-    tail.offset = head.offset + units;
-    tail.size = head.size - units;
-    tail.prev_phys = found;
-    tail.next_phys = head.next_phys;
-    if (head.next_phys != kNone) nodes_[head.next_phys].prev_phys = rest;
-    head.next_phys = rest;
-    head.size = units;
-    insert_free(rest);
-  }
+  if (nodes_[found].size > units) insert_free(cut(found, units));
   nodes_[found].used = true;
   return Allocation{nodes_[found].offset, found};
 }
@@ -134,33 +121,12 @@ OffsetAllocator::Allocation OffsetAllocator::allocate_range(std::uint32_t n, std
          offset + units <= nodes_[n].offset + nodes_[n].size && units > 0);
   remove_free(n);
   if (offset > nodes_[n].offset) {
-    // Split off the free head; n keeps the head, the rest moves on.
-    const std::uint32_t rest = new_node();
-    Node& head = nodes_[n];
-    Node& r = nodes_[rest];
-    r.offset = offset;
-    r.size = head.offset + head.size - offset;
-    r.prev_phys = n;
-    r.next_phys = head.next_phys;
-    if (head.next_phys != kNone) nodes_[head.next_phys].prev_phys = rest;
-    head.next_phys = rest;
-    head.size = offset - head.offset;
+    // n keeps the free head; the rest carries on.
+    const std::uint32_t rest = cut(n, offset - nodes_[n].offset);
     insert_free(n);
     n = rest;
   }
-  if (nodes_[n].size > units) {
-    const std::uint32_t tail = new_node();
-    Node& mid = nodes_[n];
-    Node& t = nodes_[tail];
-    t.offset = mid.offset + units;
-    t.size = mid.size - units;
-    t.prev_phys = n;
-    t.next_phys = mid.next_phys;
-    if (mid.next_phys != kNone) nodes_[mid.next_phys].prev_phys = tail;
-    mid.next_phys = tail;
-    mid.size = units;
-    insert_free(tail);
-  }
+  if (nodes_[n].size > units) insert_free(cut(n, units));
   nodes_[n].used = true;
   return Allocation{nodes_[n].offset, n};
 }
@@ -191,12 +157,17 @@ void OffsetAllocator::free(std::uint32_t n) {
 
 std::uint32_t OffsetAllocator::split(std::uint32_t n, std::uint64_t head_units) {
   assert(nodes_[n].used && head_units > 0 && head_units < nodes_[n].size);
-  const std::uint32_t t = new_node();
+  const std::uint32_t t = cut(n, head_units);
+  nodes_[t].used = true;
+  return t;
+}
+
+std::uint32_t OffsetAllocator::cut(std::uint32_t n, std::uint64_t head_units) {
+  const std::uint32_t t = new_node();  // may reallocate nodes_: take references after
   Node& head = nodes_[n];
   Node& tail = nodes_[t];
   tail.offset = head.offset + head_units;
   tail.size = head.size - head_units;
-  tail.used = true;
   tail.prev_phys = n;
   tail.next_phys = head.next_phys;
   if (head.next_phys != kNone) nodes_[head.next_phys].prev_phys = t;

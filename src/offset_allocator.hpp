@@ -75,6 +75,9 @@ class OffsetAllocator {
 
   static unsigned bin_of(std::uint64_t size);  // bin that holds blocks of this size
   std::uint32_t new_node();
+  // Splits node n after head_units into two physical neighbours, neither in a
+  // bin; returns the tail (free, unbinned).
+  std::uint32_t cut(std::uint32_t n, std::uint64_t head_units);
   void release_node(std::uint32_t n);
   void insert_free(std::uint32_t n);
   void remove_free(std::uint32_t n);
