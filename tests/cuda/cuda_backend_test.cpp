@@ -327,7 +327,12 @@ TEST_P(CudaBackendTest, HeldOperationsWaitForAFlush) {
   EXPECT_EQ(*t1, 1u);
   EXPECT_EQ(*t2, 2u);
   EXPECT_EQ(backend_->submitted(6), 2u);
-  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  // A full device round trip on another stream: had the held ops been issued,
+  // they would have run meanwhile. (No sleeping in tests.)
+  const std::uint64_t other = device_buffer(n);
+  auto probe = backend_->enqueue(7, FillOp{{other, n}, 1});
+  ASSERT_TRUE(probe.ok());
+  ASSERT_TRUE(backend_->wait({7, *probe}, kForever).ok());
   EXPECT_EQ(backend_->completed(6), 0u);  // never issued
   EXPECT_EQ(std::count(host, host + n, std::byte{0}), static_cast<std::ptrdiff_t>(n));
 
