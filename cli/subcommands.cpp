@@ -8,6 +8,7 @@ namespace ferry::cli {
 std::span<const AddSubcommand> all_subcommands() {
   static constexpr std::array kAll = {
       &add_doctor,
+      &add_run,
       &add_replay,
   };
   return kAll;

@@ -1,0 +1,282 @@
+// `ferry run NAME`: runs one of the seed workloads end to end and checks its
+// output against the host reference (SPEC.md "Workloads").
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "cli/option_values.hpp"
+#include "cli/subcommand.hpp"
+#include "ferry/cuda_backend.hpp"
+#include "ferry/device_profile.hpp"
+#include "ferry/fault_spec.hpp"
+#include "ferry/integrity.hpp"
+#include "ferry/workload.hpp"
+
+namespace ferry::cli {
+namespace {
+
+struct RunArgs {
+  std::string workload;
+  std::string backend = "sim";
+  std::string profile = "h200";
+  double scale = 0;
+  std::string capacity;
+  double pressure = 0.83;
+  std::string integrity = "verify";
+  std::vector<std::string> inject;
+  std::string policy = "lru";
+  std::string prefetch = "on";
+  bool host_exec = false;
+  std::uint32_t slots = 0;
+  std::string weights;
+  std::string save_weights;
+  std::string bank = "registered";
+  std::string seed = "1";
+  std::string report;
+  bool json = false;
+  bool quiet = false;
+};
+
+template <class Parse>
+CLI::Validator checked(Parse parse, std::string name) {
+  return CLI::Validator(
+      [parse](std::string& value) -> std::string {
+        auto r = parse(value);
+        return r.ok() ? std::string() : r.error().message;
+      },
+      std::move(name));
+}
+
+std::string joined(const std::vector<std::string>& names) {
+  std::string s;
+  for (const std::string& n : names) s += (s.empty() ? "" : "|") + n;
+  return s;
+}
+
+// Progress on stderr: a bar redrawn in place on a terminal, a line per tenth
+// otherwise (logs and pipes stay readable).
+class Progress {
+ public:
+  Progress(std::ostream& err, bool tty, std::string name) : err_(err), tty_(tty), name_(std::move(name)) {}
+  ~Progress() { finish(); }
+
+  void update(const WorkloadProgress& p) {
+    if (p.total == 0) return;
+    const bool new_phase = p.phase != phase_;
+    if (new_phase) phase_ = std::string(p.phase);
+    if (tty_) {
+      constexpr std::uint64_t kWidth = 30;
+      const std::uint64_t filled = p.done * kWidth / p.total;
+      err_ << "\r" << name_ << " [" << std::string(filled, '#') << std::string(kWidth - filled, '.') << "] "
+           << phase_ << " " << p.done << "/" << p.total << "   " << std::flush;
+      drawn_ = true;
+      return;
+    }
+    const std::uint64_t tenth = p.done * 10 / p.total;
+    if (new_phase || tenth != last_tenth_) {
+      err_ << name_ << ": " << phase_ << " " << p.done << "/" << p.total << "\n";
+      last_tenth_ = tenth;
+    }
+  }
+
+  void finish() {
+    if (tty_ && drawn_) err_ << "\r\033[K" << std::flush;
+    drawn_ = false;
+  }
+
+ private:
+  std::ostream& err_;
+  bool tty_;
+  std::string name_;
+  std::string phase_;
+  std::uint64_t last_tenth_ = 0;
+  bool drawn_ = false;
+};
+
+int run_run(const RunArgs& args, const Io& io) {
+  const std::string me = "ferry run: ";
+  Result<WorkloadKind> kind = parse_workload(args.workload);
+  if (!kind.ok()) {
+    io.err << me << kind.error().message << '\n';
+    return kExitUsage;
+  }
+  WorkloadOptions o;
+  o.backend = args.backend;
+  o.profile = args.profile;
+  o.scale = args.scale;
+  o.target_pressure = args.pressure;
+  // The validators already accepted these values.
+  if (!args.capacity.empty()) o.capacity = parse_byte_size(args.capacity).value_or(0);
+  o.integrity = parse_integrity_policy(args.integrity).value_or(IntegrityPolicy::verify);
+  o.policy = parse_eviction_policy(args.policy).value_or(EvictionPolicy::lru);
+  o.prefetch = args.prefetch == "on";
+  o.host_exec = args.host_exec;
+  o.cache_slots = args.slots;
+  o.weights_path = args.weights;
+  o.placement = parse_bank_placement(args.bank).value_or(BankPlacement::registered);
+  o.seed = parse_u64(args.seed).value_or(1);
+  Result<SimFaults> faults = parse_fault_specs(args.inject);
+  if (!faults.ok()) {
+    io.err << me << "--inject: " << faults.error().message << '\n';
+    return kExitUsage;
+  }
+  o.faults = *faults;
+  if (args.backend != "sim" && !args.inject.empty()) {
+    io.err << me << "--inject needs the sim backend (faults are injected into the simulated device)\n";
+    return kExitUsage;
+  }
+  if (args.host_exec && *kind != WorkloadKind::moe_offload) {
+    io.err << me << "--host-exec applies to moe-offload only\n";
+    return kExitUsage;
+  }
+  if (args.backend == "cuda" && !cuda_backend_built()) {
+    io.err << me << "backend cuda is not available: this ferry was built without the CUDA backend\n";
+    return kExitUsage;
+  }
+
+  if (!args.save_weights.empty()) {
+    Result<void> w = write_workload_weights(*kind, o, args.save_weights);
+    if (!w.ok()) {
+      io.err << me << w.error().message << '\n';
+      return kExitUsage;
+    }
+    io.out << "wrote the " << args.workload << " weights (scale "
+           << (o.scale == 0 ? default_scale(*kind) : o.scale) << ", seed " << o.seed << ") to "
+           << args.save_weights << '\n';
+    return kExitOk;
+  }
+
+  std::ofstream report_file;
+  if (!args.report.empty() && args.report != "-") {
+    report_file.open(args.report, std::ios::trunc);
+    if (!report_file) {
+      io.err << me << "--report: cannot write " << args.report << '\n';
+      return kExitUsage;
+    }
+  }
+
+  const bool tty = &io.err == &std::cerr && ::isatty(STDERR_FILENO) == 1;
+  auto progress = std::make_shared<Progress>(io.err, tty, args.workload);
+  if (!args.quiet) o.progress = [progress](const WorkloadProgress& p) { progress->update(p); };
+
+  Result<WorkloadReport> report = run_workload(*kind, o);
+  progress->finish();
+  if (!report.ok()) {
+    const Error& e = report.error();
+    io.err << me << e.message << '\n';
+    // Bad options, a malformed weights file, or a backend this machine lacks.
+    return e.code == ErrorCode::invalid_argument || e.code == ErrorCode::unsupported ? kExitUsage : kExitFailed;
+  }
+  const std::string json = workload_report_json(*report);
+  if (args.json || args.report == "-") {
+    io.out << json << '\n';
+  } else {
+    io.out << workload_report_summary(*report);
+  }
+  if (report_file.is_open()) {
+    report_file << json << '\n';
+    report_file.flush();
+    if (!report_file) {
+      io.err << me << "--report: writing " << args.report << " failed\n";
+      return kExitFailed;
+    }
+  }
+  return report->matched ? kExitOk : kExitFailed;
+}
+
+}  // namespace
+
+Subcommand add_run(CLI::App& parent) {
+  auto args = std::make_shared<RunArgs>();
+  CLI::App* app = parent.add_subcommand(
+      "run", "Run a seed workload (dense-stream, moe-offload, dequant-train) and check its output");
+  app->add_option("NAME", args->workload, "Workload: " + joined(workload_names()))
+      ->required()
+      ->check(CLI::IsMember(workload_names()));
+  app->add_option("--backend", args->backend, "Device backend: sim|cuda")
+      ->check(CLI::IsMember({"sim", "cuda"}))
+      ->capture_default_str();
+  app->add_option("--profile", args->profile, "Sim device profile: " + joined(profile_names()))
+      ->check(checked(
+          [](const std::string& name) -> Result<void> {
+            if (find_profile(name)) return {};
+            return make_error(ErrorCode::invalid_argument,
+                              "unknown profile \"" + name + "\" (profiles: " + joined(profile_names()) + ")");
+          },
+          "PROFILE"))
+      ->capture_default_str();
+  app->add_option("--scale", args->scale,
+                  "Shrink every width and token count by S in (0, 1], keeping counts, allocation pattern\n"
+                  "and pressure (default: dense-stream 0.0625, moe-offload 0.125, dequant-train 0.0625)")
+      ->check(CLI::Validator(
+          [](std::string& v) -> std::string {
+            char* end = nullptr;
+            const double d = std::strtod(v.c_str(), &end);
+            if (v.empty() || end == nullptr || *end != '\0' || !(d > 0 && d <= 1)) {
+              return "scale \"" + v + "\" must be a number in (0, 1]";
+            }
+            return {};
+          },
+          ""))
+      ->type_name("S");
+  app->add_option("--capacity", args->capacity,
+                  "Pool capacity: bytes, or with a KiB|MiB|GiB|TiB suffix\n"
+                  "(default: the schedule's planned peak live / --pressure)")
+      ->check(checked([](const std::string& v) { return parse_byte_size(v); }, "BYTES"));
+  app->add_option("--pressure", args->pressure,
+                  "Target peak-live / capacity when --capacity is not given")
+      ->check(CLI::Range(0.05, 1.0))
+      ->capture_default_str();
+  app->add_option("--integrity", args->integrity, "Transfer integrity policy: off|probe|verify")
+      ->check(CLI::IsMember({"off", "probe", "verify"}))
+      ->capture_default_str();
+  app->add_option("--inject", args->inject,
+                  "Sim fault, repeatable: pinned-noop[:P], batch-broken, batch-missing,\n"
+                  "fail-map:N, delay:NS, none")
+      ->type_name("SPEC");
+  app->add_option("--policy", args->policy, "Expert-cache eviction (moe-offload): lru|lfu|optimal")
+      ->check(CLI::IsMember({"lru", "lfu", "optimal"}))
+      ->capture_default_str();
+  app->add_option("--prefetch", args->prefetch,
+                  "Prefetch the next layer / weight / predicted experts: on|off")
+      ->check(CLI::IsMember({"on", "off"}))
+      ->capture_default_str();
+  app->add_flag("--host-exec", args->host_exec,
+                "moe-offload: run cache misses on the host instead of fetching them");
+  app->add_option("--slots", args->slots, "moe-offload: expert cache slots (default 32 of 64 experts)")
+      ->check(CLI::Range(1u, 4096u));
+  app->add_option("--weights", args->weights,
+                  "Weights from a safetensors file instead of the synthetic bank\n"
+                  "(tensor names, dtypes and shapes as --save-weights writes them)")
+      ->type_name("FILE");
+  app->add_option("--save-weights", args->save_weights,
+                  "Write the synthetic bank for this workload, --scale and --seed to FILE and exit")
+      ->type_name("FILE");
+  app->add_option("--bank", args->bank,
+                  "Weight bank placement: registered (in place, hashed once) | arena (copied)")
+      ->check(CLI::IsMember({"registered", "arena"}))
+      ->capture_default_str();
+  app->add_option("--seed", args->seed, "Seed of the weights, the routing trace and the sim's schedule")
+      ->check(checked([](const std::string& v) { return parse_u64(v); }, "UINT"))
+      ->capture_default_str();
+  app->add_option("--report", args->report, "Also write the JSON report to FILE ('-': stdout)")
+      ->type_name("FILE");
+  app->add_flag("--json", args->json, "Print the JSON report on stdout instead of the summary");
+  app->add_flag("--quiet", args->quiet, "No progress on stderr");
+  app->footer(
+      "Throughput and overlap are modeled on the sim's virtual clock (measured on cuda); throughput\n"
+      "is reported at full shape. Progress goes to stderr: a bar on a terminal, a line per tenth\n"
+      "otherwise.\n"
+      "Exit status: 0 the output matched the host reference; 1 it did not, or the run failed;\n"
+      "2 bad usage, a malformed --weights file, or a backend this machine does not have.");
+  return {app, [args](const Io& io) { return run_run(*args, io); }};
+}
+
+}  // namespace ferry::cli

@@ -1,0 +1,171 @@
+// ferry — weight banks: named, immutable tensors in host memory, the source of
+// every weight upload the offload cache and the workloads make.
+//
+// A bank comes from a safetensors file (memory-mapped read-only, never copied
+// on load) or is generated deterministically (a seeded fill_pattern per tensor)
+// when no file is given. Either way its bytes never change while it lives, so
+// content hashes are computed once per tensor (hash()) and, once the bank is
+// placed with a transfer engine, once per tensor by the engine too.
+//
+// safetensors layout (https://github.com/huggingface/safetensors):
+//   bytes [0, 8)       N, the header length, little-endian u64
+//   bytes [8, 8+N)     JSON: {"NAME": {"dtype": "BF16", "shape": [..],
+//                      "data_offsets": [BEGIN, END]}, ..., "__metadata__": {str: str}}
+//   bytes [8+N, EOF)   the data section; offsets are relative to its start
+// Validation (every failure is invalid_argument naming the file and the byte
+// offset or tensor; nothing a file says can crash the process, I7):
+//   file shorter than 8 bytes; N past the end of the file or above 100 MiB;
+//   header not a JSON object (or nested deeper than 64 levels); an entry without
+//   a string dtype, an array shape of unsigned integers, or data_offsets of two
+//   unsigned integers; unknown dtype; END < BEGIN; END past the data section;
+//   END - BEGIN != prod(shape) * dtype size (checked for overflow); two tensors
+//   whose byte ranges overlap; __metadata__ not an object of strings.
+// Decided here: gaps between tensors and bytes after the last one are allowed
+// (ignored); unknown keys inside an entry are ignored; duplicate JSON keys keep
+// the last entry (the JSON library's behaviour).
+//
+// Placement: place() makes the bytes uploadable at pinned speed —
+//   registered  the bank's own memory (the mapping, or the synthetic buffer) is
+//               registered in place with TransferEngine::register_immutable;
+//               nothing is copied, hashes are computed once by the engine
+//   arena       each tensor is copied into its own HostArena block (pinned
+//               chunks); the mapping stays as the reference copy
+// After place(), bytes() returns the placed bytes (the arena copy, or the
+// registered range itself): that is what uploads must name.
+//
+// A mapped file must not shrink while the bank lives (as with any mmap, the
+// process would get SIGBUS on the lost pages); ferry never writes it. A
+// moved-from WeightBank may only be destroyed or assigned to.
+//
+// Thread safety: a WeightBank may be read (tensors, find, bytes, hash) from any
+// number of threads at once; hash() computes under a per-bank mutex the first
+// time. place()/unplace()/move/destruction need exclusive access. unplace() and
+// the destructor block (bounded) until no transfer still reads the bank.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ferry/result.hpp"
+
+namespace ferry {
+
+class TransferEngine;
+
+// safetensors dtypes (spelled as in the format: "BF16", "F32", "I8", ...).
+enum class DType : std::uint8_t {
+  boolean, u8, i8, f8_e4m3, f8_e5m2, i16, u16, f16, bf16, i32, u32, f32, i64, u64, f64,
+};
+
+std::string_view to_string(DType dtype) noexcept;
+std::uint64_t dtype_size(DType dtype) noexcept;
+// Errors: invalid_argument naming the text and the accepted names.
+Result<DType> parse_dtype(std::string_view text);
+
+struct TensorInfo {
+  std::string name;
+  DType dtype = DType::u8;
+  std::vector<std::uint64_t> shape;
+  std::uint64_t offset = 0;  // byte offset in the bank's data (the data section for a file)
+  std::uint64_t bytes = 0;   // prod(shape) * dtype_size(dtype)
+};
+
+// "[4096, 2560]"
+std::string shape_text(std::span<const std::uint64_t> shape);
+
+// One tensor of a synthetic bank: its bytes are fill_pattern(seed).
+struct SyntheticTensor {
+  std::string name;
+  DType dtype = DType::bf16;
+  std::vector<std::uint64_t> shape;
+  std::uint64_t seed = 0;
+};
+
+enum class BankPlacement : std::uint8_t { registered, arena };
+std::string_view to_string(BankPlacement placement) noexcept;
+Result<BankPlacement> parse_bank_placement(std::string_view text);
+
+class WeightBank {
+ public:
+  // Maps `path` read-only and validates its header (see above).
+  // Errors: invalid_argument (unreadable file, or malformed: the message names
+  // the file and the offset or tensor). Reads only the header (and nothing else)
+  // until bytes() or hash() touch a tensor.
+  static Result<WeightBank> open_safetensors(const std::string& path);
+
+  // Validates `file` (the whole content of a safetensors file held in memory) and
+  // returns its tensors; `name` stands for the file in messages. The function
+  // open_safetensors uses, exposed so malformed inputs can be tested without files.
+  static Result<std::vector<TensorInfo>> parse_safetensors(std::span<const std::byte> file,
+                                                           std::string_view name,
+                                                           std::map<std::string, std::string>* metadata = nullptr);
+
+  // A bank holding `tensors`, each filled with fill_pattern(seed), laid out at
+  // 256-byte aligned offsets in one page-aligned buffer. Deterministic.
+  // Errors: invalid_argument (empty or duplicate name, size overflow), out_of_memory.
+  static Result<WeightBank> synthetic(std::span<const SyntheticTensor> tensors,
+                                      std::string name = "synthetic");
+
+  WeightBank(WeightBank&&) noexcept;
+  WeightBank& operator=(WeightBank&&) noexcept;
+  ~WeightBank();  // unplaces first (blocks, bounded)
+
+  // The file path, or the synthetic bank's name.
+  const std::string& source() const noexcept;
+  bool from_file() const noexcept;
+  std::span<const TensorInfo> tensors() const noexcept;
+  std::optional<std::size_t> find(std::string_view name) const;
+  // The tensor `name` with exactly this dtype and shape. Errors: invalid_argument
+  // naming the source, the tensor and what differs (missing, dtype, shape).
+  Result<std::size_t> require(std::string_view name, DType dtype,
+                              std::span<const std::uint64_t> shape) const;
+  const std::map<std::string, std::string>& metadata() const noexcept;
+  std::uint64_t data_bytes() const noexcept;  // sum of tensor bytes
+
+  // The tensor's bytes: the placed copy once placed, else the mapping/buffer.
+  // Precondition: index < tensors().size().
+  std::span<const std::byte> bytes(std::size_t index) const noexcept;
+  // content_hash(bytes(index)), computed on first call and cached.
+  std::uint64_t hash(std::size_t index) const;
+
+  // Makes the bytes uploadable through `engine` (see Placement above). The
+  // engine must outlive the placement. Errors: invalid_argument (already placed),
+  // what register_immutable / HostArena::allocate say (nothing stays placed on
+  // error). Never blocks on the device.
+  Result<void> place(TransferEngine& engine, BankPlacement placement);
+  // Undoes place(): waits (bounded) until no transfer reads the bank, then
+  // unregisters or frees the arena blocks. No-op when not placed. Blocks.
+  Result<void> unplace();
+  bool placed() const noexcept;
+  std::optional<BankPlacement> placement() const noexcept;
+
+ private:
+  struct Impl;
+  explicit WeightBank(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// One tensor to write: data.size() must equal prod(shape) * dtype_size(dtype).
+struct TensorToWrite {
+  std::string name;
+  DType dtype = DType::u8;
+  std::vector<std::uint64_t> shape;
+  std::span<const std::byte> data;
+};
+
+// Writes a safetensors file (tensors in the given order, header padded with
+// spaces to a multiple of 8 bytes). Errors: invalid_argument (size mismatch,
+// empty or duplicate name, "__metadata__" as a tensor name, unwritable path).
+Result<void> write_safetensors(const std::string& path, std::span<const TensorToWrite> tensors,
+                               const std::map<std::string, std::string>& metadata = {});
+// Writes every tensor of `bank` (its current bytes) and its metadata.
+Result<void> write_safetensors(const std::string& path, const WeightBank& bank);
+
+}  // namespace ferry

@@ -1,0 +1,167 @@
+// ferry — the seed reports' workloads, end to end on ferry, with their outputs
+// checked against a reference computed on the host without the pool
+// (SPEC.md "Workloads").
+//
+//   dense-stream   report 003: a dense transformer forward (36 layers, hidden
+//                  2560, bf16, 4096 tokens), each layer's weights uploaded ->
+//                  used by its matmuls -> dropped, the next layer's prefetched on
+//                  a copy stream; then a full-vocabulary logits projection (vocab
+//                  151936) in chunks of at most 65536 rows, each reduced.
+//   moe-offload    report 000: 4 MoE layers x 16 experts (hidden 1024,
+//                  intermediate 512, bf16, top-4), the experts in host banks, a
+//                  device expert cache (OffloadCache), a seeded Zipf-skewed routing
+//                  trace (4 tokens per step, 64 steps), prefetch of the experts a
+//                  pre-gate predicts for the next layer (right 80% of the time),
+//                  and optionally host execution of misses instead of fetching.
+//   dequant-train  report 003's second account: 260 frozen int8 weights (65 blocks
+//                  of qkv/o/up/down, hidden 4096, 4096 tokens, LoRA rank 16), each
+//                  uploaded, dequantized for one matmul and dropped, forward and
+//                  backward, with the inputs of every matmul saved for backward,
+//                  in a pool sized so that peak live is ~83% of its capacity.
+//
+// On sim every "kernel" is a ComputeOp: its output is mix_kernel(inputs)
+// (content.hpp) and it carries the modeled FLOPs and bytes of the real operation,
+// so the virtual clock gives realistic times while any ordering or reuse bug
+// changes the bytes. Every workload ends in a small digest kernel over its
+// outputs, downloaded and compared with the host reference.
+//
+// Scale (--scale S, 0 < S <= 1): every width (hidden, intermediate, vocab,
+// chunk) and every token count except MoE's is multiplied by S (rounded to a
+// multiple of 8); layer, expert, weight and step counts do not change. So every
+// buffer shrinks by ~S^2 and the allocation pattern and pressure are kept. Each
+// kernel is charged the cost of its scaled shape at the nominal token count
+// (FLOPs / S where the token count was scaled), so compute time shrinks like
+// transfer time (~S^2) and the compute/transfer balance — hence the overlap
+// figures — are those of the full shape (fixed per-op latencies excepted).
+// Throughput is reported at full shape: nominal tokens / (virtual wall / S^2).
+//
+// Overlap efficiency = max(transfer busy, compute busy) / wall, on the virtual
+// clock. Busy times are summed per engine from each operation's modeled
+// duration (the sim's own formula: latency + bytes / bandwidth for copies;
+// latency + max(FLOPs / rate, bytes / memory bandwidth) for kernels, hashes
+// included) by an adaptor in front of the backend that sees every operation
+// enqueued — the transfer engine's hashes, canaries and retries included.
+// Injected completion delays are not counted as busy time.
+//
+// Thread safety: run_workload is reentrant (each call builds its own backend,
+// pool, arena, engine and cache); it blocks for the whole run. The progress
+// callback is called from the calling thread.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ferry/integrity.hpp"
+#include "ferry/offload_cache.hpp"
+#include "ferry/result.hpp"
+#include "ferry/sim_backend.hpp"
+#include "ferry/weight_bank.hpp"
+
+namespace ferry {
+
+enum class WorkloadKind : std::uint8_t { dense_stream, moe_offload, dequant_train };
+
+std::string_view to_string(WorkloadKind kind) noexcept;  // "dense-stream", ...
+// Errors: invalid_argument naming the text and the workloads.
+Result<WorkloadKind> parse_workload(std::string_view text);
+std::vector<std::string> workload_names();
+// The scale `ferry run` uses when none is given: small enough that the workload
+// runs in seconds on a 2-core machine under a sanitized debug build.
+double default_scale(WorkloadKind kind) noexcept;
+
+struct WorkloadProgress {
+  std::string_view phase;  // "forward", "backward", "logits", "step", ...
+  std::uint64_t done = 0;  // units finished (layers, weights, steps)
+  std::uint64_t total = 0;
+};
+
+struct WorkloadOptions {
+  std::string backend = "sim";      // "sim" | "cuda"
+  std::string profile = "h200";     // sim device profile
+  double scale = 0;                 // 0: default_scale(kind)
+  std::uint64_t capacity = 0;       // pool bytes; 0: planned peak live / target_pressure
+  double target_pressure = 0.83;    // used only when capacity == 0
+  IntegrityPolicy integrity = IntegrityPolicy::verify;
+  SimFaults faults{};               // sim only
+  EvictionPolicy policy = EvictionPolicy::lru;  // moe-offload's expert cache
+  bool prefetch = true;
+  bool host_exec = false;           // moe-offload: run misses on the host
+  std::uint32_t cache_slots = 0;    // moe-offload: 0 = 32 (of 64 experts)
+  std::string weights_path;         // a safetensors file; empty: synthetic bank
+  BankPlacement placement = BankPlacement::registered;
+  std::uint64_t seed = 1;           // weights, routing trace and the sim's schedule
+  // Host model for moe-offload's host execution (sim): a missed expert costs
+  // max(FLOPs / host_flops_per_s, expert bytes / host_bytes_per_s) + 2 us.
+  double host_flops_per_s = 1.0e12;
+  double host_bytes_per_s = 40e9;
+  std::function<void(const WorkloadProgress&)> progress;  // optional
+};
+
+struct WorkloadReport {
+  std::string workload, backend, device, shape, weights;
+  double scale = 1;
+  std::uint64_t seed = 0;
+  std::string integrity_policy, eviction_policy, faults;
+  bool prefetch = true, host_exec = false;
+
+  // Time (virtual on sim), from the first operation of the run to the digest's download.
+  std::uint64_t wall_ns = 0;
+  std::uint64_t transfer_busy_ns = 0;  // copy engines (H2D and D2H), summed
+  std::uint64_t compute_busy_ns = 0;   // compute engine: kernels, fills, hashes
+  std::uint64_t host_busy_ns = 0;      // moe-offload host execution (modeled)
+  double overlap_efficiency = 0;       // max(transfer, compute) / wall
+  std::uint64_t tokens = 0;            // nominal tokens processed (full shape)
+  double tokens_per_s = 0;             // at full shape, see the header comment
+  std::uint64_t units = 0;             // layers / steps / weight passes run
+  std::string unit_name;
+
+  // Memory.
+  std::uint64_t capacity = 0;              // the pool's capacity as it ran
+  std::uint64_t planned_peak_live = 0;     // from a dry run of the same schedule
+  std::uint64_t peak_live_bytes = 0;       // pool peak of requested live bytes
+  std::uint64_t peak_reserved_bytes = 0;   // pool peak of mapped memory
+  double fragmentation_ratio = 0;          // peak reserved / peak live
+  double pressure = 0;                     // peak live / capacity
+  std::uint64_t ooms = 0;                  // out_of_memory answers the pool gave
+  std::uint64_t ooms_survived = 0;         // failed fits a reclaim turned into success
+  std::uint64_t reclaims = 0;
+  std::uint64_t prefetch_skipped = 0;      // weight prefetches skipped for lack of memory
+
+  // Integrity (the transfer engine's counters) and the fault that was injected.
+  IntegrityCounters integrity;
+  std::uint64_t swallowed_copies = 0;      // sim: copies the pinned-noop fault swallowed
+  std::uint64_t illegal_accesses = 0;      // sim: device ops on unmapped memory (must be 0)
+
+  // Cache (moe-offload).
+  bool has_cache = false;
+  CacheStats cache;
+  std::uint32_t cache_slots = 0;
+  std::uint64_t host_executed = 0;         // experts run on the host
+
+  // Verdict.
+  bool matched = false;
+  std::string expected_digest, actual_digest;  // hex of the digest's content hash
+  std::string error;                           // why the run stopped early, if it did
+};
+
+// Runs one workload. Errors (nothing ran): invalid_argument (bad option, unknown
+// profile, a weights file that is malformed or lacks a tensor of the expected
+// dtype and shape), unsupported (backend not available here), backend_error
+// (the backend, pool or engine could not be set up). An error while running
+// (out_of_memory, transfer_corrupt, ...) is not returned: the report says
+// matched = false and carries it in `error`.
+Result<WorkloadReport> run_workload(WorkloadKind kind, const WorkloadOptions& options);
+
+// Writes the synthetic bank that `options` (scale, seed) would generate to a
+// safetensors file, so that `--weights FILE` reproduces a synthetic run.
+// Errors: invalid_argument (bad scale, unwritable path).
+Result<void> write_workload_weights(WorkloadKind kind, const WorkloadOptions& options,
+                                    const std::string& path);
+
+std::string workload_report_json(const WorkloadReport& report);
+std::string workload_report_summary(const WorkloadReport& report);
+
+}  // namespace ferry

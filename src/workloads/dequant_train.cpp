@@ -1,0 +1,377 @@
+// dequant-train (report 003, second account): a QLoRA-style training step over
+// 260 frozen int8 weights (65 blocks of qkv [3h, h], o [h, h], up [4h, h],
+// down [h, 4h], per-row bf16 scales), each uploaded, dequantized to bf16 for one
+// matmul and dropped — in the forward pass and again in the backward pass —
+// with a LoRA adapter (rank 16) per weight resident on the device.
+//
+// Forward, per block (T tokens, hidden h):
+//   y = x . W1 (+LoRA)        attn = attention(y)
+//   o = attn . W2 + x         up = o . W3        act = gelu(up)
+//   x' = act . W4 + o
+// The input of every matmul (x, attn, o, act) is saved for the backward pass —
+// what the LoRA gradients need — which is what builds the pressure: peak live
+// comes at the end of the forward pass. Backward walks the blocks in reverse:
+// for each weight, dequantize again, dx = dy . W, dLoRA = f(dy, saved input),
+// free the saved input; nonlinearity and residual gradients are their own
+// kernels. The digest mixes the final dx with every LoRA gradient.
+//
+// Prefetch on: the next weight's int8 upload runs on the upload stream while the
+// current one is verified, dequantized and used. Off: uploads run on the compute stream.
+#include <algorithm>
+#include <array>
+
+#include "workloads/exec.hpp"
+
+namespace ferry::workloads {
+namespace {
+
+constexpr std::uint64_t kBlocks = 65;
+constexpr std::uint64_t kWeights = kBlocks * 4;
+constexpr std::uint64_t kTokens = 4096;
+constexpr std::array<const char*, 4> kNames = {"qkv", "o", "up", "down"};
+
+class DequantTrain final : public Workload {
+ public:
+  DequantTrain(const WorkloadOptions& options, double s) : options_(options), s_(s) {
+    h_ = scaled(4096, s);
+    tokens_ = scaled(kTokens, s);
+    rank_ = scaled(16, s);
+  }
+
+  std::string shape() const override {
+    return std::to_string(kWeights) + " int8 weights (" + std::to_string(kBlocks) + " blocks), hidden " +
+           std::to_string(h_) + ", " + std::to_string(tokens_) + " tokens, LoRA rank " + std::to_string(rank_) +
+           ", forward + backward";
+  }
+
+  // in/out features of block weight j.
+  std::uint64_t in_of(std::uint64_t j) const { return j == 3 ? 4 * h_ : h_; }
+  std::uint64_t out_of(std::uint64_t j) const { return j == 0 ? 3 * h_ : j == 2 ? 4 * h_ : h_; }
+  std::uint64_t lora_bytes(std::uint64_t j) const { return rank_ * (in_of(j) + out_of(j)) * 2; }
+
+  std::vector<SyntheticTensor> tensors() const override {
+    std::vector<SyntheticTensor> out;
+    for (std::uint64_t b = 0; b < kBlocks; ++b) {
+      for (std::uint64_t j = 0; j < 4; ++j) {
+        const std::string p = "blocks." + std::to_string(b) + "." + kNames[j];
+        out.push_back(tensor(p + ".qweight", DType::i8, {out_of(j), in_of(j)}));
+        out.push_back(tensor(p + ".scales", DType::bf16, {out_of(j)}));
+      }
+    }
+    return out;
+  }
+
+  Result<void> bind(const WeightBank& bank) override {
+    index_.clear();
+    for (const SyntheticTensor& t : tensors()) {
+      Result<std::size_t> i = bank.require(t.name, t.dtype, t.shape);
+      if (!i.ok()) return std::move(i).error();
+      index_.push_back(*i);
+    }
+    return {};
+  }
+
+  std::uint64_t reference(const WeightBank& bank) override {
+    Reference ref;
+    const std::uint64_t T = tokens_, h = h_;
+    std::vector<std::uint64_t> w(kWeights), lora(kWeights), dlora(kWeights), saved(kWeights);
+    for (std::uint64_t i = 0; i < kWeights; ++i) {
+      const std::uint64_t j = i % 4;
+      w[i] = ref.kernel_hash({bank.hash(index_[2 * i]), bank.hash(index_[2 * i + 1])}, in_of(j) * out_of(j) * 2);
+      lora[i] = ref.fill_hash(lora_seed(i), lora_bytes(j));
+    }
+    std::uint64_t x = ref.fill_hash(input_seed(), T * h * 2);
+    for (std::uint64_t b = 0; b < kBlocks; ++b) {
+      const std::uint64_t i = 4 * b;
+      saved[i] = x;
+      const std::uint64_t y = ref.kernel_hash({x, w[i], lora[i]}, T * 3 * h * 2);
+      const std::uint64_t attn = ref.kernel_hash({y}, T * h * 2);
+      saved[i + 1] = attn;
+      const std::uint64_t o = ref.kernel_hash({attn, w[i + 1], lora[i + 1], x}, T * h * 2);
+      saved[i + 2] = o;
+      const std::uint64_t up = ref.kernel_hash({o, w[i + 2], lora[i + 2]}, T * 4 * h * 2);
+      const std::uint64_t act = ref.kernel_hash({up}, T * 4 * h * 2);
+      saved[i + 3] = act;
+      x = ref.kernel_hash({act, w[i + 3], lora[i + 3], o}, T * h * 2);
+    }
+    std::uint64_t dy = ref.kernel_hash({x}, T * h * 2);
+    for (std::uint64_t bb = kBlocks; bb-- > 0;) {
+      const std::uint64_t i = 4 * bb;
+      const std::uint64_t d_act = ref.kernel_hash({dy, w[i + 3], lora[i + 3]}, T * 4 * h * 2);
+      dlora[i + 3] = ref.kernel_hash({dy, saved[i + 3], lora[i + 3]}, lora_bytes(3));
+      const std::uint64_t d_up = ref.kernel_hash({d_act}, T * 4 * h * 2);
+      const std::uint64_t d_o1 = ref.kernel_hash({d_up, w[i + 2], lora[i + 2]}, T * h * 2);
+      dlora[i + 2] = ref.kernel_hash({d_up, saved[i + 2], lora[i + 2]}, lora_bytes(2));
+      const std::uint64_t d_o = ref.kernel_hash({d_o1, dy}, T * h * 2);
+      const std::uint64_t d_attn = ref.kernel_hash({d_o, w[i + 1], lora[i + 1]}, T * h * 2);
+      dlora[i + 1] = ref.kernel_hash({d_o, saved[i + 1], lora[i + 1]}, lora_bytes(1));
+      const std::uint64_t d_qkv = ref.kernel_hash({d_attn}, T * 3 * h * 2);
+      const std::uint64_t d_x1 = ref.kernel_hash({d_qkv, w[i], lora[i]}, T * h * 2);
+      dlora[i] = ref.kernel_hash({d_qkv, saved[i], lora[i]}, lora_bytes(0));
+      dy = ref.kernel_hash({d_x1, d_o}, T * h * 2);
+    }
+    std::vector<std::uint64_t> digest{dy};
+    digest.insert(digest.end(), dlora.begin(), dlora.end());
+    return Reference::mix(digest);
+  }
+
+  Result<std::vector<std::byte>> execute(Exec& ex, const WeightBank& bank) override {
+    const std::uint64_t T = tokens_, h = h_;
+    up_stream_ = options_.prefetch ? kUpload : kCompute;
+    passes_.clear();
+    for (std::uint64_t i = 0; i < kWeights; ++i) passes_.push_back(i);
+    for (std::uint64_t i = kWeights; i-- > 0;) passes_.push_back(i);
+    staged_.clear();
+    staged_.resize(passes_.size());
+    next_pass_ = 0;
+
+    std::vector<DeviceHandle> lora(kWeights), dlora(kWeights), saved(kWeights);
+    for (std::uint64_t i = 0; i < kWeights; ++i) {
+      Result<DeviceHandle> l = ex.alloc(lora_bytes(i % 4), kCompute);
+      if (!l.ok()) return std::move(l).error();
+      lora[i] = *l;
+      FERRY_TRY(ex.fill(kCompute, lora[i], lora_seed(i)));
+    }
+    DeviceHandle x{};
+    FERRY_TRY(alloc_to(ex, T * h * 2, x));
+    FERRY_TRY(ex.fill(kCompute, x, input_seed()));
+
+    // --- forward
+    for (std::uint64_t b = 0; b < kBlocks; ++b) {
+      const std::uint64_t i = 4 * b;
+      DeviceHandle w{}, y{}, attn{}, o{}, up{}, act{}, next{};
+      FERRY_TRY(dequantized(ex, bank, w));
+      FERRY_TRY(alloc_to(ex, T * 3 * h * 2, y));
+      FERRY_TRY(ex.kernel(kCompute, {{x}, {w}, {lora[i]}}, y, mm_flops(0), mm_bytes(0)));
+      FERRY_TRY(ex.free(w));
+      saved[i] = x;
+      FERRY_TRY(alloc_to(ex, T * h * 2, attn));
+      FERRY_TRY(ex.kernel(kCompute, {{y}}, attn, attn_flops(), (T * 3 * h + T * h) * 2));
+      FERRY_TRY(ex.free(y));
+      ex.progress("forward", i + 1, kWeights);
+
+      FERRY_TRY(dequantized(ex, bank, w));
+      FERRY_TRY(alloc_to(ex, T * h * 2, o));
+      FERRY_TRY(ex.kernel(kCompute, {{attn}, {w}, {lora[i + 1]}, {x}}, o, mm_flops(1), mm_bytes(1) + T * h * 2));
+      FERRY_TRY(ex.free(w));
+      saved[i + 1] = attn;
+      ex.progress("forward", i + 2, kWeights);
+
+      FERRY_TRY(dequantized(ex, bank, w));
+      FERRY_TRY(alloc_to(ex, T * 4 * h * 2, up));
+      FERRY_TRY(ex.kernel(kCompute, {{o}, {w}, {lora[i + 2]}}, up, mm_flops(2), mm_bytes(2)));
+      FERRY_TRY(ex.free(w));
+      saved[i + 2] = o;
+      FERRY_TRY(alloc_to(ex, T * 4 * h * 2, act));
+      FERRY_TRY(ex.kernel(kCompute, {{up}}, act, 0, 2 * T * 4 * h * 2));
+      FERRY_TRY(ex.free(up));
+      ex.progress("forward", i + 3, kWeights);
+
+      FERRY_TRY(dequantized(ex, bank, w));
+      FERRY_TRY(alloc_to(ex, T * h * 2, next));
+      FERRY_TRY(ex.kernel(kCompute, {{act}, {w}, {lora[i + 3]}, {o}}, next, mm_flops(3), mm_bytes(3) + T * h * 2));
+      FERRY_TRY(ex.free(w));
+      saved[i + 3] = act;
+      x = next;
+      ex.progress("forward", i + 4, kWeights);
+    }
+    DeviceHandle dy{};
+    FERRY_TRY(alloc_to(ex, T * h * 2, dy));
+    FERRY_TRY(ex.kernel(kCompute, {{x}}, dy, 0, 2 * T * h * 2));  // loss gradient
+    FERRY_TRY(ex.free(x));
+
+    // --- backward
+    for (std::uint64_t bb = kBlocks; bb-- > 0;) {
+      const std::uint64_t i = 4 * bb;
+      DeviceHandle w{}, d_act{}, d_up{}, d_o1{}, d_o{}, d_attn{}, d_qkv{}, d_x1{}, next{};
+      FERRY_TRY(dequantized(ex, bank, w));
+      FERRY_TRY(alloc_to(ex, T * 4 * h * 2, d_act));
+      FERRY_TRY(ex.kernel(kCompute, {{dy}, {w}, {lora[i + 3]}}, d_act, dx_flops(3), mm_bytes(3)));
+      FERRY_TRY(lora_grad(ex, dy, saved[i + 3], lora[i + 3], 3, dlora[i + 3]));
+      FERRY_TRY(ex.free(w));
+      FERRY_TRY(alloc_to(ex, T * 4 * h * 2, d_up));
+      FERRY_TRY(ex.kernel(kCompute, {{d_act}}, d_up, 0, 2 * T * 4 * h * 2));
+      FERRY_TRY(ex.free(d_act));
+      ex.progress("backward", kWeights - i - 3, kWeights);
+
+      FERRY_TRY(dequantized(ex, bank, w));
+      FERRY_TRY(alloc_to(ex, T * h * 2, d_o1));
+      FERRY_TRY(ex.kernel(kCompute, {{d_up}, {w}, {lora[i + 2]}}, d_o1, dx_flops(2), mm_bytes(2)));
+      FERRY_TRY(lora_grad(ex, d_up, saved[i + 2], lora[i + 2], 2, dlora[i + 2]));
+      FERRY_TRY(ex.free(w));
+      FERRY_TRY(ex.free(d_up));
+      FERRY_TRY(alloc_to(ex, T * h * 2, d_o));
+      FERRY_TRY(ex.kernel(kCompute, {{d_o1}, {dy}}, d_o, 0, 3 * T * h * 2));
+      FERRY_TRY(ex.free(d_o1));
+      FERRY_TRY(ex.free(dy));
+      ex.progress("backward", kWeights - i - 2, kWeights);
+
+      FERRY_TRY(dequantized(ex, bank, w));
+      FERRY_TRY(alloc_to(ex, T * h * 2, d_attn));
+      FERRY_TRY(ex.kernel(kCompute, {{d_o}, {w}, {lora[i + 1]}}, d_attn, dx_flops(1), mm_bytes(1)));
+      FERRY_TRY(lora_grad(ex, d_o, saved[i + 1], lora[i + 1], 1, dlora[i + 1]));
+      FERRY_TRY(ex.free(w));
+      FERRY_TRY(alloc_to(ex, T * 3 * h * 2, d_qkv));
+      FERRY_TRY(ex.kernel(kCompute, {{d_attn}}, d_qkv, 2 * attn_flops(), (T * h + T * 3 * h) * 2));
+      FERRY_TRY(ex.free(d_attn));
+      ex.progress("backward", kWeights - i - 1, kWeights);
+
+      FERRY_TRY(dequantized(ex, bank, w));
+      FERRY_TRY(alloc_to(ex, T * h * 2, d_x1));
+      FERRY_TRY(ex.kernel(kCompute, {{d_qkv}, {w}, {lora[i]}}, d_x1, dx_flops(0), mm_bytes(0)));
+      FERRY_TRY(lora_grad(ex, d_qkv, saved[i], lora[i], 0, dlora[i]));
+      FERRY_TRY(ex.free(w));
+      FERRY_TRY(ex.free(d_qkv));
+      FERRY_TRY(alloc_to(ex, T * h * 2, next));
+      FERRY_TRY(ex.kernel(kCompute, {{d_x1}, {d_o}}, next, 0, 3 * T * h * 2));
+      FERRY_TRY(ex.free(d_x1));
+      FERRY_TRY(ex.free(d_o));
+      dy = next;
+      ex.progress("backward", kWeights - i, kWeights);
+    }
+
+    DeviceHandle digest{};
+    FERRY_TRY(alloc_to(ex, kDigestBytes, digest));
+    std::vector<DeviceSlice> in{{dy}};
+    std::uint64_t grad_bytes = 0;
+    for (std::uint64_t i = 0; i < kWeights; ++i) {
+      in.push_back({dlora[i]});
+      grad_bytes += lora_bytes(i % 4);
+    }
+    FERRY_TRY(ex.kernel(kCompute, in, digest, 0, T * h * 2 + grad_bytes + kDigestBytes));
+    FERRY_TRY(ex.free(dy));
+    for (std::uint64_t i = 0; i < kWeights; ++i) {
+      FERRY_TRY(ex.free(dlora[i]));
+      FERRY_TRY(ex.free(lora[i]));
+    }
+    Result<std::vector<std::byte>> bytes = ex.download(kCompute, digest);
+    FERRY_TRY(ex.free(digest));
+    return bytes;
+  }
+
+  std::uint64_t nominal_tokens() const override { return kTokens; }
+  std::uint64_t units() const override { return 2 * kWeights; }
+  std::string unit_name() const override { return "weight passes"; }
+
+ private:
+  struct Staged {
+    DeviceHandle buf{};
+    Exec::Upload upload;
+    bool begun = false;
+  };
+
+  SyntheticTensor tensor(std::string name, DType dtype, std::vector<std::uint64_t> shape) const {
+    const std::uint64_t seed = splitmix64(options_.seed ^ fnv1a(name));
+    return SyntheticTensor{std::move(name), dtype, std::move(shape), seed};
+  }
+  std::uint64_t input_seed() const { return splitmix64(options_.seed ^ fnv1a("dequant-train.input")); }
+  std::uint64_t lora_seed(std::uint64_t i) const {
+    return splitmix64(options_.seed ^ fnv1a("dequant-train.lora") ^ (i * 0x9e3779b97f4a7c15ull));
+  }
+
+  // Charged at the nominal token count (see workload.hpp): / s.
+  double mm_flops(std::uint64_t j) const {
+    const double T = static_cast<double>(tokens_), in = static_cast<double>(in_of(j)),
+                 out = static_cast<double>(out_of(j)), r = static_cast<double>(rank_);
+    return (2 * T * in * out + 2 * T * r * (in + out)) / s_;
+  }
+  double dx_flops(std::uint64_t j) const { return mm_flops(j); }
+  double attn_flops() const {
+    const double T = static_cast<double>(tokens_);
+    return 2 * T * T * static_cast<double>(h_) / s_;
+  }
+  std::uint64_t mm_bytes(std::uint64_t j) const {
+    return (tokens_ * in_of(j) + in_of(j) * out_of(j) + tokens_ * out_of(j)) * 2 + lora_bytes(j);
+  }
+
+  Result<void> alloc_to(Exec& ex, std::uint64_t bytes, DeviceHandle& out) {
+    Result<DeviceHandle> h = ex.alloc(bytes, kCompute);
+    if (!h.ok()) return std::move(h).error();
+    out = *h;
+    return {};
+  }
+
+  Result<void> lora_grad(Exec& ex, DeviceHandle dy, DeviceHandle& saved_input, DeviceHandle lora,
+                         std::uint64_t j, DeviceHandle& grad) {
+    FERRY_TRY(alloc_to(ex, lora_bytes(j), grad));
+    const double T = static_cast<double>(tokens_), r = static_cast<double>(rank_);
+    const double flops = 4 * T * r * static_cast<double>(in_of(j) + out_of(j)) / s_;
+    FERRY_TRY(ex.kernel(kCompute, {{dy}, {saved_input}, {lora}}, grad, flops,
+                        tokens_ * (in_of(j) + out_of(j)) * 2 + 2 * lora_bytes(j)));
+    FERRY_TRY(ex.free(saved_input));  // the saved activation's last use
+    saved_input = {};
+    return {};
+  }
+
+  // Starts the upload of pass k's int8 weight and scales into one buffer.
+  // Returns false when a prefetch found no device memory.
+  Result<bool> begin(Exec& ex, const WeightBank& bank, std::size_t k, bool is_prefetch) {
+    const std::uint64_t i = passes_[k];
+    const TensorInfo& q = bank.tensors()[index_[2 * i]];
+    const TensorInfo& sc = bank.tensors()[index_[2 * i + 1]];
+    const std::uint64_t soff = (q.bytes + 255) / 256 * 256;
+    Result<DeviceHandle> buf = ex.alloc(soff + sc.bytes, up_stream_);
+    if (!buf.ok()) {
+      if (is_prefetch && buf.error().code == ErrorCode::out_of_memory) return false;
+      return std::move(buf).error();
+    }
+    TransferPlan plan;
+    plan.add(bank.bytes(index_[2 * i]).data(), *buf, 0, q.bytes);
+    plan.add(bank.bytes(index_[2 * i + 1]).data(), *buf, soff, sc.bytes);
+    Result<Exec::Upload> u = ex.begin_upload(up_stream_, plan);
+    if (!u.ok()) return std::move(u).error();
+    staged_[k].buf = *buf;
+    staged_[k].upload = std::move(*u);
+    staged_[k].begun = true;
+    return true;
+  }
+
+  // The next pass's weight, uploaded (prefetching the one after) and
+  // dequantized into a fresh bf16 buffer; the int8 buffer is dropped.
+  Result<void> dequantized(Exec& ex, const WeightBank& bank, DeviceHandle& out) {
+    const std::size_t k = next_pass_++;
+    const std::uint64_t i = passes_[k], j = i % 4;
+    if (!staged_[k].begun) {
+      Result<bool> b = begin(ex, bank, k, false);
+      if (!b.ok()) return std::move(b).error();
+    }
+    // The next upload starts before this one is finished: under verify, finish
+    // waits for a device hash that queues behind kernels, and the host link
+    // would sit idle meanwhile.
+    if (options_.prefetch && k + 1 < passes_.size()) {
+      Result<bool> b = begin(ex, bank, k + 1, true);
+      if (!b.ok()) return std::move(b).error();
+      if (!*b) ++prefetch_skipped;
+    }
+    Result<StreamPoint> done = ex.finish(std::move(staged_[k].upload));
+    if (!done.ok()) return std::move(done).error();
+    FERRY_TRY(ex.after(kCompute, *done));
+    const TensorInfo& q = bank.tensors()[index_[2 * i]];
+    const TensorInfo& sc = bank.tensors()[index_[2 * i + 1]];
+    const std::uint64_t soff = (q.bytes + 255) / 256 * 256;
+    const std::uint64_t w_bytes = in_of(j) * out_of(j) * 2;
+    FERRY_TRY(alloc_to(ex, w_bytes, out));
+    const DeviceHandle buf = staged_[k].buf;
+    FERRY_TRY(ex.kernel(kCompute, {{buf, 0, q.bytes}, {buf, soff, sc.bytes}}, out, 0, q.bytes + sc.bytes + w_bytes));
+    FERRY_TRY(ex.free(buf));
+    staged_[k].buf = {};
+    return {};
+  }
+
+  const WorkloadOptions& options_;
+  double s_;
+  std::uint64_t h_, tokens_, rank_;
+  std::vector<std::size_t> index_;  // weight i: qweight at 2i, scales at 2i+1
+  StreamId up_stream_ = kUpload;
+  std::vector<std::uint64_t> passes_;  // weight index per pass: forward, then backward
+  std::vector<Staged> staged_;
+  std::size_t next_pass_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<Workload> make_dequant_train(const WorkloadOptions& options, double scale) {
+  return std::make_unique<DequantTrain>(options, scale);
+}
+
+}  // namespace ferry::workloads

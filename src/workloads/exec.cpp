@@ -1,0 +1,378 @@
+#include "workloads/exec.hpp"
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+
+#include "ferry/cuda_backend.hpp"
+
+namespace ferry::workloads {
+
+std::uint64_t scaled(std::uint64_t full, double s) {
+  const double v = std::round(static_cast<double>(full) * s / 8.0) * 8.0;
+  return std::max<std::uint64_t>(8, static_cast<std::uint64_t>(v));
+}
+
+std::uint64_t fnv1a(std::string_view text) {
+  std::uint64_t h = 0xcbf29ce484222325ull;
+  for (char c : text) {
+    h ^= static_cast<unsigned char>(c);
+    h *= 0x100000001b3ull;
+  }
+  return h;
+}
+
+// --- BusyMeter ---------------------------------------------------------------------
+
+BusyMeter::BusyMeter(Backend& inner, DeviceProfile profile) : inner_(inner), profile_(std::move(profile)) {}
+
+double BusyMeter::copy_ns(const std::byte* host, std::uint64_t bytes) const {
+  bool pinned = false;
+  if (bytes > 0) {
+    const auto p = reinterpret_cast<std::uintptr_t>(host);
+    auto it = pinned_.upper_bound(p);
+    if (it != pinned_.begin()) {
+      --it;
+      pinned = p - it->first <= it->second && bytes <= it->second - (p - it->first);
+    }
+  }
+  const double bw = pinned ? profile_.h2d_bytes_per_s : profile_.pageable_bytes_per_s;
+  return bw > 0 ? static_cast<double>(bytes) / bw * 1e9 : 0;
+}
+
+double BusyMeter::duration_ns(const Op& op) const {
+  const double link = profile_.link_latency_ns;
+  const double kernel = profile_.kernel_latency_ns;
+  const auto mem = [&](std::uint64_t bytes) {
+    return profile_.mem_bytes_per_s > 0 ? static_cast<double>(bytes) / profile_.mem_bytes_per_s * 1e9 : 0;
+  };
+  if (const auto* f = std::get_if<FillOp>(&op)) return kernel + mem(f->dst.bytes);
+  if (const auto* c = std::get_if<CopyToDeviceOp>(&op)) return link + copy_ns(c->src, c->dst.bytes);
+  if (const auto* c = std::get_if<CopyToHostOp>(&op)) return link + copy_ns(c->dst, c->src.bytes);
+  if (const auto* c = std::get_if<CopyOnDeviceOp>(&op)) return kernel + 2 * mem(c->dst.bytes);
+  if (const auto* b = std::get_if<BatchCopyToDeviceOp>(&op)) {
+    double ns = link;
+    for (const CopyToDeviceOp& c : b->copies) ns += copy_ns(c.src, c.dst.bytes);
+    return ns;
+  }
+  if (const auto* c = std::get_if<ComputeOp>(&op)) {
+    if (c->flops == 0 && c->mem_bytes == 0) {
+      std::uint64_t touched = c->output.bytes;
+      for (const DeviceRange& in : c->inputs) touched += in.bytes;
+      return kernel + mem(touched);
+    }
+    const double math = profile_.flops_per_s > 0 ? c->flops / profile_.flops_per_s * 1e9 : 0;
+    return kernel + std::max(math, mem(c->mem_bytes));
+  }
+  if (const auto* h = std::get_if<HashOp>(&op)) return kernel + mem(h->src.bytes);
+  return 0;
+}
+
+Result<Ticket> BusyMeter::enqueue(StreamId stream, Op op) {
+  double ns;
+  bool copy;
+  {
+    std::lock_guard lock(mu_);
+    ns = std::ceil(duration_ns(op));
+    copy = std::holds_alternative<CopyToDeviceOp>(op) || std::holds_alternative<CopyToHostOp>(op) ||
+           std::holds_alternative<BatchCopyToDeviceOp>(op);
+  }
+  Result<Ticket> t = inner_.enqueue(stream, std::move(op));
+  if (t.ok()) {
+    std::lock_guard lock(mu_);
+    (copy ? transfer_ns_ : compute_ns_) += ns;
+  }
+  return t;
+}
+
+Result<std::byte*> BusyMeter::allocate_pinned(std::uint64_t bytes) {
+  Result<std::byte*> p = inner_.allocate_pinned(bytes);
+  if (p.ok()) {
+    std::lock_guard lock(mu_);
+    pinned_[reinterpret_cast<std::uintptr_t>(*p)] = bytes;
+  }
+  return p;
+}
+
+Result<void> BusyMeter::free_pinned(std::byte* ptr) {
+  Result<void> r = inner_.free_pinned(ptr);
+  if (r.ok()) {
+    std::lock_guard lock(mu_);
+    pinned_.erase(reinterpret_cast<std::uintptr_t>(ptr));
+  }
+  return r;
+}
+
+Result<void> BusyMeter::register_host(std::byte* ptr, std::uint64_t bytes) {
+  Result<void> r = inner_.register_host(ptr, bytes);
+  if (r.ok()) {
+    std::lock_guard lock(mu_);
+    pinned_[reinterpret_cast<std::uintptr_t>(ptr)] = bytes;
+  }
+  return r;
+}
+
+Result<void> BusyMeter::unregister_host(std::byte* ptr) {
+  Result<void> r = inner_.unregister_host(ptr);
+  if (r.ok()) {
+    std::lock_guard lock(mu_);
+    pinned_.erase(reinterpret_cast<std::uintptr_t>(ptr));
+  }
+  return r;
+}
+
+void BusyMeter::reset() {
+  std::lock_guard lock(mu_);
+  transfer_ns_ = compute_ns_ = 0;
+}
+
+std::uint64_t BusyMeter::transfer_ns() const {
+  std::lock_guard lock(mu_);
+  return static_cast<std::uint64_t>(transfer_ns_);
+}
+
+std::uint64_t BusyMeter::compute_ns() const {
+  std::lock_guard lock(mu_);
+  return static_cast<std::uint64_t>(compute_ns_);
+}
+
+// --- Env ---------------------------------------------------------------------------
+
+Env::~Env() {
+  // Users of the engine go first; then the objects in reverse order of making.
+  engine.reset();
+  arena.reset();
+  pool.reset();
+  order.reset();
+  meter.reset();
+  owned.reset();
+}
+
+DeviceProfile scaled_profile(DeviceProfile profile, double s) {
+  const double s2 = s * s;
+  profile.link_latency_ns *= s2;
+  profile.kernel_latency_ns *= s2;
+  const auto g = static_cast<std::uint64_t>(static_cast<double>(profile.granularity) * s2);
+  profile.granularity = std::max<std::uint64_t>(4096, std::bit_floor(std::max<std::uint64_t>(g, 1)));
+  return profile;
+}
+
+Result<std::unique_ptr<Env>> make_env(const WorkloadOptions& options, double scale, std::uint64_t capacity,
+                                      std::uint64_t arena_budget) {
+  auto env = std::make_unique<Env>();
+  DeviceProfile profile;
+  if (options.backend == "sim") {
+    auto p = find_profile(options.profile);
+    if (!p) {
+      return make_error(ErrorCode::invalid_argument, "unknown profile \"" + options.profile + "\"");
+    }
+    profile = scaled_profile(*p, scale);
+    auto sim = make_sim_backend({profile, options.seed, options.faults});
+    env->sim = sim.get();
+    env->owned = std::move(sim);
+  } else if (options.backend == "cuda") {
+    auto cuda = make_cuda_backend({});
+    if (!cuda.ok()) {
+      return make_error(ErrorCode::unsupported, "backend cuda is not available: " + cuda.error().message);
+    }
+    env->owned = std::move(cuda).value();
+    // No latencies known: the meter charges bandwidth and rate only.
+    const DeviceInfo& info = env->owned->info();
+    profile.name = info.device;
+    profile.capacity = info.capacity;
+    profile.mem_bytes_per_s = info.mem_bytes_per_s;
+    profile.h2d_bytes_per_s = info.h2d_bytes_per_s;
+    profile.pageable_bytes_per_s = info.h2d_bytes_per_s;
+    profile.flops_per_s = info.flops_per_s;
+  } else {
+    return make_error(ErrorCode::invalid_argument, "unknown backend \"" + options.backend + "\" (sim|cuda)");
+  }
+  env->meter = std::make_unique<BusyMeter>(*env->owned, profile);
+  env->order = std::make_unique<StreamOrder>(*env->meter);
+  PoolOptions pool_options;
+  pool_options.capacity = capacity;
+  if (options.backend == "sim") {
+    const double s2 = scale * scale;
+    pool_options.small_limit =
+        std::max<std::uint64_t>(4096, static_cast<std::uint64_t>(static_cast<double>(pool_options.small_limit) * s2));
+    pool_options.release_threshold =
+        static_cast<std::uint64_t>(static_cast<double>(pool_options.release_threshold) * s2);
+  }
+  env->pool = std::make_unique<DevicePool>(*env->order, pool_options);
+  if (!env->pool->status().ok()) {
+    Error e = env->pool->status().error();
+    e.message = "device pool: " + e.message;
+    return e;
+  }
+  ArenaOptions arena_options;
+  arena_options.budget_bytes = arena_budget;
+  env->arena = std::make_unique<HostArena>(*env->order, arena_options);
+  EngineOptions engine_options;
+  engine_options.policy = options.integrity;
+  engine_options.probe_stream = kCompute;
+  env->engine = std::make_unique<TransferEngine>(*env->pool, *env->arena, engine_options);
+  if (!env->engine->status().ok()) {
+    Error e = env->engine->status().error();
+    e.message = "transfer engine: " + e.message;
+    return e;
+  }
+  return env;
+}
+
+// --- Exec --------------------------------------------------------------------------
+
+Exec::Exec(const WorkloadOptions& options) : options_(options) {}
+Exec::Exec(const WorkloadOptions& options, Env& env) : options_(options), env_(&env) {}
+
+Result<DeviceHandle> Exec::alloc(std::uint64_t bytes, StreamId stream) {
+  if (env_ != nullptr) return env_->pool->allocate(bytes, stream);
+  const DeviceHandle h{UINT32_MAX, dry_next_++, 1};
+  dry_sizes_[h.slot] = bytes;
+  dry_live_ += bytes;
+  dry_peak_ = std::max(dry_peak_, dry_live_);
+  return h;
+}
+
+Result<void> Exec::free(DeviceHandle handle) {
+  if (env_ != nullptr) return env_->pool->free(handle);
+  auto it = dry_sizes_.find(handle.slot);
+  if (it == dry_sizes_.end()) return make_error(ErrorCode::stale_handle, "dry run: double free");
+  dry_live_ -= it->second;
+  dry_sizes_.erase(it);
+  return {};
+}
+
+void Exec::dry_hold(std::uint64_t bytes) {
+  if (env_ != nullptr) return;
+  dry_live_ += bytes;
+  dry_peak_ = std::max(dry_peak_, dry_live_);
+}
+
+Result<StreamPoint> Exec::fill(StreamId stream, DeviceHandle dst, std::uint64_t seed) {
+  if (env_ == nullptr) return StreamPoint{stream, 0};
+  Result<Ticket> t = enqueue_fill(*env_->pool, stream, dst, seed);
+  if (!t.ok()) return std::move(t).error();
+  return StreamPoint{stream, *t};
+}
+
+Result<StreamPoint> Exec::kernel(StreamId stream, const std::vector<DeviceSlice>& inputs,
+                                 DeviceHandle output, double flops, std::uint64_t mem_bytes) {
+  if (env_ == nullptr) return StreamPoint{stream, 0};
+  DevicePool& pool = *env_->pool;
+  for (const DeviceSlice& s : inputs) FERRY_TRY(pool.make_ready(s.handle, stream));
+  FERRY_TRY(pool.make_ready(output, stream));
+  Result<Ticket> t = env_->order->submit(stream, [&](Ticket ticket) -> Result<Op> {
+    ComputeOp op;
+    op.flops = flops;
+    op.mem_bytes = mem_bytes;
+    const StreamPoint at{stream, ticket};
+    for (const DeviceSlice& s : inputs) {
+      // The lease is what keeps the block from reuse until this kernel completes (I2).
+      Result<DeviceSpan> span = pool.lease(s.handle, at);
+      if (!span.ok()) return std::move(span).error();
+      const std::uint64_t bytes = s.bytes == 0 ? span->bytes - std::min(s.offset, span->bytes) : s.bytes;
+      if (s.offset > span->bytes || bytes > span->bytes - s.offset || bytes == 0) {
+        return make_error(ErrorCode::invalid_argument,
+                          "kernel input [" + std::to_string(s.offset) + ", +" + std::to_string(bytes) +
+                              ") lies outside its " + std::to_string(span->bytes) + "-byte allocation");
+      }
+      op.inputs.push_back({span->addr + s.offset, bytes});
+    }
+    Result<DeviceSpan> out = pool.lease(output, at);
+    if (!out.ok()) return std::move(out).error();
+    op.output = {out->addr, out->bytes};
+    return Op{std::move(op)};
+  });
+  if (!t.ok()) return std::move(t).error();
+  return StreamPoint{stream, *t};
+}
+
+Result<void> Exec::after(StreamId stream, StreamPoint point) {
+  if (env_ == nullptr) return {};
+  StreamOrder& order = *env_->order;
+  if (point.ticket == 0 || point.stream == stream || order.is_complete(point)) return {};
+  Result<Ticket> t = order.submit(stream, [&](Ticket) -> Result<Op> { return Op{WaitOp{point}}; });
+  if (!t.ok()) return std::move(t).error();
+  return {};
+}
+
+Result<Exec::Upload> Exec::begin_upload(StreamId stream, const TransferPlan& plan) {
+  Upload up;
+  up.stream = stream;
+  if (env_ == nullptr) return up;
+  // The engine leases the destinations on `stream`; order that stream after any
+  // same-stream reuse of them first (I3), as every other enqueue does.
+  for (const TransferRange& r : plan.ranges()) FERRY_TRY(env_->pool->make_ready(r.dst, stream));
+  Result<PendingUpload> p = env_->engine->begin_upload(stream, plan);
+  if (!p.ok()) return std::move(p).error();
+  up.pending = std::move(p).value();
+  return up;
+}
+
+Result<StreamPoint> Exec::finish(Upload&& upload) {
+  if (env_ == nullptr || !upload.pending) return StreamPoint{upload.stream, 0};
+  Result<TransferReceipt> r = env_->engine->finish(std::move(*upload.pending));
+  upload.pending.reset();
+  if (!r.ok()) return std::move(r).error();
+  return r->done;
+}
+
+Result<std::vector<std::byte>> Exec::download(StreamId stream, DeviceHandle src) {
+  if (env_ == nullptr) {
+    auto it = dry_sizes_.find(src.slot);
+    return std::vector<std::byte>(it == dry_sizes_.end() ? 0 : it->second);
+  }
+  Result<DeviceSpan> span = env_->pool->resolve(src);
+  if (!span.ok()) return std::move(span).error();
+  FERRY_TRY(env_->pool->make_ready(src, stream));
+  std::vector<std::byte> out(span->bytes);
+  Result<TransferReceipt> r = env_->engine->download(stream, src, 0, out);
+  if (!r.ok()) return std::move(r).error();
+  return out;
+}
+
+void Exec::host_busy(std::uint64_t ns) {
+  if (env_ == nullptr) return;
+  host_busy_ns_ += ns;
+  if (env_->sim != nullptr) env_->sim->advance(ns);
+}
+
+void Exec::progress(std::string_view phase, std::uint64_t done, std::uint64_t total) const {
+  if (env_ != nullptr && options_.progress) options_.progress(WorkloadProgress{phase, done, total});
+}
+
+// --- Reference ---------------------------------------------------------------------
+
+std::uint64_t Reference::fill_hash(std::uint64_t seed, std::uint64_t bytes) {
+  // In pieces, so a large output never needs a buffer of its size.
+  constexpr std::uint64_t kPiece = std::uint64_t{1} << 20;
+  if (bytes <= kPiece) {
+    buffer_.resize(bytes);
+    fill_pattern(seed, 0, buffer_);
+    return content_hash(buffer_);
+  }
+  auto hasher = std::make_unique<ContentHasher>();
+  buffer_.resize(kPiece);
+  for (std::uint64_t off = 0; off < bytes; off += kPiece) {
+    const std::uint64_t n = std::min(kPiece, bytes - off);
+    fill_pattern(seed, off, {buffer_.data(), n});
+    hasher->update({buffer_.data(), n});
+  }
+  return hasher->finish();
+}
+
+std::uint64_t Reference::mix(const std::vector<std::uint64_t>& inputs) {
+  std::uint64_t acc = kMixStart;
+  for (std::size_t k = 0; k < inputs.size(); ++k) acc = mix_step(acc, k, inputs[k]);
+  return acc;
+}
+
+std::uint64_t Reference::kernel_hash(const std::vector<std::uint64_t>& inputs, std::uint64_t bytes) {
+  return fill_hash(mix(inputs), bytes);
+}
+
+std::uint64_t Reference::kernel_hash(std::initializer_list<std::uint64_t> inputs, std::uint64_t bytes) {
+  return kernel_hash(std::vector<std::uint64_t>(inputs), bytes);
+}
+
+}  // namespace ferry::workloads

@@ -1,0 +1,229 @@
+// Internal to the workloads: the device facade every workload runs against, the
+// busy-time meter, and the host reference helpers.
+//
+// A workload's device schedule is written once, against Exec. Exec runs it for
+// real (pool, engine, streams) or "dry": handles are fake, nothing is enqueued,
+// and only the live bytes are counted. The dry run gives the exact peak live
+// bytes of the schedule before the pool exists, so the pool can be sized for a
+// target pressure.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "ferry/backend.hpp"
+#include "ferry/content.hpp"
+#include "ferry/device_pool.hpp"
+#include "ferry/device_profile.hpp"
+#include "ferry/host_arena.hpp"
+#include "ferry/offload_cache.hpp"
+#include "ferry/sim_backend.hpp"
+#include "ferry/stream_order.hpp"
+#include "ferry/transfer_engine.hpp"
+#include "ferry/workload.hpp"
+
+namespace ferry::workloads {
+
+// Streams every workload uses. Every host->device upload of weights runs on
+// kUpload: the host link is one resource, whatever number of copy engines the
+// device has.
+inline constexpr StreamId kCompute = 0;
+inline constexpr StreamId kUpload = 1;
+inline constexpr StreamId kPrefetch = 2;
+inline constexpr StreamId kHostIo = 3;  // moe host execution: activations out, results in
+
+inline constexpr std::uint64_t kDigestBytes = 256;
+
+// A width scaled by s, rounded to a multiple of 8, at least 8.
+std::uint64_t scaled(std::uint64_t full, double s);
+std::uint64_t fnv1a(std::string_view text);
+
+// --- Busy time ---------------------------------------------------------------
+
+// A Backend adaptor that forwards everything and adds each enqueued operation's
+// modeled duration to its engine's busy time (the sim's formula, see
+// workload.hpp). It tracks pinned and registered host ranges itself, since copy
+// bandwidth depends on them.
+class BusyMeter final : public Backend {
+ public:
+  BusyMeter(Backend& inner, DeviceProfile profile);
+  const DeviceInfo& info() const noexcept override { return inner_.info(); }
+  Result<std::uint64_t> reserve_address(std::uint64_t bytes) override { return inner_.reserve_address(bytes); }
+  Result<void> release_address(std::uint64_t base, std::uint64_t bytes) override {
+    return inner_.release_address(base, bytes);
+  }
+  Result<void> map(std::uint64_t addr, std::uint64_t bytes) override { return inner_.map(addr, bytes); }
+  Result<void> unmap(std::uint64_t addr, std::uint64_t bytes) override { return inner_.unmap(addr, bytes); }
+  std::uint64_t mapped_bytes() const override { return inner_.mapped_bytes(); }
+  Result<Ticket> enqueue(StreamId stream, Op op) override;
+  Ticket submitted(StreamId stream) const override { return inner_.submitted(stream); }
+  Ticket completed(StreamId stream) override { return inner_.completed(stream); }
+  void set_hold(StreamId stream, bool hold) override { inner_.set_hold(stream, hold); }
+  bool held(StreamId stream) const override { return inner_.held(stream); }
+  Result<void> flush(StreamId stream) override { return inner_.flush(stream); }
+  Result<void> flush_all() override { return inner_.flush_all(); }
+  Result<void> wait(StreamPoint point, std::chrono::nanoseconds timeout) override {
+    return inner_.wait(point, timeout);
+  }
+  Result<void> synchronize() override { return inner_.synchronize(); }
+  Result<std::byte*> allocate_pinned(std::uint64_t bytes) override;
+  Result<void> free_pinned(std::byte* ptr) override;
+  Result<void> register_host(std::byte* ptr, std::uint64_t bytes) override;
+  Result<void> unregister_host(std::byte* ptr) override;
+  HostMemoryStats host_stats() const override { return inner_.host_stats(); }
+  std::uint64_t now_ns() const override { return inner_.now_ns(); }
+
+  void reset();
+  std::uint64_t transfer_ns() const;
+  std::uint64_t compute_ns() const;
+
+ private:
+  double copy_ns(const std::byte* host, std::uint64_t bytes) const;
+  double duration_ns(const Op& op) const;
+
+  Backend& inner_;
+  DeviceProfile profile_;
+  mutable std::mutex mu_;
+  std::map<std::uintptr_t, std::uint64_t> pinned_;  // start -> bytes
+  double transfer_ns_ = 0, compute_ns_ = 0;
+};
+
+// --- The run environment -------------------------------------------------------
+
+struct Env {
+  std::unique_ptr<Backend> owned;  // the real backend
+  SimBackend* sim = nullptr;       // when it is the sim
+  std::unique_ptr<BusyMeter> meter;
+  std::unique_ptr<StreamOrder> order;
+  std::unique_ptr<DevicePool> pool;
+  std::unique_ptr<HostArena> arena;
+  std::unique_ptr<TransferEngine> engine;
+
+  ~Env();
+};
+
+// The sim profile a run at scale `s` models: per-operation latencies and the
+// mapping granularity shrink by s^2 like every buffer does, so the timeline and
+// the granule-level layout are the full shape's, shrunk (see workload.hpp).
+DeviceProfile scaled_profile(DeviceProfile profile, double s);
+
+// Builds backend, meter, order, pool (of `capacity`), arena and engine. On sim
+// the profile is scaled_profile(options.profile, scale), and the pool's
+// small-block limit and release threshold shrink by scale^2 too.
+// Errors: invalid_argument (profile), unsupported (backend), backend_error.
+Result<std::unique_ptr<Env>> make_env(const WorkloadOptions& options, double scale, std::uint64_t capacity,
+                                      std::uint64_t arena_budget);
+
+// --- The device facade -------------------------------------------------------------
+
+class Exec {
+ public:
+  // Dry: counts live bytes only.
+  explicit Exec(const WorkloadOptions& options);
+  // Live: runs on env.
+  Exec(const WorkloadOptions& options, Env& env);
+
+  bool dry() const noexcept { return env_ == nullptr; }
+  Env& env() { return *env_; }
+  const WorkloadOptions& options() const noexcept { return options_; }
+
+  Result<DeviceHandle> alloc(std::uint64_t bytes, StreamId stream);
+  Result<void> free(DeviceHandle handle);
+  // Dry only: bytes that stay live for the rest of the schedule (cache slots).
+  void dry_hold(std::uint64_t bytes);
+
+  Result<StreamPoint> fill(StreamId stream, DeviceHandle dst, std::uint64_t seed);
+  // A kernel: output = mix_kernel(inputs). A slice of 0 bytes means the whole
+  // allocation. `flops` and `mem_bytes` are the modeled cost.
+  // Returns the kernel's point (dry: ticket 0).
+  Result<StreamPoint> kernel(StreamId stream, const std::vector<DeviceSlice>& inputs, DeviceHandle output,
+                             double flops, std::uint64_t mem_bytes);
+  // Makes `stream` wait for `point` (another stream's work) unless done.
+  Result<void> after(StreamId stream, StreamPoint point);
+
+  struct Upload {
+    std::optional<PendingUpload> pending;
+    StreamId stream = 0;
+  };
+  Result<Upload> begin_upload(StreamId stream, const TransferPlan& plan);
+  // Returns the point after which the copies are complete (and verified under verify).
+  Result<StreamPoint> finish(Upload&& upload);
+
+  // Copies the whole allocation back (after `stream`'s work so far; the caller
+  // orders it after other streams' writers with after()). Dry: zeros.
+  Result<std::vector<std::byte>> download(StreamId stream, DeviceHandle src);
+
+  // Host work that takes `ns` (moe host execution): advances the sim's clock.
+  void host_busy(std::uint64_t ns);
+  std::uint64_t host_busy_ns() const noexcept { return host_busy_ns_; }
+
+  void progress(std::string_view phase, std::uint64_t done, std::uint64_t total) const;
+
+  std::uint64_t dry_peak() const noexcept { return dry_peak_; }
+
+ private:
+  const WorkloadOptions& options_;
+  Env* env_ = nullptr;
+  std::unordered_map<std::uint32_t, std::uint64_t> dry_sizes_;
+  std::uint32_t dry_next_ = 1;
+  std::uint64_t dry_live_ = 0, dry_peak_ = 0;
+  std::uint64_t host_busy_ns_ = 0;
+};
+
+// --- Host reference ---------------------------------------------------------------
+
+// The reference model's arithmetic: the same definitions the device uses.
+class Reference {
+ public:
+  // content_hash(fill_pattern(seed) of `bytes`).
+  std::uint64_t fill_hash(std::uint64_t seed, std::uint64_t bytes);
+  // The hash a kernel's output of `bytes` gets from inputs with these hashes.
+  std::uint64_t kernel_hash(std::initializer_list<std::uint64_t> inputs, std::uint64_t bytes);
+  std::uint64_t kernel_hash(const std::vector<std::uint64_t>& inputs, std::uint64_t bytes);
+  static std::uint64_t mix(const std::vector<std::uint64_t>& inputs);
+
+ private:
+  std::vector<std::byte> buffer_;
+};
+
+// --- One workload ------------------------------------------------------------------
+
+class Workload {
+ public:
+  virtual ~Workload() = default;
+  virtual std::string shape() const = 0;
+  virtual std::vector<SyntheticTensor> tensors() const = 0;
+  // Resolves the tensors it needs in `bank` (dtype and shape checked).
+  virtual Result<void> bind(const WeightBank& bank) = 0;
+  // The digest's mix seed, computed on the host without the pool.
+  virtual std::uint64_t reference(const WeightBank& bank) = 0;
+  // The device schedule; returns the digest handle's downloaded bytes.
+  virtual Result<std::vector<std::byte>> execute(Exec& exec, const WeightBank& bank) = 0;
+  virtual std::uint64_t nominal_tokens() const = 0;
+  virtual std::uint64_t units() const = 0;
+  virtual std::string unit_name() const = 0;
+  // Filled by execute (live) for workloads with a cache.
+  std::optional<CacheStats> cache_stats;
+  std::uint32_t cache_slots = 0;
+  std::uint64_t host_executed = 0;
+  std::uint64_t prefetch_skipped = 0;
+};
+
+std::unique_ptr<Workload> make_dense_stream(const WorkloadOptions& options, double scale);
+std::unique_ptr<Workload> make_moe_offload(const WorkloadOptions& options, double scale);
+std::unique_ptr<Workload> make_dequant_train(const WorkloadOptions& options, double scale);
+
+// The modeled cost of a matmul [m x k] x [k x n] in bf16.
+struct Cost {
+  double flops = 0;
+  std::uint64_t bytes = 0;
+};
+
+}  // namespace ferry::workloads

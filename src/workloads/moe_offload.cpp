@@ -1,0 +1,343 @@
+// moe-offload (report 000): MoE layers whose experts sit in host banks, with a
+// device expert cache, a skewed routing trace, prefetch of predicted experts, and
+// optionally host execution of misses.
+//
+// Routing trace (seeded, fixed before the run): each layer ranks its experts by
+// a seeded permutation; every token picks top-k distinct experts with Zipf
+// weights 1/(rank+1)^1.1. A pre-gate predicts the next layer's experts (the
+// Pre-gated MoE idea): each true pick is predicted with probability 0.8, else a
+// Zipf draw stands in. Its union is the prefetch hint.
+//
+// Per step (B tokens) and layer:
+//   acquire every selected expert (pinned; a miss is fetched on the upload stream)
+//   prefetch the experts predicted for the next layer (prefetch stream)
+//   y_e = expert_e(x)          one kernel per selected expert, [B, H]
+//   x'  = combine(x, y_e...)   [B, H]
+// and per step digest' = mix(digest, x_final).
+// Host execution (--host-exec): a selected expert that is not resident or in
+// flight is not fetched; x is copied to the host (on its own stream, while the
+// device runs the hits), the host computes y_e with the same definitions
+// (charged on the virtual clock with the host model of WorkloadOptions) and
+// uploads it; the missed expert is handed to the cache as a prefetch, so it is
+// admitted in the background for later steps.
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <set>
+
+#include "workloads/exec.hpp"
+
+namespace ferry::workloads {
+namespace {
+
+constexpr std::uint64_t kLayers = 4;
+constexpr std::uint64_t kExperts = 16;
+constexpr std::uint64_t kTopK = 4;
+constexpr std::uint64_t kTokensPerStep = 4;
+constexpr std::uint64_t kSteps = 64;
+constexpr double kZipf = 1.1;
+constexpr double kPredictAccuracy = 0.8;
+constexpr std::uint32_t kDefaultSlots = 32;
+
+// A counter-based generator: same seed, same trace on every platform.
+class Draws {
+ public:
+  explicit Draws(std::uint64_t seed) : state_(splitmix64(seed ^ 0x5bd1e9955bd1e995ull)) {}
+  std::uint64_t next() { return splitmix64(state_++); }
+  double unit() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }
+
+ private:
+  std::uint64_t state_;
+};
+
+struct Pick {
+  std::uint64_t expert = 0;
+  std::uint64_t tokens = 0;  // tokens of the step routed to it
+};
+
+class MoeOffload final : public Workload {
+ public:
+  MoeOffload(const WorkloadOptions& options, double s) : options_(options) {
+    hidden_ = scaled(1024, s);
+    inter_ = scaled(512, s);
+    make_trace();
+  }
+
+  std::string shape() const override {
+    return std::to_string(kLayers) + " layers x " + std::to_string(kExperts) + " experts, hidden " +
+           std::to_string(hidden_) + ", intermediate " + std::to_string(inter_) + ", top-" +
+           std::to_string(kTopK) + ", " + std::to_string(kTokensPerStep) + " tokens x " +
+           std::to_string(kSteps) + " steps, bf16";
+  }
+
+  std::vector<SyntheticTensor> tensors() const override {
+    std::vector<SyntheticTensor> out;
+    for (std::uint64_t l = 0; l < kLayers; ++l) {
+      for (std::uint64_t e = 0; e < kExperts; ++e) {
+        const std::string p = "model.layers." + std::to_string(l) + ".mlp.experts." + std::to_string(e);
+        out.push_back(tensor(p + ".gate_up_proj.weight", {2 * inter_, hidden_}));
+        out.push_back(tensor(p + ".down_proj.weight", {hidden_, inter_}));
+      }
+    }
+    return out;
+  }
+
+  Result<void> bind(const WeightBank& bank) override {
+    index_.clear();
+    for (const SyntheticTensor& t : tensors()) {
+      Result<std::size_t> i = bank.require(t.name, t.dtype, t.shape);
+      if (!i.ok()) return std::move(i).error();
+      index_.push_back(*i);
+    }
+    return {};
+  }
+
+  std::uint64_t reference(const WeightBank& bank) override {
+    Reference ref;
+    const std::uint64_t xb = kTokensPerStep * hidden_ * 2;
+    std::uint64_t digest = ref.fill_hash(digest_seed(), kDigestBytes);
+    std::uint64_t seed = digest_seed();
+    for (std::uint64_t t = 0; t < kSteps; ++t) {
+      std::uint64_t x = ref.fill_hash(step_seed(t), xb);
+      for (std::uint64_t l = 0; l < kLayers; ++l) {
+        std::vector<std::uint64_t> combine{x};
+        for (const Pick& p : selected_[t][l]) {
+          const std::uint64_t key = l * kExperts + p.expert;
+          combine.push_back(ref.kernel_hash({x, bank.hash(index_[2 * key]), bank.hash(index_[2 * key + 1])}, xb));
+        }
+        x = ref.kernel_hash(combine, xb);
+      }
+      seed = Reference::mix({digest, x});
+      digest = ref.fill_hash(seed, kDigestBytes);
+    }
+    return seed;  // the last digest kernel's: its output is fill_pattern(seed)
+  }
+
+  Result<std::vector<std::byte>> execute(Exec& ex, const WeightBank& bank) override {
+    const std::uint32_t slots = options_.cache_slots != 0 ? options_.cache_slots : kDefaultSlots;
+    cache_slots = slots;
+    const std::uint64_t gu_bytes = 2 * inter_ * hidden_ * 2, down_bytes = hidden_ * inter_ * 2;
+    const std::uint64_t entry_bytes = (gu_bytes + 255) / 256 * 256 + down_bytes;
+    std::unique_ptr<OffloadCache> cache;
+    if (ex.dry()) {
+      ex.dry_hold(static_cast<std::uint64_t>(slots) * entry_bytes);
+    } else {
+      CacheOptions co;
+      co.slots = slots;
+      co.policy = options_.policy;
+      co.upload_stream = kUpload;
+      co.prefetch_stream = kUpload;  // one host link: prefetches queue with demand fetches
+      cache = std::make_unique<OffloadCache>(ex.env().engine.operator*(), co);
+      FERRY_TRY(cache->status());
+      for (CacheKey key = 0; key < kLayers * kExperts; ++key) {
+        FERRY_TRY(cache->define(key, {bank.bytes(index_[2 * key]), bank.bytes(index_[2 * key + 1])}));
+      }
+      if (options_.policy == EvictionPolicy::optimal) cache->set_access_plan(access_plan());
+    }
+    Result<std::vector<std::byte>> out = run(ex, bank, cache.get());
+    if (cache) cache_stats = cache->stats();
+    return out;
+  }
+
+  std::uint64_t nominal_tokens() const override { return kTokensPerStep * kSteps; }
+  std::uint64_t units() const override { return kSteps; }
+  std::string unit_name() const override { return "steps"; }
+
+ private:
+  SyntheticTensor tensor(std::string name, std::vector<std::uint64_t> shape) const {
+    const std::uint64_t seed = splitmix64(options_.seed ^ fnv1a(name));
+    return SyntheticTensor{std::move(name), DType::bf16, std::move(shape), seed};
+  }
+  std::uint64_t step_seed(std::uint64_t t) const {
+    return splitmix64(options_.seed ^ fnv1a("moe-offload.input") ^ (t * 0x9e3779b97f4a7c15ull));
+  }
+  std::uint64_t digest_seed() const { return splitmix64(options_.seed ^ fnv1a("moe-offload.digest")); }
+
+  void make_trace() {
+    Draws d(options_.seed);
+    std::vector<double> cdf(kExperts);
+    double sum = 0;
+    for (std::uint64_t r = 0; r < kExperts; ++r) cdf[r] = sum += 1.0 / std::pow(double(r + 1), kZipf);
+    std::vector<std::vector<std::uint64_t>> rank_to_expert(kLayers);
+    for (auto& perm : rank_to_expert) {
+      perm.resize(kExperts);
+      for (std::uint64_t e = 0; e < kExperts; ++e) perm[e] = e;
+      for (std::uint64_t i = kExperts - 1; i > 0; --i) std::swap(perm[i], perm[d.next() % (i + 1)]);
+    }
+    const auto zipf = [&](std::uint64_t l) {
+      const double u = d.unit() * sum;
+      const auto r = static_cast<std::uint64_t>(std::lower_bound(cdf.begin(), cdf.end(), u) - cdf.begin());
+      return rank_to_expert[l][std::min(r, kExperts - 1)];
+    };
+    selected_.assign(kSteps, std::vector<std::vector<Pick>>(kLayers));
+    predicted_.assign(kSteps, std::vector<std::vector<std::uint64_t>>(kLayers));
+    for (std::uint64_t t = 0; t < kSteps; ++t) {
+      for (std::uint64_t l = 0; l < kLayers; ++l) {
+        std::map<std::uint64_t, std::uint64_t> tokens;
+        std::set<std::uint64_t> guess;
+        for (std::uint64_t b = 0; b < kTokensPerStep; ++b) {
+          std::set<std::uint64_t> picks;
+          while (picks.size() < kTopK) picks.insert(zipf(l));
+          for (std::uint64_t e : picks) {
+            ++tokens[e];
+            guess.insert(d.unit() < kPredictAccuracy ? e : zipf(l));
+          }
+        }
+        for (const auto& [e, n] : tokens) selected_[t][l].push_back({e, n});
+        predicted_[t][l].assign(guess.begin(), guess.end());
+      }
+    }
+  }
+
+  std::vector<CacheKey> access_plan() const {
+    std::vector<CacheKey> plan;
+    for (std::uint64_t t = 0; t < kSteps; ++t)
+      for (std::uint64_t l = 0; l < kLayers; ++l)
+        for (const Pick& p : selected_[t][l]) plan.push_back(l * kExperts + p.expert);
+    return plan;
+  }
+
+  double expert_flops(std::uint64_t tokens) const {
+    return 2.0 * static_cast<double>(tokens) * 3.0 * static_cast<double>(hidden_) * static_cast<double>(inter_);
+  }
+
+  Result<std::vector<std::byte>> run(Exec& ex, const WeightBank& bank, OffloadCache* cache) {
+    const std::uint64_t xb = kTokensPerStep * hidden_ * 2;
+    const std::uint64_t expert_bytes = 3 * hidden_ * inter_ * 2;
+    const bool host_exec = options_.host_exec;
+    Result<DeviceHandle> d0 = ex.alloc(kDigestBytes, kCompute);
+    if (!d0.ok()) return std::move(d0).error();
+    DeviceHandle digest = *d0;
+    FERRY_TRY(ex.fill(kCompute, digest, digest_seed()));
+    std::vector<CacheKey> keys;
+    for (std::uint64_t t = 0; t < kSteps; ++t) {
+      Result<DeviceHandle> x0 = ex.alloc(xb, kCompute);
+      if (!x0.ok()) return std::move(x0).error();
+      DeviceHandle x = *x0;
+      Result<StreamPoint> filled = ex.fill(kCompute, x, step_seed(t));
+      if (!filled.ok()) return std::move(filled).error();
+      StreamPoint x_ready = *filled;
+      for (std::uint64_t l = 0; l < kLayers; ++l) {
+        const std::vector<Pick>& sel = selected_[t][l];
+        // 1. Acquire (pin) this layer's experts, or find the misses.
+        std::vector<std::optional<CacheRef>> refs(sel.size());
+        std::vector<CacheKey> missed;
+        if (cache != nullptr) {
+          for (std::size_t i = 0; i < sel.size(); ++i) {
+            const CacheKey key = l * kExperts + sel[i].expert;
+            if (host_exec) {
+              Result<std::optional<CacheRef>> r = cache->acquire_if_resident(key, kCompute);
+              if (!r.ok()) return std::move(r).error();
+              refs[i] = std::move(*r);
+              if (!refs[i]) missed.push_back(key);
+            } else {
+              Result<CacheRef> r = cache->acquire(key, kCompute);
+              if (!r.ok()) return std::move(r).error();
+              refs[i] = std::move(*r);
+            }
+          }
+          // 2. Hints for the next layer; misses run on the host are admitted too.
+          keys.clear();
+          if (options_.prefetch) {
+            const std::uint64_t nt = l + 1 < kLayers ? t : t + 1, nl = (l + 1) % kLayers;
+            if (nt < kSteps)
+              for (std::uint64_t e : predicted_[nt][nl]) keys.push_back(nl * kExperts + e);
+          }
+          keys.insert(keys.end(), missed.begin(), missed.end());
+          if (!keys.empty()) {
+            Result<std::uint32_t> p = cache->prefetch(keys);
+            if (!p.ok()) return std::move(p).error();
+          }
+        }
+        // 3. Device kernels for the resident experts.
+        std::vector<DeviceHandle> ys(sel.size());
+        for (std::size_t i = 0; i < sel.size(); ++i) {
+          if (cache != nullptr && !refs[i]) continue;
+          Result<DeviceHandle> y = ex.alloc(xb, kCompute);
+          if (!y.ok()) return std::move(y).error();
+          ys[i] = *y;
+          std::vector<DeviceSlice> in{{x}};
+          if (refs[i]) {
+            in.push_back(refs[i]->pieces[0]);
+            in.push_back(refs[i]->pieces[1]);
+          }
+          FERRY_TRY(ex.kernel(kCompute, in, *y, expert_flops(sel[i].tokens), expert_bytes + 2 * xb));
+          if (cache != nullptr) FERRY_TRY(cache->release(refs[i]->key));
+        }
+        // 4. Host execution of the misses.
+        if (!missed.empty()) FERRY_TRY(host_execute(ex, bank, l, sel, refs, x, x_ready, ys));
+        // 5. Combine.
+        Result<DeviceHandle> next = ex.alloc(xb, kCompute);
+        if (!next.ok()) return std::move(next).error();
+        std::vector<DeviceSlice> in{{x}};
+        for (DeviceHandle y : ys) in.push_back({y});
+        Result<StreamPoint> done = ex.kernel(kCompute, in, *next, 0, (sel.size() + 2) * xb);
+        if (!done.ok()) return std::move(done).error();
+        x_ready = *done;
+        for (DeviceHandle y : ys) FERRY_TRY(ex.free(y));
+        FERRY_TRY(ex.free(x));
+        x = *next;
+      }
+      Result<DeviceHandle> d = ex.alloc(kDigestBytes, kCompute);
+      if (!d.ok()) return std::move(d).error();
+      FERRY_TRY(ex.kernel(kCompute, {{digest}, {x}}, *d, 0, 2 * kDigestBytes + xb));
+      FERRY_TRY(ex.free(digest));
+      FERRY_TRY(ex.free(x));
+      digest = *d;
+      ex.progress("steps", t + 1, kSteps);
+    }
+    Result<std::vector<std::byte>> bytes = ex.download(kCompute, digest);
+    FERRY_TRY(ex.free(digest));
+    return bytes;
+  }
+
+  // The misses of one layer, on the host: x comes back on its own stream while
+  // the device runs the hits; each y_e is computed with the definitions the
+  // device uses and uploaded into a fresh buffer the combine reads.
+  Result<void> host_execute(Exec& ex, const WeightBank& bank, std::uint64_t l, const std::vector<Pick>& sel,
+                            const std::vector<std::optional<CacheRef>>& refs, DeviceHandle x,
+                            StreamPoint x_ready, std::vector<DeviceHandle>& ys) {
+    const std::uint64_t xb = kTokensPerStep * hidden_ * 2;
+    const std::uint64_t expert_bytes = 3 * hidden_ * inter_ * 2;
+    FERRY_TRY(ex.after(kHostIo, x_ready));
+    Result<std::vector<std::byte>> xh = ex.download(kHostIo, x);
+    if (!xh.ok()) return std::move(xh).error();
+    const std::uint64_t hx = content_hash(*xh);
+    std::vector<std::byte> y(xb);
+    for (std::size_t i = 0; i < sel.size(); ++i) {
+      if (refs[i]) continue;
+      const std::uint64_t key = l * kExperts + sel[i].expert;
+      fill_pattern(Reference::mix({hx, bank.hash(index_[2 * key]), bank.hash(index_[2 * key + 1])}), 0, y);
+      const double flops = expert_flops(sel[i].tokens);
+      const double ns = std::max(flops / options_.host_flops_per_s,
+                                 static_cast<double>(expert_bytes) / options_.host_bytes_per_s) * 1e9 + 2000;
+      ex.host_busy(static_cast<std::uint64_t>(ns));
+      ++host_executed;
+      Result<DeviceHandle> dev = ex.alloc(xb, kHostIo);
+      if (!dev.ok()) return std::move(dev).error();
+      ys[i] = *dev;
+      TransferPlan plan;
+      plan.add(std::span<const std::byte>(y), *dev);
+      Result<Exec::Upload> up = ex.begin_upload(kHostIo, plan);
+      if (!up.ok()) return std::move(up).error();
+      Result<StreamPoint> done = ex.finish(std::move(*up));
+      if (!done.ok()) return std::move(done).error();
+      FERRY_TRY(ex.after(kCompute, *done));
+    }
+    return {};
+  }
+
+  const WorkloadOptions& options_;
+  std::uint64_t hidden_, inter_;
+  std::vector<std::size_t> index_;  // bank index of (layer, expert) gate_up at 2k, down at 2k+1
+  std::vector<std::vector<std::vector<Pick>>> selected_;              // [step][layer]
+  std::vector<std::vector<std::vector<std::uint64_t>>> predicted_;    // [step][layer]
+};
+
+}  // namespace
+
+std::unique_ptr<Workload> make_moe_offload(const WorkloadOptions& options, double scale) {
+  return std::make_unique<MoeOffload>(options, scale);
+}
+
+}  // namespace ferry::workloads

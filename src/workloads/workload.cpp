@@ -1,0 +1,357 @@
+// run_workload: bank, dry run (planned peak), reference, the run, the report.
+#include "ferry/workload.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <cinttypes>
+#include <cmath>
+#include <cstdio>
+
+#include "ferry/device_profile.hpp"
+#include "ferry/fault_spec.hpp"
+#include "workloads/exec.hpp"
+
+namespace ferry {
+namespace {
+
+using workloads::Exec;
+using workloads::Workload;
+
+constexpr std::uint64_t kGiB = std::uint64_t{1} << 30;
+
+std::unique_ptr<Workload> make(WorkloadKind kind, const WorkloadOptions& options, double scale) {
+  switch (kind) {
+    case WorkloadKind::dense_stream: return workloads::make_dense_stream(options, scale);
+    case WorkloadKind::moe_offload: return workloads::make_moe_offload(options, scale);
+    case WorkloadKind::dequant_train: return workloads::make_dequant_train(options, scale);
+  }
+  return nullptr;
+}
+
+Result<double> effective_scale(WorkloadKind kind, const WorkloadOptions& options) {
+  const double s = options.scale == 0 ? default_scale(kind) : options.scale;
+  if (!(s > 0 && s <= 1)) {
+    return make_error(ErrorCode::invalid_argument,
+                      "scale " + std::to_string(options.scale) + " is outside (0, 1]");
+  }
+  return s;
+}
+
+std::string hex64(std::uint64_t v) {
+  char buf[24];
+  std::snprintf(buf, sizeof buf, "0x%016" PRIx64, v);
+  return buf;
+}
+
+std::string bytes_text(std::uint64_t b) {
+  char buf[48];
+  if (b >= kGiB) std::snprintf(buf, sizeof buf, "%.2f GiB", double(b) / double(kGiB));
+  else if (b >= (1u << 20)) std::snprintf(buf, sizeof buf, "%.2f MiB", double(b) / double(1u << 20));
+  else if (b >= 1024) std::snprintf(buf, sizeof buf, "%.1f KiB", double(b) / 1024.0);
+  else std::snprintf(buf, sizeof buf, "%" PRIu64 " B", b);
+  return buf;
+}
+
+std::string time_text(std::uint64_t ns) {
+  char buf[48];
+  if (ns >= 1'000'000'000) std::snprintf(buf, sizeof buf, "%.3f s", double(ns) / 1e9);
+  else if (ns >= 1'000'000) std::snprintf(buf, sizeof buf, "%.3f ms", double(ns) / 1e6);
+  else std::snprintf(buf, sizeof buf, "%.1f us", double(ns) / 1e3);
+  return buf;
+}
+
+std::string fixed(double v, int digits) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", digits, v);
+  return buf;
+}
+
+}  // namespace
+
+std::string_view to_string(WorkloadKind kind) noexcept {
+  switch (kind) {
+    case WorkloadKind::dense_stream: return "dense-stream";
+    case WorkloadKind::moe_offload: return "moe-offload";
+    case WorkloadKind::dequant_train: return "dequant-train";
+  }
+  return "?";
+}
+
+std::vector<std::string> workload_names() { return {"dense-stream", "moe-offload", "dequant-train"}; }
+
+Result<WorkloadKind> parse_workload(std::string_view text) {
+  for (WorkloadKind k : {WorkloadKind::dense_stream, WorkloadKind::moe_offload, WorkloadKind::dequant_train}) {
+    if (to_string(k) == text) return k;
+  }
+  return make_error(ErrorCode::invalid_argument,
+                    "unknown workload \"" + std::string(text) + "\" (dense-stream|moe-offload|dequant-train)");
+}
+
+// Chosen so that each runs in a few seconds under the sanitized debug build on
+// a 2-core machine (see docs/workloads.md).
+double default_scale(WorkloadKind kind) noexcept {
+  switch (kind) {
+    case WorkloadKind::dense_stream: return 0.0625;
+    case WorkloadKind::moe_offload: return 0.125;
+    case WorkloadKind::dequant_train: return 0.0625;
+  }
+  return 0.0625;
+}
+
+Result<void> write_workload_weights(WorkloadKind kind, const WorkloadOptions& options, const std::string& path) {
+  Result<double> s = effective_scale(kind, options);
+  if (!s.ok()) return std::move(s).error();
+  auto w = make(kind, options, *s);
+  Result<WeightBank> bank = WeightBank::synthetic(w->tensors(), std::string(to_string(kind)));
+  if (!bank.ok()) return std::move(bank).error();
+  return write_safetensors(path, *bank);
+}
+
+Result<WorkloadReport> run_workload(WorkloadKind kind, const WorkloadOptions& options) {
+  Result<double> scale = effective_scale(kind, options);
+  if (!scale.ok()) return std::move(scale).error();
+  const double s = *scale;
+  if (!(options.target_pressure > 0 && options.target_pressure <= 1)) {
+    return make_error(ErrorCode::invalid_argument, "target pressure must lie in (0, 1]");
+  }
+  if (options.backend == "sim" && !find_profile(options.profile)) {
+    return make_error(ErrorCode::invalid_argument, "unknown profile \"" + options.profile + "\"");
+  }
+  if (options.backend != "sim" && options.backend != "cuda") {
+    return make_error(ErrorCode::invalid_argument, "unknown backend \"" + options.backend + "\" (sim|cuda)");
+  }
+  if (!(options.host_flops_per_s > 0) || !(options.host_bytes_per_s > 0)) {
+    return make_error(ErrorCode::invalid_argument, "host model rates must be > 0");
+  }
+
+  // The env outlives nothing that uses it: declared first, destroyed last, and
+  // the bank is unplaced explicitly before it goes.
+  std::unique_ptr<workloads::Env> env;
+  std::unique_ptr<Workload> w = make(kind, options, s);
+  Result<WeightBank> opened = options.weights_path.empty()
+                                  ? WeightBank::synthetic(w->tensors(), "synthetic (seed " +
+                                                                            std::to_string(options.seed) + ")")
+                                  : WeightBank::open_safetensors(options.weights_path);
+  if (!opened.ok()) return std::move(opened).error();
+  WeightBank bank = std::move(opened).value();
+  FERRY_TRY(w->bind(bank));
+
+  // The dry run: the schedule's exact peak of live bytes, before any pool exists.
+  Exec dry(options);
+  {
+    Result<std::vector<std::byte>> d = w->execute(dry, bank);
+    if (!d.ok()) return std::move(d).error();
+  }
+  const std::uint64_t planned = dry.dry_peak();
+  std::uint64_t capacity = options.capacity;
+  if (capacity == 0) {
+    // Rounded up to whole granules (the pool rounds down).
+    const std::uint64_t granule =
+        options.backend == "sim" ? workloads::scaled_profile(*find_profile(options.profile), s).granularity : 1;
+    capacity = static_cast<std::uint64_t>(std::ceil(double(planned) / options.target_pressure));
+    capacity = (capacity + granule - 1) / granule * granule;
+  }
+  w->prefetch_skipped = 0;
+  w->host_executed = 0;
+
+  const std::uint64_t expected_seed = w->reference(bank);
+
+  std::uint64_t arena_budget = kGiB;
+  if (options.placement == BankPlacement::arena) arena_budget += bank.data_bytes() + bank.data_bytes() / 8;
+  Result<std::unique_ptr<workloads::Env>> made = workloads::make_env(options, s, capacity, arena_budget);
+  if (!made.ok()) return std::move(made).error();
+  env = std::move(made).value();
+  if (Result<void> placed = bank.place(*env->engine, options.placement); !placed.ok()) return placed.error();
+
+  WorkloadReport r;
+  r.workload = std::string(to_string(kind));
+  r.backend = options.backend;
+  r.device = env->owned->info().device;
+  r.shape = w->shape();
+  r.weights = bank.source();
+  r.scale = s;
+  r.seed = options.seed;
+  r.integrity_policy = std::string(to_string(options.integrity));
+  r.eviction_policy = std::string(to_string(options.policy));
+  r.faults = options.backend == "sim" ? describe(options.faults) : "none";
+  r.prefetch = options.prefetch;
+  r.host_exec = options.host_exec;
+  r.planned_peak_live = planned;
+  r.capacity = env->pool->capacity();
+
+  Exec live(options, *env);
+  const std::uint64_t t0 = env->owned->now_ns();
+  env->meter->reset();
+  Result<std::vector<std::byte>> got = w->execute(live, bank);
+  // After a successful run the digest's download has waited for everything;
+  // after a failed one, work may still be queued: either way nothing is left
+  // running when the stats are read and the pool goes away.
+  if (Result<void> sync = env->owned->synchronize(); !sync.ok() && got.ok()) got = sync.error();
+  const std::uint64_t t1 = env->owned->now_ns();
+
+  r.wall_ns = t1 - t0;
+  r.transfer_busy_ns = env->meter->transfer_ns();
+  r.compute_busy_ns = env->meter->compute_ns();
+  r.host_busy_ns = live.host_busy_ns();
+  r.overlap_efficiency =
+      r.wall_ns == 0 ? 0 : double(std::max(r.transfer_busy_ns, r.compute_busy_ns)) / double(r.wall_ns);
+  r.tokens = w->nominal_tokens();
+  r.units = w->units();
+  r.unit_name = w->unit_name();
+  r.tokens_per_s = r.wall_ns == 0 ? 0 : double(r.tokens) / (double(r.wall_ns) / 1e9 / (s * s));
+
+  const PoolStats ps = env->pool->stats();
+  r.peak_live_bytes = ps.peak_requested_bytes;
+  r.peak_reserved_bytes = ps.peak_reserved_bytes;
+  r.fragmentation_ratio = r.peak_live_bytes == 0 ? 0 : double(r.peak_reserved_bytes) / double(r.peak_live_bytes);
+  r.pressure = r.capacity == 0 ? 0 : double(r.peak_live_bytes) / double(r.capacity);
+  r.ooms = ps.ooms;
+  r.ooms_survived = ps.recoveries;
+  r.reclaims = ps.reclaims;
+  r.prefetch_skipped = w->prefetch_skipped;
+  r.integrity = env->engine->counters();
+  if (env->sim != nullptr) {
+    r.swallowed_copies = env->sim->swallowed_copies();
+    r.illegal_accesses = env->sim->illegal_accesses();
+  }
+  if (w->cache_stats) {
+    r.has_cache = true;
+    r.cache = *w->cache_stats;
+    r.cache_slots = w->cache_slots;
+  }
+  r.host_executed = w->host_executed;
+
+  std::vector<std::byte> expected(workloads::kDigestBytes);
+  fill_pattern(expected_seed, 0, expected);
+  r.expected_digest = hex64(content_hash(expected));
+  if (got.ok()) {
+    r.actual_digest = hex64(content_hash(*got));
+    r.matched = *got == expected && r.illegal_accesses == 0;
+    if (r.illegal_accesses != 0) r.error = "the device touched unmapped memory";
+  } else {
+    r.error = std::string(to_string(got.error().code)) + ": " + got.error().message;
+  }
+  if (Result<void> un = bank.unplace(); !un.ok() && r.error.empty()) {
+    r.error = "unplacing the weight bank: " + un.error().message;
+    r.matched = false;
+  }
+  return r;
+}
+
+std::string workload_report_json(const WorkloadReport& r) {
+  nlohmann::ordered_json j;
+  j["workload"] = r.workload;
+  j["matched"] = r.matched;
+  j["backend"] = r.backend;
+  j["device"] = r.device;
+  j["scale"] = r.scale;
+  j["shape"] = r.shape;
+  j["weights"] = r.weights;
+  j["seed"] = r.seed;
+  j["integrity_policy"] = r.integrity_policy;
+  j["faults"] = r.faults;
+  j["prefetch"] = r.prefetch;
+  j["throughput"] = {{"tokens", r.tokens},
+                     {"tokens_per_s", r.tokens_per_s},
+                     {"units", r.units},
+                     {"unit", r.unit_name},
+                     {"modeled", r.backend == "sim"},
+                     {"at", "full shape (virtual wall / scale^2)"}};
+  j["time"] = {{"wall_ns", r.wall_ns},
+               {"transfer_busy_ns", r.transfer_busy_ns},
+               {"compute_busy_ns", r.compute_busy_ns},
+               {"host_busy_ns", r.host_busy_ns},
+               {"overlap_efficiency", r.overlap_efficiency}};
+  j["memory"] = {{"capacity_bytes", r.capacity},
+                 {"planned_peak_live_bytes", r.planned_peak_live},
+                 {"peak_live_bytes", r.peak_live_bytes},
+                 {"peak_reserved_bytes", r.peak_reserved_bytes},
+                 {"fragmentation_ratio", r.fragmentation_ratio},
+                 {"pressure", r.pressure},
+                 {"ooms", r.ooms},
+                 {"ooms_survived", r.ooms_survived},
+                 {"reclaims", r.reclaims},
+                 {"prefetch_skipped", r.prefetch_skipped}};
+  const IntegrityCounters& c = r.integrity;
+  j["integrity"] = {{"bytes_moved", c.bytes_moved},   {"bytes_verified", c.bytes_verified},
+                    {"mismatches", c.mismatches},     {"retries", c.retries},
+                    {"fallbacks", c.fallbacks},       {"recovered", c.recovered},
+                    {"corrupt", c.corrupt},           {"units_retired", c.units_retired},
+                    {"batched_disabled", c.batched_disabled},
+                    {"pinned_distrusted", c.pinned_distrusted},
+                    {"swallowed_copies", r.swallowed_copies}};
+  if (r.has_cache) {
+    j["cache"] = {{"policy", r.eviction_policy},
+                  {"slots", r.cache_slots},
+                  {"hit_rate", r.cache.hit_rate()},
+                  {"hits", r.cache.hits},
+                  {"misses", r.cache.misses},
+                  {"prefetches", r.cache.prefetches},
+                  {"prefetch_hits", r.cache.prefetch_hits},
+                  {"prefetch_wasted", r.cache.prefetch_wasted},
+                  {"prefetch_dropped", r.cache.prefetch_dropped},
+                  {"evictions", r.cache.evictions},
+                  {"bytes_uploaded", r.cache.bytes_uploaded},
+                  {"host_exec", r.host_exec},
+                  {"host_executed", r.host_executed}};
+  } else {
+    j["cache"] = nullptr;
+  }
+  j["illegal_accesses"] = r.illegal_accesses;
+  j["expected_digest"] = r.expected_digest;
+  j["actual_digest"] = r.actual_digest;
+  j["error"] = r.error.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(r.error);
+  return j.dump();
+}
+
+std::string workload_report_summary(const WorkloadReport& r) {
+  std::string s;
+  const auto line = [&](const std::string& key, const std::string& value) {
+    s += "  " + key + std::string(key.size() < 12 ? 12 - key.size() : 1, ' ') + value + "\n";
+  };
+  s += "ferry run " + r.workload + " on " + r.backend + " " + r.device + ", scale " + fixed(r.scale, 4) + "\n";
+  line("shape", r.shape);
+  line("weights", r.weights);
+  line("output", r.matched ? "matched the host reference (digest " + r.actual_digest + ")"
+                           : "DID NOT MATCH (expected digest " + r.expected_digest + ", got " +
+                                 (r.actual_digest.empty() ? "none" : r.actual_digest) + ")");
+  if (!r.error.empty()) line("error", r.error);
+  line("throughput", fixed(r.tokens_per_s, 0) + " tokens/s " + (r.backend == "sim" ? "modeled" : "measured") +
+                         " at full shape (" + std::to_string(r.tokens) + " tokens, " + std::to_string(r.units) +
+                         " " + r.unit_name + " in " + time_text(r.wall_ns) + (r.backend == "sim" ? " virtual" : "") +
+                         " at this scale)");
+  line("overlap", fixed(r.overlap_efficiency, 3) + " = max(transfer " + time_text(r.transfer_busy_ns) +
+                      ", compute " + time_text(r.compute_busy_ns) + ") / wall; prefetch " +
+                      (r.prefetch ? "on" : "off") +
+                      (r.host_busy_ns ? ", host " + time_text(r.host_busy_ns) : std::string()));
+  line("memory", "peak live " + bytes_text(r.peak_live_bytes) + ", peak reserved " +
+                     bytes_text(r.peak_reserved_bytes) + " (ratio " + fixed(r.fragmentation_ratio, 3) +
+                     "), capacity " + bytes_text(r.capacity) + " (pressure " + fixed(r.pressure, 2) + ")");
+  line("pressure", std::to_string(r.ooms_survived) + " failed fits survived by reclaim, " +
+                       std::to_string(r.reclaims) + " reclaims, " + std::to_string(r.ooms) + " OOMs returned, " +
+                       std::to_string(r.prefetch_skipped) + " prefetches skipped");
+  const IntegrityCounters& c = r.integrity;
+  line("integrity", r.integrity_policy + ": " + bytes_text(c.bytes_moved) + " moved, " +
+                        bytes_text(c.bytes_verified) + " verified; " + std::to_string(c.mismatches) +
+                        " mismatches, " + std::to_string(c.retries) + " retries, " + std::to_string(c.fallbacks) +
+                        " fallbacks, " + std::to_string(c.corrupt) + " corrupt");
+  if (r.faults != "none") {
+    line("faults", r.faults + ": " + std::to_string(r.swallowed_copies) + " copies silently swallowed, " +
+                       std::to_string(c.units_retired) + " pinned units retired");
+  }
+  if (r.has_cache) {
+    line("cache", r.eviction_policy + ", " + std::to_string(r.cache_slots) + " slots: hit rate " +
+                      fixed(r.cache.hit_rate(), 3) + " (" + std::to_string(r.cache.hits) + " hits, " +
+                      std::to_string(r.cache.misses) + " misses; " + std::to_string(r.cache.prefetches) +
+                      " prefetches, " + std::to_string(r.cache.prefetch_hits) + " used, " +
+                      std::to_string(r.cache.prefetch_wasted) + " wasted; " + std::to_string(r.cache.evictions) +
+                      " evictions)" +
+                      (r.host_exec ? "; " + std::to_string(r.host_executed) + " experts run on the host" : ""));
+  } else {
+    line("cache", "none (weights streamed, no reuse)");
+  }
+  s += std::string("verdict: ") + (r.matched ? "MATCHED" : "FAILED") + "\n";
+  return s;
+}
+
+}  // namespace ferry

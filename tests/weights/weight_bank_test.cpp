@@ -1,0 +1,349 @@
+// WeightBank: valid files load and hash right, a malformed corpus gives clear
+// errors naming the file and the offset or tensor, random damage never crashes,
+// synthetic banks are deterministic, placement makes uploads land right.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "ferry/content.hpp"
+#include "ferry/device_pool.hpp"
+#include "ferry/host_arena.hpp"
+#include "ferry/sim_backend.hpp"
+#include "ferry/stream_order.hpp"
+#include "ferry/transfer_engine.hpp"
+#include "ferry/weight_bank.hpp"
+#include "weights/weights_test_util.hpp"
+
+namespace ferry {
+namespace {
+
+using testing::raw_safetensors;
+using testing::TempDir;
+
+std::vector<std::byte> pattern(std::uint64_t seed, std::size_t n) {
+  std::vector<std::byte> v(n);
+  fill_pattern(seed, 0, v);
+  return v;
+}
+
+TEST(DType, NamesSizesAndParsing) {
+  EXPECT_EQ(dtype_size(DType::bf16), 2u);
+  EXPECT_EQ(dtype_size(DType::f64), 8u);
+  EXPECT_EQ(dtype_size(DType::i8), 1u);
+  EXPECT_EQ(to_string(DType::f8_e4m3), "F8_E4M3");
+  for (const char* n : {"BOOL", "U8", "I8", "F8_E4M3", "F8_E5M2", "I16", "U16", "F16", "BF16", "I32", "U32",
+                        "F32", "I64", "U64", "F64"}) {
+    auto d = parse_dtype(n);
+    ASSERT_TRUE(d.ok()) << n;
+    EXPECT_EQ(to_string(*d), n);
+  }
+  auto bad = parse_dtype("Q4_K");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.error().code, ErrorCode::invalid_argument);
+  EXPECT_NE(bad.error().message.find("Q4_K"), std::string::npos);
+}
+
+TEST(WeightBank, WrittenFileLoadsAndHashesRight) {
+  TempDir dir;
+  const auto a = pattern(1, 4 * 8 * 2), b = pattern(2, 16), c = pattern(3, 2 * 3 * 4);
+  const std::vector<TensorToWrite> tensors = {
+      {"layer.a", DType::bf16, {4, 8}, a}, {"layer.b", DType::i8, {16}, b}, {"c", DType::f32, {2, 3}, c}};
+  const std::string path = dir.file("ok.safetensors");
+  ASSERT_TRUE(write_safetensors(path, tensors, {{"format", "pt"}}).ok());
+
+  auto bank = WeightBank::open_safetensors(path);
+  ASSERT_TRUE(bank.ok()) << bank.error().message;
+  EXPECT_TRUE(bank->from_file());
+  EXPECT_EQ(bank->source(), path);
+  ASSERT_EQ(bank->tensors().size(), 3u);
+  EXPECT_EQ(bank->metadata().at("format"), "pt");
+  EXPECT_EQ(bank->data_bytes(), a.size() + b.size() + c.size());
+  for (const TensorToWrite& t : tensors) {
+    auto i = bank->require(t.name, t.dtype, t.shape);
+    ASSERT_TRUE(i.ok()) << i.error().message;
+    const auto bytes = bank->bytes(*i);
+    ASSERT_EQ(bytes.size(), t.data.size());
+    EXPECT_EQ(std::memcmp(bytes.data(), t.data.data(), bytes.size()), 0) << t.name;
+    EXPECT_EQ(bank->hash(*i), content_hash(t.data)) << t.name;
+    EXPECT_EQ(bank->hash(*i), content_hash(t.data)) << "cached hash";
+  }
+  // Tensors come in file order.
+  EXPECT_EQ(bank->tensors()[0].name, "layer.a");
+  EXPECT_EQ(bank->tensors()[2].name, "c");
+}
+
+TEST(WeightBank, RequireNamesWhatDiffers) {
+  TempDir dir;
+  const auto a = pattern(1, 32);
+  const std::vector<TensorToWrite> t = {{"w", DType::bf16, {4, 4}, a}};
+  const std::string path = dir.file("r.safetensors");
+  ASSERT_TRUE(write_safetensors(path, t).ok());
+  auto bank = WeightBank::open_safetensors(path);
+  ASSERT_TRUE(bank.ok());
+  const std::vector<std::uint64_t> s44{4, 4}, s28{2, 8};
+  auto missing = bank->require("nope", DType::bf16, s44);
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.error().message.find("\"nope\" is missing"), std::string::npos) << missing.error().message;
+  EXPECT_NE(missing.error().message.find(path), std::string::npos);
+  auto dtype = bank->require("w", DType::f16, s44);
+  ASSERT_FALSE(dtype.ok());
+  EXPECT_NE(dtype.error().message.find("BF16 [4, 4], expected F16 [4, 4]"), std::string::npos)
+      << dtype.error().message;
+  auto shape = bank->require("w", DType::bf16, s28);
+  ASSERT_FALSE(shape.ok());
+  EXPECT_NE(shape.error().message.find("expected BF16 [2, 8]"), std::string::npos);
+}
+
+// --- the malformed corpus ------------------------------------------------------
+
+struct Malformed {
+  const char* name;
+  std::vector<std::byte> bytes;
+  const char* expect;  // a phrase the message must contain
+};
+
+std::vector<Malformed> corpus() {
+  const std::string good = R"({"a":{"dtype":"F32","shape":[2,2],"data_offsets":[0,16]}})";
+  std::vector<Malformed> c;
+  c.push_back({"empty", {}, "truncated: the file is 0 bytes"});
+  c.push_back({"five_bytes", std::vector<std::byte>(5), "truncated: the file is 5 bytes"});
+  c.push_back({"length_past_eof", raw_safetensors(good, 16, 4096), "header length 4096"});
+  c.push_back({"length_2^64-1", raw_safetensors(good, 16, UINT64_MAX), "beyond 2^64"});
+  c.push_back({"length_zero", raw_safetensors(good, 16, 0), "the JSON header is missing"});
+  c.push_back({"truncated_data", raw_safetensors(good, 10), "past the end of the file"});
+  c.push_back({"offsets_out_of_range",
+               raw_safetensors(R"({"a":{"dtype":"F32","shape":[2,2],"data_offsets":[100,116]}})", 16),
+               "past the end of the file"});
+  c.push_back({"offsets_reversed",
+               raw_safetensors(R"({"a":{"dtype":"F32","shape":[0],"data_offsets":[16,0]}})", 16), "reversed"});
+  c.push_back({"size_mismatch",
+               raw_safetensors(R"({"a":{"dtype":"F32","shape":[3,2],"data_offsets":[0,16]}})", 16),
+               "needs 24"});
+  c.push_back({"overlapping",
+               raw_safetensors(R"({"a":{"dtype":"F32","shape":[2,2],"data_offsets":[0,16]},)"
+                               R"("b":{"dtype":"F32","shape":[2],"data_offsets":[8,16]}})",
+                               16),
+               "overlap"});
+  c.push_back({"unknown_dtype",
+               raw_safetensors(R"({"a":{"dtype":"Q4_K","shape":[16],"data_offsets":[0,16]}})", 16),
+               "unknown dtype \"Q4_K\""});
+  c.push_back({"bad_json", raw_safetensors(R"({"a":{"dtype":"F32",)", 16), "malformed near offset"});
+  c.push_back({"not_object", raw_safetensors("[1,2,3]", 16), "not a JSON object"});
+  c.push_back({"deep_nesting", raw_safetensors(std::string(100000, '[') + std::string(100000, ']'), 0),
+               "nests deeper than 64"});
+  c.push_back({"negative_shape",
+               raw_safetensors(R"({"a":{"dtype":"F32","shape":[-1],"data_offsets":[0,16]}})", 16),
+               "not a non-negative integer"});
+  c.push_back({"shape_overflow",
+               raw_safetensors(R"({"a":{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,16]}})", 16),
+               "overflows"});
+  c.push_back({"missing_dtype", raw_safetensors(R"({"a":{"shape":[4],"data_offsets":[0,16]}})", 16),
+               "\"dtype\" is missing"});
+  c.push_back({"offsets_not_pair",
+               raw_safetensors(R"({"a":{"dtype":"F32","shape":[4],"data_offsets":[0]}})", 16), "data_offsets"});
+  c.push_back({"metadata_not_strings",
+               raw_safetensors(R"({"__metadata__":{"k":1},"a":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})", 16),
+               "__metadata__"});
+  c.push_back({"entry_not_object", raw_safetensors(R"({"a":7})", 16), "not a JSON object"});
+  return c;
+}
+
+TEST(WeightBank, MalformedCorpusGivesClearErrors) {
+  TempDir dir;
+  for (const Malformed& m : corpus()) {
+    SCOPED_TRACE(m.name);
+    const std::string path = dir.write(std::string(m.name) + ".safetensors", m.bytes);
+    auto bank = WeightBank::open_safetensors(path);
+    ASSERT_FALSE(bank.ok());
+    EXPECT_EQ(bank.error().code, ErrorCode::invalid_argument);
+    const std::string& msg = bank.error().message;
+    EXPECT_EQ(msg.rfind(path + ": ", 0), 0u) << "message must start with the file: " << msg;
+    EXPECT_NE(msg.find(m.expect), std::string::npos) << msg;
+  }
+}
+
+TEST(WeightBank, ErrorsNameTheOffset) {
+  TempDir dir;
+  // Data section starts at 8 + header length; END 116 lands at file offset 8 + n + 116.
+  const std::string h = R"({"a":{"dtype":"F32","shape":[2,2],"data_offsets":[100,116]}})";
+  const std::string path = dir.write("off.safetensors", raw_safetensors(h, 16));
+  auto bank = WeightBank::open_safetensors(path);
+  ASSERT_FALSE(bank.ok());
+  EXPECT_NE(bank.error().message.find("file offset " + std::to_string(8 + h.size() + 116)), std::string::npos)
+      << bank.error().message;
+}
+
+TEST(WeightBank, UnreadablePathIsAClearError) {
+  auto bank = WeightBank::open_safetensors("/nonexistent/dir/w.safetensors");
+  ASSERT_FALSE(bank.ok());
+  EXPECT_EQ(bank.error().code, ErrorCode::invalid_argument);
+  EXPECT_NE(bank.error().message.find("cannot open"), std::string::npos);
+  TempDir dir;
+  auto d = WeightBank::open_safetensors(dir.file(""));  // a directory
+  ASSERT_FALSE(d.ok());
+}
+
+// I7: random damage to a valid file is an error or a valid parse, never a crash.
+TEST(WeightBank, RandomDamageNeverCrashes) {
+  std::vector<TensorToWrite> tensors;
+  const auto a = pattern(1, 64), b = pattern(2, 48);
+  tensors.push_back({"alpha", DType::bf16, {4, 8}, a});
+  tensors.push_back({"beta", DType::u8, {48}, b});
+  TempDir dir;
+  const std::string path = dir.file("base.safetensors");
+  ASSERT_TRUE(write_safetensors(path, tensors).ok());
+  std::ifstream in(path, std::ios::binary);
+  std::vector<char> chars((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::vector<std::byte> base(chars.size());
+  std::memcpy(base.data(), chars.data(), chars.size());
+  std::uint64_t state = 42;
+  int ok = 0, bad = 0;
+  for (int round = 0; round < 3000; ++round) {
+    std::vector<std::byte> f = base;
+    const int edits = 1 + static_cast<int>(splitmix64(state++) % 4);
+    for (int e = 0; e < edits; ++e) {
+      const std::uint64_t r = splitmix64(state++);
+      switch (r % 4) {
+        case 0: f[r / 4 % f.size()] = static_cast<std::byte>(r >> 40); break;  // flip a byte
+        case 1: f.resize(r / 4 % (f.size() + 1)); break;                        // truncate
+        case 2: f[r / 4 % 8 % f.size()] = static_cast<std::byte>(r >> 32); break;  // the length
+        case 3: f.insert(f.begin() + static_cast<std::ptrdiff_t>(r / 4 % (f.size() + 1)),
+                         static_cast<std::byte>(r >> 48));
+                break;
+      }
+      if (f.empty()) break;
+    }
+    auto parsed = WeightBank::parse_safetensors(f, "fuzz");
+    if (parsed.ok()) {
+      ++ok;
+      for (const TensorInfo& t : *parsed) EXPECT_LE(t.offset + t.bytes, f.size());
+    } else {
+      ++bad;
+      EXPECT_EQ(parsed.error().code, ErrorCode::invalid_argument);
+      EXPECT_EQ(parsed.error().message.rfind("fuzz: ", 0), 0u);
+    }
+  }
+  EXPECT_GT(bad, 0);
+}
+
+TEST(WeightBank, WriterRefusesInconsistentTensors) {
+  TempDir dir;
+  const auto a = pattern(1, 10);
+  std::vector<TensorToWrite> wrong_size = {{"a", DType::bf16, {4}, a}};
+  EXPECT_FALSE(write_safetensors(dir.file("x"), wrong_size).ok());
+  std::vector<TensorToWrite> dup = {{"a", DType::u8, {10}, a}, {"a", DType::u8, {10}, a}};
+  EXPECT_FALSE(write_safetensors(dir.file("y"), dup).ok());
+  std::vector<TensorToWrite> meta = {{"__metadata__", DType::u8, {10}, a}};
+  EXPECT_FALSE(write_safetensors(dir.file("z"), meta).ok());
+  std::vector<TensorToWrite> fine = {{"a", DType::u8, {10}, a}};
+  EXPECT_FALSE(write_safetensors("/nonexistent/dir/f", fine).ok());
+}
+
+// --- synthetic banks ------------------------------------------------------------
+
+std::vector<SyntheticTensor> synthetic_spec() {
+  return {{"w0", DType::bf16, {16, 8}, 11}, {"w1", DType::i8, {33}, 12}, {"w2", DType::f32, {5, 7}, 13}};
+}
+
+TEST(WeightBank, SyntheticIsDeterministicAndAligned) {
+  auto a = WeightBank::synthetic(synthetic_spec());
+  auto b = WeightBank::synthetic(synthetic_spec());
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_FALSE(a->from_file());
+  for (std::size_t i = 0; i < a->tensors().size(); ++i) {
+    const auto x = a->bytes(i), y = b->bytes(i);
+    ASSERT_EQ(x.size(), y.size());
+    EXPECT_EQ(std::memcmp(x.data(), y.data(), x.size()), 0);
+    EXPECT_EQ(reinterpret_cast<std::uintptr_t>(x.data()) % 256, 0u);
+    const auto expected = pattern(synthetic_spec()[i].seed, x.size());
+    EXPECT_EQ(std::memcmp(x.data(), expected.data(), x.size()), 0);
+    EXPECT_EQ(a->hash(i), content_hash(expected));
+  }
+  auto dup = std::vector<SyntheticTensor>{{"w", DType::u8, {1}, 1}, {"w", DType::u8, {1}, 2}};
+  EXPECT_FALSE(WeightBank::synthetic(dup).ok());
+  auto huge = std::vector<SyntheticTensor>{{"w", DType::f64, {UINT64_MAX / 2, 4}, 1}};
+  EXPECT_FALSE(WeightBank::synthetic(huge).ok());
+}
+
+TEST(WeightBank, SyntheticRoundTripsThroughAFile) {
+  TempDir dir;
+  auto a = WeightBank::synthetic(synthetic_spec());
+  ASSERT_TRUE(a.ok());
+  const std::string path = dir.file("syn.safetensors");
+  ASSERT_TRUE(write_safetensors(path, *a).ok());
+  auto b = WeightBank::open_safetensors(path);
+  ASSERT_TRUE(b.ok()) << b.error().message;
+  for (const SyntheticTensor& t : synthetic_spec()) {
+    auto i = a->require(t.name, t.dtype, t.shape);
+    auto j = b->require(t.name, t.dtype, t.shape);
+    ASSERT_TRUE(i.ok() && j.ok());
+    EXPECT_EQ(a->hash(*i), b->hash(*j));
+  }
+}
+
+// --- placement --------------------------------------------------------------------
+
+class Placement : public ::testing::TestWithParam<BankPlacement> {};
+
+TEST_P(Placement, UploadsOutOfThePlacedBankLandRight) {
+  for (bool noop : {false, true}) {
+    SCOPED_TRACE(noop ? "pinned-noop" : "healthy");
+    SimFaults faults;
+    if (noop) faults.pinned_noop = 1;
+    auto sim = make_sim_backend({*find_profile("tiny"), 7, faults});
+    StreamOrder order(*sim);
+    DevicePool pool(order);
+    HostArena arena(order);
+    TransferEngine engine(pool, arena, {});
+    ASSERT_TRUE(engine.status().ok());
+    auto bank = WeightBank::synthetic(synthetic_spec());
+    ASSERT_TRUE(bank.ok());
+    ASSERT_TRUE(bank->place(engine, GetParam()).ok());
+    EXPECT_TRUE(bank->placed());
+    EXPECT_EQ(bank->placement(), GetParam());
+    EXPECT_FALSE(bank->place(engine, GetParam()).ok()) << "placing twice is refused";
+    if (GetParam() == BankPlacement::arena) {
+      auto info = arena.locate(bank->bytes(0).data(), bank->bytes(0).size());
+      ASSERT_TRUE(info.has_value());
+      EXPECT_EQ(info->kind, HostRangeInfo::Kind::block);
+    } else {
+      EXPECT_EQ(arena.stats().regions, 1u);
+    }
+    for (int round = 0; round < 3; ++round) {
+      for (std::size_t i = 0; i < bank->tensors().size(); ++i) {
+        const auto src = bank->bytes(i);
+        auto h = pool.allocate(src.size(), 1);
+        ASSERT_TRUE(h.ok());
+        TransferPlan plan;
+        plan.add(src.data(), *h, 0, src.size());
+        auto r = engine.upload(1, plan);
+        ASSERT_TRUE(r.ok()) << r.error().message;
+        ASSERT_TRUE(sim->synchronize().ok());
+        std::vector<std::byte> got(src.size());
+        ASSERT_TRUE(sim->peek(pool.resolve(*h)->addr, got).ok());
+        EXPECT_EQ(content_hash(got), bank->hash(i));
+        ASSERT_TRUE(pool.free(*h).ok());
+      }
+      sim->advance(1'000'000);  // let pinned mappings go stale (report 000)
+    }
+    ASSERT_TRUE(bank->unplace().ok());
+    EXPECT_FALSE(bank->placed());
+    EXPECT_EQ(arena.stats().regions, 0u);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Both, Placement, ::testing::Values(BankPlacement::registered, BankPlacement::arena),
+                         [](const auto& p) { return std::string(to_string(p.param)); });
+
+TEST(WeightBank, PlacementNames) {
+  EXPECT_EQ(parse_bank_placement("arena").value_or(BankPlacement::registered), BankPlacement::arena);
+  EXPECT_FALSE(parse_bank_placement("pinned").ok());
+}
+
+}  // namespace
+}  // namespace ferry

@@ -1,0 +1,250 @@
+// The seed workloads at small scales: each matches its host reference, also
+// under report 000's fault with verify; the schedule's dry run predicts the
+// pool's peak; a weights file reproduces the synthetic run; bad inputs are
+// clear errors; pressure beyond the pool is a report, not a crash.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <ostream>
+#include <string>
+
+#include "ferry/cuda_backend.hpp"
+#include "ferry/workload.hpp"
+
+namespace ferry {
+
+// Readable test names in ctest: "GetParam() = dense-stream".
+void PrintTo(WorkloadKind k, std::ostream* os) { *os << to_string(k); }
+
+namespace {
+
+double small_scale(WorkloadKind k) {
+  switch (k) {
+    case WorkloadKind::dense_stream: return 0.03125;
+    case WorkloadKind::moe_offload: return 0.0625;
+    case WorkloadKind::dequant_train: return 0.03125;
+  }
+  return 0.03125;
+}
+
+WorkloadOptions small(WorkloadKind k) {
+  WorkloadOptions o;
+  o.scale = small_scale(k);
+  return o;
+}
+
+std::string temp_file(const std::string& name) {
+  return (std::filesystem::temp_directory_path() /
+          ("ferry_workload_" + std::to_string(::getpid()) + "_" + name))
+      .string();
+}
+
+WorkloadReport run_ok(WorkloadKind k, const WorkloadOptions& o) {
+  auto r = run_workload(k, o);
+  EXPECT_TRUE(r.ok()) << r.error().message;
+  return r.ok() ? *r : WorkloadReport{};
+}
+
+class EachWorkload : public ::testing::TestWithParam<WorkloadKind> {};
+
+TEST_P(EachWorkload, MatchesTheHostReference) {
+  std::uint64_t last_done = 0, last_total = 0;
+  WorkloadOptions o = small(GetParam());
+  o.progress = [&](const WorkloadProgress& p) {
+    last_done = p.done;
+    last_total = p.total;
+  };
+  const WorkloadReport r = run_ok(GetParam(), o);
+  EXPECT_TRUE(r.matched) << r.error << "\n" << workload_report_summary(r);
+  EXPECT_EQ(r.expected_digest, r.actual_digest);
+  EXPECT_TRUE(r.error.empty()) << r.error;
+  EXPECT_EQ(r.illegal_accesses, 0u);
+  EXPECT_EQ(r.integrity.mismatches, 0u);
+  EXPECT_GT(r.integrity.bytes_verified, 0u);
+  EXPECT_LE(r.integrity.bytes_verified, r.integrity.bytes_moved);
+  EXPECT_GT(r.wall_ns, 0u);
+  EXPECT_GT(r.tokens_per_s, 0);
+  EXPECT_GT(r.overlap_efficiency, 0.3);
+  EXPECT_LE(r.overlap_efficiency, 1.05);
+  // The dry run predicts the pool's peak (the engine's own scratch aside).
+  EXPECT_GE(r.peak_live_bytes, r.planned_peak_live);
+  EXPECT_LE(r.peak_live_bytes, r.planned_peak_live + r.planned_peak_live / 50);
+  // Default capacity: planned peak / 0.83, in whole granules.
+  EXPECT_NEAR(r.pressure, 0.83, 0.04);
+  EXPECT_GE(r.fragmentation_ratio, 1.0);
+  EXPECT_EQ(last_done, last_total);
+  EXPECT_GT(last_total, 0u);
+  const std::string json = workload_report_json(r);
+  EXPECT_NE(json.find("\"matched\":true"), std::string::npos);
+  EXPECT_NE(workload_report_summary(r).find("verdict: MATCHED"), std::string::npos);
+}
+
+TEST_P(EachWorkload, MatchesUnderPinnedNoopWithVerify) {
+  WorkloadOptions o = small(GetParam());
+  o.faults.pinned_noop = 1;
+  o.integrity = IntegrityPolicy::verify;
+  const WorkloadReport r = run_ok(GetParam(), o);
+  EXPECT_TRUE(r.matched) << r.error << "\n" << workload_report_summary(r);
+  EXPECT_GT(r.swallowed_copies, 0u) << "the fault must have fired";
+  EXPECT_GT(r.integrity.mismatches, 0u);
+  EXPECT_EQ(r.integrity.corrupt, 0u);
+}
+
+TEST_P(EachWorkload, MatchesWithPrefetchOff) {
+  WorkloadOptions o = small(GetParam());
+  o.prefetch = false;
+  const WorkloadReport r = run_ok(GetParam(), o);
+  EXPECT_TRUE(r.matched) << r.error;
+  EXPECT_FALSE(r.prefetch);
+}
+
+TEST_P(EachWorkload, IsDeterministic) {
+  const WorkloadReport a = run_ok(GetParam(), small(GetParam()));
+  const WorkloadReport b = run_ok(GetParam(), small(GetParam()));
+  EXPECT_EQ(a.wall_ns, b.wall_ns);
+  EXPECT_EQ(a.actual_digest, b.actual_digest);
+  EXPECT_EQ(a.peak_reserved_bytes, b.peak_reserved_bytes);
+}
+
+TEST(Workload, AnotherSeedGivesAnotherDigest) {
+  WorkloadOptions o = small(WorkloadKind::moe_offload);
+  const WorkloadReport a = run_ok(WorkloadKind::moe_offload, o);
+  o.seed = 2;
+  const WorkloadReport b = run_ok(WorkloadKind::moe_offload, o);
+  EXPECT_TRUE(b.matched);
+  EXPECT_NE(a.actual_digest, b.actual_digest) << "another seed: other weights and routing";
+}
+
+TEST_P(EachWorkload, AWeightsFileReproducesTheSyntheticRun) {
+  const std::string path = temp_file(std::string(to_string(GetParam())) + ".safetensors");
+  WorkloadOptions o = small(GetParam());
+  ASSERT_TRUE(write_workload_weights(GetParam(), o, path).ok());
+  const WorkloadReport synthetic = run_ok(GetParam(), o);
+  o.weights_path = path;
+  o.placement = BankPlacement::arena;
+  const WorkloadReport file = run_ok(GetParam(), o);
+  EXPECT_TRUE(file.matched) << file.error;
+  EXPECT_EQ(file.actual_digest, synthetic.actual_digest);
+  EXPECT_EQ(file.weights, path);
+  std::filesystem::remove(path);
+}
+
+INSTANTIATE_TEST_SUITE_P(All, EachWorkload,
+                         ::testing::Values(WorkloadKind::dense_stream, WorkloadKind::moe_offload,
+                                           WorkloadKind::dequant_train),
+                         [](const auto& p) {
+                           std::string n(to_string(p.param));
+                           for (char& c : n) c = c == '-' ? '_' : c;
+                           return n;
+                         });
+
+TEST(Workload, IntegrityOffLetsTheFaultThroughAndTheCheckCatchesIt) {
+  WorkloadOptions o = small(WorkloadKind::dense_stream);
+  o.faults.pinned_noop = 1;
+  o.integrity = IntegrityPolicy::off;
+  const WorkloadReport r = run_ok(WorkloadKind::dense_stream, o);
+  EXPECT_GT(r.swallowed_copies, 0u);
+  EXPECT_FALSE(r.matched);
+  EXPECT_NE(r.expected_digest, r.actual_digest);
+}
+
+TEST(Workload, MoePoliciesAndHostExecutionMatch) {
+  double hit[3] = {};
+  for (auto p : {EvictionPolicy::lru, EvictionPolicy::lfu, EvictionPolicy::optimal}) {
+    WorkloadOptions o = small(WorkloadKind::moe_offload);
+    o.policy = p;
+    o.prefetch = false;
+    const WorkloadReport r = run_ok(WorkloadKind::moe_offload, o);
+    EXPECT_TRUE(r.matched) << to_string(p) << ": " << r.error;
+    ASSERT_TRUE(r.has_cache);
+    hit[static_cast<int>(p)] = r.cache.hit_rate();
+  }
+  EXPECT_GE(hit[2], hit[0]);
+  EXPECT_GE(hit[2], hit[1]);
+  WorkloadOptions o = small(WorkloadKind::moe_offload);
+  o.host_exec = true;
+  o.cache_slots = 16;
+  const WorkloadReport r = run_ok(WorkloadKind::moe_offload, o);
+  EXPECT_TRUE(r.matched) << r.error;
+  EXPECT_GT(r.host_executed, 0u);
+  EXPECT_GT(r.host_busy_ns, 0u);
+  EXPECT_EQ(r.host_executed, r.cache.misses);
+}
+
+TEST(Workload, PressureBeyondThePoolIsAReportNotACrash) {
+  WorkloadOptions o = small(WorkloadKind::dequant_train);
+  o.capacity = 256 * 1024;
+  auto r = run_workload(WorkloadKind::dequant_train, o);
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_FALSE(r->matched);
+  EXPECT_NE(r->error.find("out_of_memory"), std::string::npos) << r->error;
+  EXPECT_GT(r->ooms, 0u);
+}
+
+TEST(Workload, TighterPoolsAreSurvivedByReclaim) {
+  WorkloadOptions o = small(WorkloadKind::dense_stream);
+  o.target_pressure = 0.97;
+  const WorkloadReport r = run_ok(WorkloadKind::dense_stream, o);
+  EXPECT_TRUE(r.matched) << r.error;
+  EXPECT_GT(r.ooms_survived + r.prefetch_skipped, 0u) << workload_report_summary(r);
+}
+
+TEST(Workload, BadInputsAreClearErrors) {
+  WorkloadOptions o;
+  o.scale = 1.5;
+  EXPECT_EQ(run_workload(WorkloadKind::dense_stream, o).error().code, ErrorCode::invalid_argument);
+  o = small(WorkloadKind::dense_stream);
+  o.profile = "a100";
+  EXPECT_EQ(run_workload(WorkloadKind::dense_stream, o).error().code, ErrorCode::invalid_argument);
+  o = small(WorkloadKind::dense_stream);
+  o.backend = "tpu";
+  EXPECT_EQ(run_workload(WorkloadKind::dense_stream, o).error().code, ErrorCode::invalid_argument);
+  o = small(WorkloadKind::dense_stream);
+  o.weights_path = "/nonexistent/w.safetensors";
+  auto missing = run_workload(WorkloadKind::dense_stream, o);
+  ASSERT_FALSE(missing.ok());
+  EXPECT_EQ(missing.error().code, ErrorCode::invalid_argument);
+  EXPECT_NE(missing.error().message.find("/nonexistent/w.safetensors"), std::string::npos);
+
+  // A valid file for another workload lacks the tensors: the message names one.
+  const std::string path = temp_file("moe-for-dense.safetensors");
+  ASSERT_TRUE(write_workload_weights(WorkloadKind::moe_offload, small(WorkloadKind::moe_offload), path).ok());
+  o.weights_path = path;
+  auto wrong = run_workload(WorkloadKind::dense_stream, o);
+  ASSERT_FALSE(wrong.ok());
+  EXPECT_EQ(wrong.error().code, ErrorCode::invalid_argument);
+  EXPECT_NE(wrong.error().message.find("is missing"), std::string::npos) << wrong.error().message;
+  // The same file at another scale has the right names and the wrong shapes.
+  WorkloadOptions moe = small(WorkloadKind::moe_offload);
+  moe.scale = 0.125;
+  moe.weights_path = path;
+  auto shape = run_workload(WorkloadKind::moe_offload, moe);
+  ASSERT_FALSE(shape.ok());
+  EXPECT_NE(shape.error().message.find("expected BF16"), std::string::npos) << shape.error().message;
+  std::filesystem::remove(path);
+
+  if (!cuda_backend_built()) {
+    o = small(WorkloadKind::dense_stream);
+    o.backend = "cuda";
+    auto cuda = run_workload(WorkloadKind::dense_stream, o);
+    ASSERT_FALSE(cuda.ok());
+    EXPECT_EQ(cuda.error().code, ErrorCode::unsupported);
+    EXPECT_NE(cuda.error().message.find("not available"), std::string::npos);
+  }
+}
+
+TEST(Workload, NamesAndDefaults) {
+  for (const std::string& n : workload_names()) {
+    auto k = parse_workload(n);
+    ASSERT_TRUE(k.ok());
+    EXPECT_EQ(to_string(*k), n);
+    EXPECT_GT(default_scale(*k), 0);
+    EXPECT_LE(default_scale(*k), 1);
+  }
+  EXPECT_FALSE(parse_workload("dense").ok());
+}
+
+}  // namespace
+}  // namespace ferry
