@@ -37,6 +37,7 @@ using AddSubcommand = Subcommand (*)(CLI::App& parent);
 Subcommand add_doctor(CLI::App& parent);
 Subcommand add_replay(CLI::App& parent);
 Subcommand add_run(CLI::App& parent);
+Subcommand add_snapshot(CLI::App& parent);
 
 // Every subcommand, in the order `ferry --help` lists them.
 std::span<const AddSubcommand> all_subcommands();

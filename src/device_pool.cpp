@@ -732,6 +732,44 @@ std::vector<BlockInfo> DevicePool::snapshot() const {
   return out;
 }
 
+std::vector<SegmentInfo> DevicePool::segments() const {
+  const Impl& p = *impl_;
+  std::lock_guard lock(p.mu);
+  std::vector<SegmentInfo> out;
+  for (std::size_t ri = 0; ri < p.regions.size(); ++ri) {
+    const Impl::Region& r = p.regions[ri];
+    SegmentInfo seg;
+    seg.kind = p.regions.size() == 1 ? SegmentInfo::Kind::shared
+               : ri == 0             ? SegmentInfo::Kind::small
+                                     : SegmentInfo::Kind::large;
+    seg.base = r.base;
+    seg.bytes = r.bytes;
+    seg.granule = p.granule;
+    // Adjacent granules in the same state extend the last run.
+    auto extend = [&](std::vector<DeviceRange>& runs, std::uint64_t addr) {
+      if (!runs.empty() && runs.back().addr + runs.back().bytes == addr) {
+        runs.back().bytes += p.granule;
+      } else {
+        runs.push_back(DeviceRange{addr, p.granule});
+      }
+    };
+    for (std::uint64_t g = 0; g < r.mapped.size(); ++g) {
+      if (!r.mapped[g]) continue;
+      const std::uint64_t addr = r.base + g * p.granule;
+      extend(seg.mapped, addr);
+      seg.mapped_bytes += p.granule;
+      if (r.refs[g] == 0) {
+        extend(seg.cached, addr);
+        seg.cached_bytes += p.granule;
+      }
+    }
+    out.push_back(std::move(seg));
+  }
+  std::sort(out.begin(), out.end(),
+            [](const SegmentInfo& a, const SegmentInfo& b) { return a.base < b.base; });
+  return out;
+}
+
 bool DevicePool::validate(std::string* why) const {
   std::lock_guard lock(impl_->mu);
   return impl_->validate_locked(why);

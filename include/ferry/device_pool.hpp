@@ -89,6 +89,23 @@ struct BlockInfo {
   StreamId stream = 0;
 };
 
+// One reserved address range of the pool (observability). Only `mapped` costs
+// memory:  mapped_bytes == sum of mapped[].bytes;  cached_bytes <= mapped_bytes.
+struct SegmentInfo {
+  enum class Kind : std::uint8_t {
+    small,   // requests up to PoolOptions::small_limit
+    large,   // larger requests
+    shared,  // every request (a backend without virtual memory has one range)
+  } kind = Kind::shared;
+  std::uint64_t base = 0;
+  std::uint64_t bytes = 0;         // address space reserved
+  std::uint64_t granule = 0;       // unit of mapping
+  std::uint64_t mapped_bytes = 0;  // granules mapped under the range
+  std::uint64_t cached_bytes = 0;  // mapped granules that no block touches
+  std::vector<DeviceRange> mapped;  // runs of adjacent mapped granules, by address
+  std::vector<DeviceRange> cached;  // runs of adjacent cached granules, by address
+};
+
 class DevicePool {
  public:
   // The pool reserves its address ranges at construction; check ok() after.
@@ -133,6 +150,9 @@ class DevicePool {
   PoolStats stats() const;
   std::uint64_t capacity() const noexcept;
   std::vector<BlockInfo> snapshot() const;
+  // Every reserved range, by address. Scans every granule of the ranges (for
+  // inspection, not for hot paths). Never blocks on the device.
+  std::vector<SegmentInfo> segments() const;
 
   // Checks every internal invariant; false (with a reason in *why) when broken.
   bool validate(std::string* why = nullptr) const;

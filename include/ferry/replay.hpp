@@ -37,17 +37,39 @@
 // backend, pool, host arena and transfer engine. They block for as long as the replay runs.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "ferry/device_pool.hpp"
 #include "ferry/integrity.hpp"
 #include "ferry/result.hpp"
 #include "ferry/sim_backend.hpp"
 
 namespace ferry {
+
+// A trace id whose allocation is live, and its handle in the replay's pool.
+struct ReplayLiveId {
+  std::string_view id;  // valid during the on_step call only
+  DeviceHandle handle;
+};
+
+// What a replay shows its observer (ReplayOptions::on_step): the pool as it
+// stands between two operations. Valid during the call only.
+struct ReplayStep {
+  std::size_t index = 0;  // 0: before the first op; i: after op i; total + 1: after the end
+  std::size_t total = 0;  // operations in the trace
+  std::size_t line = 0;   // the op's line in the trace; 0 at the start and the end
+  std::string_view op;    // the op's name; "start" or "end"
+  std::uint64_t now_ns = 0;  // backend clock (virtual on sim)
+  const DevicePool* pool = nullptr;  // only its const observers may be called
+  // The ids whose latest alloc succeeded and that were not freed since. O(ids).
+  std::function<std::vector<ReplayLiveId>()> live_ids;
+};
 
 struct ReplayOptions {
   std::string backend = "sim";   // "sim" or "cuda"
@@ -58,6 +80,11 @@ struct ReplayOptions {
   // Faults the sim backend injects (fault_spec.hpp). Sim only: any fault with
   // the cuda backend is invalid_argument.
   SimFaults faults{};
+  // Called on the replaying thread before the first op, after every op, and
+  // after the final synchronize and frees ("end"). Empty: never called.
+  // An exception it throws stops the calls and counts as an unexpected
+  // backend_error; the replay itself runs to the end.
+  std::function<void(const ReplayStep&)> on_step;
 };
 
 // The transfer engine's counters at the end of the replay (IntegrityCounters).

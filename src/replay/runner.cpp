@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <new>
 #include <sstream>
@@ -74,8 +75,31 @@ class Replayer {
     return {};
   }
 
-  void run() {
+  void run(const std::function<void(const ReplayStep&)>& on_step) {
     const std::uint64_t start_ns = backend_.now_ns();
+    ReplayStep step;
+    step.total = trace_.ops.size();
+    step.pool = pool_.get();
+    if (on_step) step.live_ids = [this] { return live_ids(); };
+    bool observing = static_cast<bool>(on_step);
+    auto observe = [&](std::size_t line, std::string_view name) {
+      if (!observing) return;
+      step.line = line;
+      step.op = name;
+      step.now_ns = backend_.now_ns();
+      try {
+        on_step(step);
+      } catch (const std::exception& e) {
+        // The replay itself goes on (and still cleans up); the observer stops.
+        observing = false;
+        ++report_.errors[std::string(to_string(ErrorCode::backend_error))];
+        ++report_.unexpected_errors;
+        add_problem(line, std::string(name), "backend_error",
+                    std::string("the replay's observer failed: ") + e.what());
+      }
+      ++step.index;
+    };
+    observe(0, "start");
     for (const TraceOp& op : trace_.ops) {
       ++report_.ops;
       try {
@@ -85,8 +109,10 @@ class Replayer {
       } catch (const std::exception& e) {
         record(op, make_error(ErrorCode::backend_error, std::string("internal error: ") + e.what()));
       }
+      observe(op.line, replay::to_string(op.kind));
     }
     finish();
+    observe(0, "end");
     report_.device_time_ns = backend_.now_ns() - start_ns;
     const PoolStats st = pool_->stats();
     report_.capacity = pool_->capacity();
@@ -276,6 +302,14 @@ class Replayer {
     expect_success(op);
   }
 
+  std::vector<ReplayLiveId> live_ids() const {
+    std::vector<ReplayLiveId> out;
+    for (std::size_t i = 0; i < buffers_.size(); ++i) {
+      if (buffers_[i].allocated) out.push_back({trace_.ids[i], buffers_[i].handle});
+    }
+    return out;
+  }
+
   // --- cross-stream ordering the program would have written -------------------
 
   Result<void> order_after_writer(StreamId stream, Buffer& b) {
@@ -438,7 +472,7 @@ Result<ReplayReport> run(const Trace& trace, const ReplayOptions& options) {
     if (Result<void> s = r.setup(options.capacity, options.integrity); !s.ok()) {
       return std::move(s).error();
     }
-    r.run();
+    r.run(options.on_step);
   }
   return report;
 }

@@ -1,0 +1,215 @@
+// `ferry snapshot TRACE`: replays a trace on the sim, samples the pool after
+// every op, and writes the pool over time and its layout as one HTML page
+// and/or JSON (SPEC.md "Observability").
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <optional>
+#include <ostream>
+#include <string>
+
+#include "cli/option_values.hpp"
+#include "cli/subcommand.hpp"
+#include "ferry/device_profile.hpp"
+#include "ferry/pool_timeline.hpp"
+#include "ferry/replay.hpp"
+
+namespace ferry::cli {
+namespace {
+
+struct SnapshotArgs {
+  std::string file;
+  std::string profile = "h200";
+  std::string capacity;  // empty: the device's
+  std::string seed = "1";
+  std::string at;        // empty: no extra layout; else a trace line
+  std::string out;       // empty: TRACE's stem + "-snapshot.html", unless --json is given
+  std::string json;      // empty: none; "-": stdout
+};
+
+template <class Parse>
+CLI::Validator checked(Parse parse, std::string name) {
+  return CLI::Validator(
+      [parse](std::string& value) -> std::string {
+        auto r = parse(value);
+        return r.ok() ? std::string() : r.error().message;
+      },
+      std::move(name));
+}
+
+std::string profile_list() {
+  std::string s;
+  for (const std::string& n : profile_names()) s += (s.empty() ? "" : "|") + n;
+  return s;
+}
+
+// A path we may write: not the trace, not a directory, in a directory that
+// exists. Checked before anything runs; empty when fine.
+std::string unwritable(const std::string& option, const std::string& path, const std::string& trace) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (path.empty()) return option + ": empty path";
+  if (fs::equivalent(path, trace, ec)) return option + " " + path + " would overwrite the trace";
+  if (fs::is_directory(path, ec)) return option + " " + path + ": is a directory";
+  const fs::path parent = fs::path(path).parent_path();
+  if (!parent.empty() && !fs::is_directory(parent, ec)) {
+    return option + " " + path + ": directory " + parent.string() + " does not exist";
+  }
+  return {};
+}
+
+bool write_file(const std::string& path, const std::string& text) {
+  std::ofstream f(path, std::ios::binary | std::ios::trunc);
+  if (!f) return false;
+  f << text;
+  f.flush();
+  return static_cast<bool>(f);
+}
+
+std::string human_bytes(std::uint64_t b) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = static_cast<double>(b);
+  int u = 0;
+  while (v >= 1024.0 && u < 4) {
+    v /= 1024.0;
+    ++u;
+  }
+  char buf[48];
+  if (u == 0) std::snprintf(buf, sizeof buf, "%llu B", static_cast<unsigned long long>(b));
+  else std::snprintf(buf, sizeof buf, "%.1f %s", v, units[u]);
+  return buf;
+}
+
+int run_snapshot(const SnapshotArgs& args, const Io& io) {
+  TimelineOptions options;
+  options.replay.backend = "sim";
+  options.replay.profile = args.profile;
+  // The validators already accepted these.
+  if (!args.capacity.empty()) options.replay.capacity = parse_byte_size(args.capacity).value_or(0);
+  options.replay.seed = parse_u64(args.seed).value_or(1);
+  if (!args.at.empty()) {
+    const std::uint64_t line = parse_u64(args.at).value_or(0);
+    if (line == 0) {
+      io.err << "ferry snapshot: --at " << args.at << ": trace lines count from 1\n";
+      return kExitUsage;
+    }
+    options.at_line = static_cast<std::size_t>(line);
+  }
+
+  std::string html_path = args.out;
+  if (html_path.empty() && args.json.empty()) {
+    html_path = std::filesystem::path(args.file).stem().string() + "-snapshot.html";
+  }
+  if (!html_path.empty()) {
+    if (std::string why = unwritable("--out", html_path, args.file); !why.empty()) {
+      io.err << "ferry snapshot: " << why << '\n';
+      return kExitUsage;
+    }
+  }
+  if (!args.json.empty() && args.json != "-") {
+    if (std::string why = unwritable("--json", args.json, args.file); !why.empty()) {
+      io.err << "ferry snapshot: " << why << '\n';
+      return kExitUsage;
+    }
+    if (args.json == html_path) {
+      io.err << "ferry snapshot: --json and --out name the same file\n";
+      return kExitUsage;
+    }
+  }
+
+  Result<PoolTimeline> timeline = observe_replay(args.file, options);
+  if (!timeline.ok()) {
+    const Error& e = timeline.error();
+    if (e.code == ErrorCode::invalid_argument) {
+      io.err << e.message << '\n';  // "FILE:LINE: what is wrong" lines, or the bad option
+      return kExitUsage;
+    }
+    io.err << "ferry snapshot: " << e.message << '\n';
+    return e.code == ErrorCode::unsupported ? kExitUsage : kExitFailed;
+  }
+  const PoolTimeline& t = *timeline;
+
+  const bool json_on_stdout = args.json == "-";
+  if (!html_path.empty()) {
+    const std::string page = timeline_html(t);
+    if (!write_file(html_path, page)) {
+      io.err << "ferry snapshot: --out: cannot write " << html_path << '\n';
+      return kExitUsage;
+    }
+    if (!json_on_stdout) {
+      io.out << "wrote " << html_path << " (" << human_bytes(page.size()) << "): " << t.samples.size()
+             << " samples, " << t.layouts.size() << " layouts\n";
+    }
+  }
+  if (!args.json.empty()) {
+    const std::string json = timeline_json(t);
+    if (json_on_stdout) {
+      io.out << json << '\n';
+    } else if (!write_file(args.json, json + '\n')) {
+      io.err << "ferry snapshot: --json: cannot write " << args.json << '\n';
+      return kExitUsage;
+    } else {
+      io.out << "wrote " << args.json << " (" << human_bytes(json.size() + 1) << ")\n";
+    }
+  }
+  if (!json_on_stdout) {
+    for (const PoolLayout& l : t.layouts) {
+      io.out << "layout " << l.title << ": " << l.snapshot.blocks.size() << " blocks, live "
+             << human_bytes(l.snapshot.stats.allocated_bytes) << ", reserved "
+             << human_bytes(l.snapshot.stats.reserved_bytes) << '\n';
+    }
+    if (!t.note.empty()) io.out << "note: " << t.note << '\n';
+    io.out << report_summary(t.report);
+  } else if (!t.note.empty()) {
+    io.err << "ferry snapshot: note: " << t.note << '\n';
+  }
+  return t.report.passed() ? kExitOk : kExitFailed;
+}
+
+}  // namespace
+
+Subcommand add_snapshot(CLI::App& parent) {
+  auto args = std::make_shared<SnapshotArgs>();
+  CLI::App* app = parent.add_subcommand(
+      "snapshot", "Replay a trace on the sim and draw the pool over time and its layout (HTML, JSON)");
+  app->add_option("TRACE", args->file, "Trace: JSON Lines, one op per line (SPEC.md \"Trace format\")")
+      ->required();
+  app->add_option("--profile", args->profile, "Sim device profile: " + profile_list())
+      ->check(checked(
+          [](const std::string& name) -> Result<void> {
+            if (find_profile(name)) return {};
+            return make_error(ErrorCode::invalid_argument,
+                              "unknown profile \"" + name + "\" (profiles: " + profile_list() + ")");
+          },
+          "PROFILE"))
+      ->capture_default_str();
+  app->add_option("--capacity", args->capacity,
+                  "Pool capacity: bytes, or with a KiB|MiB|GiB|TiB suffix (default: the device's)")
+      ->check(checked([](const std::string& v) { return parse_byte_size(v); }, "BYTES"));
+  app->add_option("--seed", args->seed, "Seed of the sim's schedule")
+      ->check(checked([](const std::string& v) { return parse_u64(v); }, "UINT"))
+      ->capture_default_str();
+  app->add_option("--at", args->at,
+                  "Also take a layout after the first op on or after this trace line")
+      ->check(checked([](const std::string& v) { return parse_u64(v); }, "LINE"));
+  app->add_option("--out", args->out,
+                  "Write the HTML page to FILE (default: TRACE's name + \"-snapshot.html\" in\n"
+                  "the current directory, unless --json is given)")
+      ->type_name("FILE");
+  app->add_option("--json", args->json, "Write the samples and layouts as JSON to FILE ('-': stdout)")
+      ->type_name("FILE");
+  app->footer(
+      "The page is one file with no external resources: open it in a browser. It draws live,\n"
+      "reserved, pending-free and cached bytes after every op (by op or by virtual time; OOMs,\n"
+      "reclaims and layout moments marked), and the layout of each reserved range (mapped and\n"
+      "cached granules, blocks colored by stream, pending frees hatched) at the peak of reserved\n"
+      "bytes, at the end of the trace (before the replay frees what is left), and at --at LINE.\n"
+      "The sim is deterministic: the peak's layout is taken by replaying the trace a second time.\n"
+      "Exit status: 0 the replay passed; 1 a check was corrupt or an error was unexpected (the\n"
+      "page is still written); 2 malformed trace (FILE:LINE: what is wrong), bad option, or an\n"
+      "output that cannot be written.");
+  return {app, [args](const Io& io) { return run_snapshot(*args, io); }};
+}
+
+}  // namespace ferry::cli

@@ -1,0 +1,93 @@
+// ferry — the pool over time: a replay sampled after every operation, with
+// layout snapshots at chosen moments, as JSON and as a self-contained HTML page
+// (SPEC.md "Observability"; `ferry snapshot TRACE` is its command line).
+//
+// observe_replay() replays a trace (replay.hpp) with an observer that reads the
+// pool's statistics after every op, and takes layout snapshots (pool_snapshot.hpp)
+// at: the end of the trace (after its last op, before the replay's own final
+// synchronize and frees), the peak (the first op after which reserved bytes,
+// then allocated bytes, were highest), and optionally the first op on or after a
+// given trace line. The sim is deterministic (same seed, same schedule), so the
+// peak, known only once the replay is over, is snapshotted by replaying a second
+// time when it is not one of the other moments; a second replay that does not
+// match the first is reported in PoolTimeline::note.
+//
+// Thread safety: reentrant; each call builds its own backend and pool. Blocks for
+// as long as the replays run (twice at most).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ferry/pool_snapshot.hpp"
+#include "ferry/replay.hpp"
+#include "ferry/result.hpp"
+
+namespace ferry {
+
+// The pool after one step of a replay (ReplayStep::index).
+struct PoolSample {
+  std::size_t index = 0;  // 0: start; i: after op i; ops + 1: after the replay's end
+  std::size_t line = 0;   // the op's trace line; 0 for start and end
+  std::string op;         // "alloc", ..., "start", "end"
+  std::uint64_t now_ns = 0;  // backend clock (virtual on sim)
+  std::uint64_t requested_bytes = 0;  // live, as requested
+  std::uint64_t allocated_bytes = 0;  // live, as the pool rounds them
+  std::uint64_t reserved_bytes = 0;   // mapped
+  std::uint64_t pending_free_bytes = 0;
+  std::uint64_t cached_bytes = 0;     // mapped, touched by no block
+  std::uint64_t ooms = 0, reclaims = 0;  // running totals
+  friend bool operator==(const PoolSample&, const PoolSample&) = default;
+};
+
+struct PoolLayout {
+  std::string moment;  // "peak", "end" or "line"
+  std::string title;   // what a person reads: "peak reserved: after line 42 (alloc)"
+  PoolSample at;       // the sample the snapshot goes with
+  PoolSnapshot snapshot;  // blocks named by their trace ids
+};
+
+struct TimelineOptions {
+  ReplayOptions replay;  // its on_step is the timeline's own (any given is replaced)
+  // Also snapshot after the first op on or after this trace line (1-based).
+  std::optional<std::size_t> at_line;
+};
+
+struct PoolTimeline {
+  std::string trace;
+  std::string backend, device;
+  std::uint64_t capacity = 0, granule = 0, seed = 0;
+  std::vector<PoolSample> samples;  // one per ReplayStep, in order
+  std::vector<PoolLayout> layouts;  // peak first, then end, then line (when asked)
+  ReplayReport report;              // of the first replay
+  std::string note;                 // "" or why a layout may not match the samples
+};
+
+// Replays the trace at `path` (or the text, named `name` in messages) and
+// samples it. Errors: those of replay_trace_file/replay_trace_text (nothing
+// has run), and invalid_argument when at_line is 0 or past the trace's last
+// op (found after the first replay). Problems while replaying are in
+// PoolTimeline::report, as for a replay.
+Result<PoolTimeline> observe_replay(const std::string& path, const TimelineOptions& options);
+Result<PoolTimeline> observe_replay_text(std::string_view text, std::string_view name,
+                                         const TimelineOptions& options);
+
+// One JSON object: {"trace", "backend", "device", "capacity", "granule", "seed",
+// "note", "report": {report_json's object}, "samples": {"index": [...], "line":
+// [...], "op": [...], "now_ns": [...], "requested_bytes": [...], ...} (columns of
+// equal length), "layouts": [{"moment", "title", "index", "line", "op",
+// "now_ns", "snapshot": {snapshot_json's object}}]}.
+std::string timeline_json(const PoolTimeline& timeline);
+
+// A single HTML page with no external resources (inline SVG drawn by inline
+// script): the pool over time (live, reserved, pending-free and cached bytes,
+// with the capacity, OOMs, reclaims and the layout moments marked) and the
+// layout of every snapshot (each reserved range, its mapped and cached
+// granules, its blocks colored by state and stream), with the data embedded.
+std::string timeline_html(const PoolTimeline& timeline);
+
+}  // namespace ferry

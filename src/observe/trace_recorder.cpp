@@ -1,0 +1,333 @@
+#include "ferry/trace_recorder.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <deque>
+#include <fstream>
+#include <mutex>
+#include <ostream>
+#include <unordered_map>
+#include <vector>
+
+namespace ferry {
+namespace {
+
+using Line = nlohmann::ordered_json;
+
+std::uint64_t key_of(DeviceHandle h) noexcept {
+  return (std::uint64_t{h.slot} << 32) | h.generation;
+}
+
+Result<void> check_stream(StreamId stream) {
+  if (stream < kMaxStreams) return {};
+  return make_error(ErrorCode::invalid_argument,
+                    "stream " + std::to_string(stream) + " is out of range (streams are 0.." +
+                        std::to_string(kMaxStreams - 1) + ")");
+}
+
+}  // namespace
+
+struct RecordingPool::Impl {
+  struct Entry {
+    std::string id;
+    bool live = true;
+  };
+
+  DevicePool& pool;
+  std::unique_ptr<std::ofstream> owned;  // set by to_file()
+  std::ostream& out;
+
+  mutable std::mutex mu;  // guards what follows; never held while the pool runs
+  std::optional<std::uint32_t> pool_id;  // learnt from the first allocation
+  std::unordered_map<std::uint64_t, Entry> ids;  // live handles and remembered frees
+  std::deque<std::uint64_t> freed;  // remembered frees, oldest first
+  std::uint64_t allocations = 0;    // N of the ids handed out
+  std::uint64_t next_seed = 1;      // seeds of uploads and input-less computes
+  RecordingStats st;
+  Result<void> write_status;
+
+  Impl(DevicePool& p, std::ostream& o) : pool(p), out(o) {}
+  Impl(DevicePool& p, std::unique_ptr<std::ofstream> f) : pool(p), owned(std::move(f)), out(*owned) {}
+
+  // The id of `h`, when this recorder knows it. Caller holds mu.
+  const Entry* find(DeviceHandle h) const {
+    if (!pool_id || h.pool != *pool_id) return nullptr;
+    auto it = ids.find(key_of(h));
+    return it == ids.end() ? nullptr : &it->second;
+  }
+
+  // Looks up every handle; nullopt when one is unknown (and counts it).
+  std::optional<std::vector<std::string>> lookup(std::span<const DeviceHandle> handles) {
+    std::lock_guard lock(mu);
+    std::vector<std::string> out_ids;
+    out_ids.reserve(handles.size());
+    for (DeviceHandle h : handles) {
+      const Entry* e = find(h);
+      if (e == nullptr) {
+        ++st.unrecorded;
+        return std::nullopt;
+      }
+      out_ids.push_back(e->id);
+    }
+    return out_ids;
+  }
+
+  void unrecorded() {
+    std::lock_guard lock(mu);
+    ++st.unrecorded;
+  }
+
+  // Writes one line; a failed call's line expects its error. Caller holds mu.
+  void write_locked(Line line, const Error* failure) {
+    if (failure != nullptr) {
+      line["expect"] = std::string(to_string(failure->code));
+      ++st.failed_calls;
+    }
+    if (!write_status.ok()) return;
+    out << line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << '\n';
+    if (!out) {
+      write_status = make_error(ErrorCode::backend_error,
+                                "writing the trace failed after " + std::to_string(st.lines) + " lines");
+      return;
+    }
+    ++st.lines;
+  }
+
+  template <class R>
+  void write(Line line, const R& result) {
+    std::lock_guard lock(mu);
+    write_locked(std::move(line), result.ok() ? nullptr : &result.error());
+  }
+
+  std::uint64_t fresh_seed() {
+    std::lock_guard lock(mu);
+    return next_seed++;
+  }
+};
+
+RecordingPool::RecordingPool(DevicePool& pool, std::ostream& out)
+    : impl_(std::make_unique<Impl>(pool, out)) {}
+
+RecordingPool::RecordingPool(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+Result<std::unique_ptr<RecordingPool>> RecordingPool::to_file(DevicePool& pool, const std::string& path) {
+  auto file = std::make_unique<std::ofstream>(path, std::ios::binary | std::ios::trunc);
+  if (!*file) {
+    return make_error(ErrorCode::invalid_argument, path + ": cannot open the trace file for writing");
+  }
+  return std::unique_ptr<RecordingPool>(new RecordingPool(std::make_unique<Impl>(pool, std::move(file))));
+}
+
+RecordingPool::~RecordingPool() { (void)flush(); }
+
+Result<DeviceHandle> RecordingPool::allocate(std::uint64_t bytes, StreamId stream, std::string_view tag) {
+  Impl& p = *impl_;
+  if (!check_stream(stream).ok()) {
+    p.unrecorded();
+    return p.pool.allocate(bytes, stream);
+  }
+  Result<DeviceHandle> h = p.pool.allocate(bytes, stream);
+  std::lock_guard lock(p.mu);
+  const std::uint64_t n = ++p.allocations;
+  std::string id = tag.empty() ? "b" + std::to_string(n) : std::string(tag) + "#" + std::to_string(n);
+  Line line{{"op", "alloc"}, {"id", id}, {"bytes", bytes}, {"stream", stream}};
+  if (h.ok()) {
+    if (!p.pool_id) p.pool_id = h->pool;
+    p.ids[key_of(*h)] = Impl::Entry{std::move(id), true};
+  }
+  p.write_locked(std::move(line), h.ok() ? nullptr : &h.error());
+  return h;
+}
+
+Result<void> RecordingPool::free(DeviceHandle handle) {
+  Impl& p = *impl_;
+  std::optional<std::vector<std::string>> id = p.lookup({&handle, 1});
+  Result<void> r = p.pool.free(handle);
+  if (!id) return r;
+  std::lock_guard lock(p.mu);
+  if (r.ok()) {
+    const std::uint64_t key = key_of(handle);
+    if (auto it = p.ids.find(key); it != p.ids.end() && it->second.live) {
+      it->second.live = false;
+      p.freed.push_back(key);
+      if (p.freed.size() > kRememberedFrees) {
+        p.ids.erase(p.freed.front());
+        p.freed.pop_front();
+      }
+    }
+  }
+  p.write_locked(Line{{"op", "free"}, {"id", (*id)[0]}}, r.ok() ? nullptr : &r.error());
+  return r;
+}
+
+Result<void> RecordingPool::trim() {
+  Result<void> r = impl_->pool.trim();
+  impl_->write(Line{{"op", "trim"}}, r);
+  return r;
+}
+
+Result<Ticket> RecordingPool::fill(StreamId stream, DeviceHandle dst, std::uint64_t seed) {
+  Impl& p = *impl_;
+  std::optional<std::vector<std::string>> id;
+  if (check_stream(stream).ok()) id = p.lookup({&dst, 1});
+  else p.unrecorded();
+  Result<Ticket> t = enqueue_fill(p.pool, stream, dst, seed);
+  if (id) p.write(Line{{"op", "fill"}, {"id", (*id)[0]}, {"stream", stream}, {"seed", seed}}, t);
+  return t;
+}
+
+Result<Ticket> RecordingPool::compute(StreamId stream, std::span<const DeviceHandle> inputs,
+                                      DeviceHandle output, double flops, std::uint64_t mem_bytes) {
+  Impl& p = *impl_;
+  std::vector<DeviceHandle> named(inputs.begin(), inputs.end());
+  named.push_back(output);
+  std::optional<std::vector<std::string>> ids;
+  if (check_stream(stream).ok()) ids = p.lookup(named);
+  else p.unrecorded();
+  const std::uint64_t seed = inputs.empty() && ids ? p.fresh_seed() : 0;
+  Result<Ticket> t = enqueue_compute(p.pool, stream, inputs, output, flops, mem_bytes);
+  if (!ids) return t;
+  const std::string out_id = ids->back();
+  ids->pop_back();
+  if (ids->empty()) {
+    p.write(Line{{"op", "fill"}, {"id", out_id}, {"stream", stream}, {"seed", seed}}, t);
+  } else {
+    p.write(Line{{"op", "compute"}, {"inputs", *ids}, {"output", out_id}, {"stream", stream}}, t);
+  }
+  return t;
+}
+
+Result<Ticket> RecordingPool::copy_to_host(StreamId stream, DeviceHandle src, std::span<std::byte> dst) {
+  Impl& p = *impl_;
+  std::optional<std::vector<std::string>> id;
+  if (check_stream(stream).ok()) id = p.lookup({&src, 1});
+  else p.unrecorded();
+  Result<Ticket> t = enqueue_copy_to_host(p.pool, stream, src, dst);
+  if (id) p.write(Line{{"op", "check"}, {"id", (*id)[0]}}, t);
+  return t;
+}
+
+Result<TransferReceipt> RecordingPool::upload(TransferEngine& engine, StreamId stream,
+                                              const TransferPlan& plan) {
+  Impl& p = *impl_;
+  // One line per destination, in plan order.
+  std::vector<DeviceHandle> dsts;
+  for (const TransferRange& r : plan.ranges()) {
+    if (std::find(dsts.begin(), dsts.end(), r.dst) == dsts.end()) dsts.push_back(r.dst);
+  }
+  std::optional<std::vector<std::string>> ids;
+  if (check_stream(stream).ok() && !dsts.empty()) ids = p.lookup(dsts);
+  else p.unrecorded();
+  Result<TransferReceipt> receipt = engine.upload(stream, plan);
+  if (!ids) return receipt;
+  std::lock_guard lock(p.mu);
+  for (const std::string& id : *ids) {
+    Line line{{"op", "upload"}, {"id", id}, {"stream", stream}, {"seed", p.next_seed++}};
+    p.write_locked(std::move(line), receipt.ok() ? nullptr : &receipt.error());
+  }
+  return receipt;
+}
+
+Result<TransferReceipt> RecordingPool::download(TransferEngine& engine, StreamId stream, DeviceHandle src,
+                                                std::uint64_t src_offset, std::span<std::byte> dst) {
+  Impl& p = *impl_;
+  std::optional<std::vector<std::string>> id;
+  if (check_stream(stream).ok()) id = p.lookup({&src, 1});
+  else p.unrecorded();
+  Result<TransferReceipt> r = engine.download(stream, src, src_offset, dst);
+  if (id) p.write(Line{{"op", "check"}, {"id", (*id)[0]}}, r);
+  return r;
+}
+
+Result<TransferReceipt> RecordingPool::copy_on_device(TransferEngine& engine, StreamId stream,
+                                                      DeviceHandle dst, std::uint64_t dst_offset,
+                                                      DeviceHandle src, std::uint64_t src_offset,
+                                                      std::uint64_t bytes) {
+  Impl& p = *impl_;
+  const DeviceHandle named[] = {src, dst};
+  std::optional<std::vector<std::string>> ids;
+  if (check_stream(stream).ok()) ids = p.lookup(named);
+  else p.unrecorded();
+  Result<TransferReceipt> r = engine.copy_on_device(stream, dst, dst_offset, src, src_offset, bytes);
+  if (ids) {
+    p.write(Line{{"op", "compute"}, {"inputs", {(*ids)[0]}}, {"output", (*ids)[1]}, {"stream", stream}}, r);
+  }
+  return r;
+}
+
+Result<void> RecordingPool::hold(StreamId stream) {
+  Impl& p = *impl_;
+  if (Result<void> s = check_stream(stream); !s.ok()) {
+    p.unrecorded();
+    return s;
+  }
+  p.pool.order().backend().set_hold(stream, true);
+  Result<void> r;
+  p.write(Line{{"op", "hold"}, {"stream", stream}}, r);
+  return r;
+}
+
+Result<void> RecordingPool::release(StreamId stream) {
+  Impl& p = *impl_;
+  if (Result<void> s = check_stream(stream); !s.ok()) {
+    p.unrecorded();
+    return s;
+  }
+  Backend& backend = p.pool.order().backend();
+  backend.set_hold(stream, false);
+  Result<void> r = backend.flush(stream);
+  p.write(Line{{"op", "release"}, {"stream", stream}}, r);
+  return r;
+}
+
+Result<void> RecordingPool::synchronize(StreamId stream) {
+  Impl& p = *impl_;
+  if (Result<void> s = check_stream(stream); !s.ok()) {
+    p.unrecorded();
+    return s;
+  }
+  StreamOrder& order = p.pool.order();
+  Result<void> r = order.wait(StreamPoint{stream, order.backend().submitted(stream)});
+  p.write(Line{{"op", "sync"}, {"stream", stream}}, r);
+  return r;
+}
+
+Result<void> RecordingPool::synchronize() {
+  Result<void> r = impl_->pool.order().backend().synchronize();
+  impl_->write(Line{{"op", "sync"}}, r);
+  return r;
+}
+
+DevicePool& RecordingPool::pool() noexcept { return impl_->pool; }
+
+std::optional<std::string> RecordingPool::id_of(DeviceHandle handle) const {
+  std::lock_guard lock(impl_->mu);
+  const Impl::Entry* e = impl_->find(handle);
+  if (e == nullptr) return std::nullopt;
+  return e->id;
+}
+
+RecordingStats RecordingPool::stats() const {
+  std::lock_guard lock(impl_->mu);
+  return impl_->st;
+}
+
+Result<void> RecordingPool::status() const {
+  std::lock_guard lock(impl_->mu);
+  return impl_->write_status;
+}
+
+Result<void> RecordingPool::flush() {
+  Impl& p = *impl_;
+  std::lock_guard lock(p.mu);
+  if (!p.write_status.ok()) return p.write_status;
+  p.out.flush();
+  if (!p.out) {
+    p.write_status = make_error(ErrorCode::backend_error,
+                                "flushing the trace failed after " + std::to_string(p.st.lines) + " lines");
+  }
+  return p.write_status;
+}
+
+}  // namespace ferry

@@ -1,0 +1,299 @@
+// The trace recorder: what a real program does through a RecordingPool replays
+// with `ferry replay` and exit 0, with the same checks and expected errors.
+#include "ferry/trace_recorder.hpp"
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cli/cli_run.hpp"
+#include "ferry/replay.hpp"
+#include "transfer/transfer_fixture.hpp"
+
+namespace ferry {
+namespace {
+
+constexpr std::uint64_t kMiB = std::uint64_t{1} << 20;
+
+using testing::Rig;
+using testing::RigOptions;
+
+// The device the recorded program runs on, and the replay options that match it.
+RigOptions h200_at(std::uint64_t capacity) {
+  RigOptions o;
+  o.profile = "h200";
+  o.pool.capacity = capacity;
+  return o;
+}
+ReplayOptions replay_at(std::uint64_t capacity) {
+  ReplayOptions o;
+  o.profile = "h200";
+  o.capacity = capacity;
+  return o;
+}
+
+std::vector<nlohmann::json> lines_of(const std::string& text) {
+  std::vector<nlohmann::json> out;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) out.push_back(nlohmann::json::parse(line));
+  return out;
+}
+
+std::size_t count_op(const std::vector<nlohmann::json>& lines, const std::string& op) {
+  std::size_t n = 0;
+  for (const auto& l : lines) n += l.at("op") == op ? 1 : 0;
+  return n;
+}
+
+class TempDir {
+ public:
+  TempDir() {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    dir_ = std::filesystem::temp_directory_path() /
+           (std::string("ferry_observe_") + info->name() + "_" + std::to_string(::getpid()));
+    std::filesystem::create_directories(dir_);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(dir_, ec);
+  }
+  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+
+ private:
+  std::filesystem::path dir_;
+};
+
+// A program that uses every kind of call: fills, an upload through the engine,
+// a kernel queued on a held stream whose input is freed while it waits (report
+// 003's order), read-backs, a device copy, an input-less kernel, an OOM, a
+// double free and a trim.
+void run_program(Rig& rig, RecordingPool& rec) {
+  auto w = rec.allocate(8 * kMiB, 0, "weights");
+  ASSERT_TRUE(w.ok()) << w.error().message;
+  ASSERT_TRUE(rec.fill(0, *w, 7).ok());
+
+  auto staged = rec.allocate(4 * kMiB, 1);
+  ASSERT_TRUE(staged.ok());
+  HostBlock block = rig.block_with(11, 4 * kMiB);
+  TransferPlan plan;
+  plan.add(block, *staged);
+  ASSERT_TRUE(rec.upload(*rig.engine, 1, plan).ok());
+  ASSERT_TRUE(rig.arena->free(block).ok());
+
+  ASSERT_TRUE(rec.synchronize(0).ok());  // the program orders stream 1 after the fill
+  ASSERT_TRUE(rec.hold(1).ok());
+  auto out = rec.allocate(256 * 1024, 1, "out");
+  ASSERT_TRUE(out.ok());
+  const DeviceHandle inputs[] = {*w, *staged};
+  ASSERT_TRUE(rec.compute(1, inputs, *out).ok());
+  ASSERT_TRUE(rec.free(*staged).ok());  // while the held kernel still reads it
+  ASSERT_TRUE(rec.release(1).ok());
+  ASSERT_TRUE(rec.synchronize().ok());
+
+  std::vector<std::byte> host(256 * 1024);
+  ASSERT_TRUE(rec.copy_to_host(1, *out, host).ok());
+  ASSERT_TRUE(rec.synchronize(1).ok());
+  std::vector<std::byte> back(8 * kMiB);
+  ASSERT_TRUE(rec.download(*rig.engine, 0, *w, 0, back).ok());
+  EXPECT_EQ(back, testing::pattern_of(7, 8 * kMiB)) << "the program's own bytes are untouched";
+
+  auto copy = rec.allocate(8 * kMiB, 0, "copy");
+  ASSERT_TRUE(copy.ok());
+  ASSERT_TRUE(rec.copy_on_device(*rig.engine, 0, *copy, 0, *w, 0, 8 * kMiB).ok());
+  auto scratch = rec.allocate(1 * kMiB, 0);
+  ASSERT_TRUE(scratch.ok());
+  ASSERT_TRUE(rec.compute(0, {}, *scratch).ok());
+  ASSERT_TRUE(rec.copy_to_host(0, *scratch, back).ok());
+  ASSERT_TRUE(rec.synchronize(0).ok());
+
+  auto huge = rec.allocate(std::uint64_t{1} << 40, 0, "huge");
+  ASSERT_FALSE(huge.ok());
+  EXPECT_EQ(huge.error().code, ErrorCode::out_of_memory);
+  auto twice = rec.free(*staged);
+  ASSERT_FALSE(twice.ok());
+  EXPECT_EQ(twice.error().code, ErrorCode::stale_handle);
+
+  ASSERT_TRUE(rec.free(*out).ok());
+  ASSERT_TRUE(rec.trim().ok());
+  ASSERT_TRUE(rec.free(*w).ok());
+  ASSERT_TRUE(rec.free(*copy).ok());
+  ASSERT_TRUE(rec.free(*scratch).ok());
+}
+
+TEST(TraceRecorder, ARecordedProgramReplaysWithEveryCheckMatchingAndTheSameErrors) {
+  Rig rig(h200_at(64 * kMiB));
+  std::ostringstream trace;
+  RecordingPool rec(*rig.pool, trace);
+  run_program(rig, rec);
+  ASSERT_FALSE(::testing::Test::HasFatalFailure());
+  ASSERT_TRUE(rec.flush().ok());
+
+  const std::vector<nlohmann::json> lines = lines_of(trace.str());
+  EXPECT_EQ(rec.stats().lines, lines.size());
+  EXPECT_EQ(rec.stats().unrecorded, 0u);
+  EXPECT_EQ(rec.stats().failed_calls, 2u);
+  EXPECT_EQ(count_op(lines, "check"), 3u);
+  EXPECT_EQ(count_op(lines, "upload"), 1u);
+  EXPECT_EQ(count_op(lines, "compute"), 2u) << "the kernel and the device copy";
+  EXPECT_EQ(count_op(lines, "hold"), 1u);
+  EXPECT_EQ(count_op(lines, "release"), 1u);
+  EXPECT_EQ(count_op(lines, "trim"), 1u);
+  EXPECT_EQ(trace.str().substr(0, trace.str().find('\n')),
+            R"({"op":"alloc","id":"weights#1","bytes":8388608,"stream":0})");
+  for (const auto& l : lines) {
+    if (l.contains("expect")) {
+      EXPECT_TRUE(l["expect"] == "out_of_memory" || l["expect"] == "stale_handle") << l;
+    }
+  }
+
+  Result<ReplayReport> r = replay_trace_text(trace.str(), "recorded.jsonl", replay_at(64 * kMiB));
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_TRUE(r->passed()) << report_summary(*r) << "\n" << trace.str();
+  EXPECT_EQ(r->ops, lines.size());
+  EXPECT_EQ(r->checks, 3u) << "every recorded read-back compared bytes";
+  EXPECT_EQ(r->corrupt, 0u);
+  EXPECT_EQ(r->unexpected_errors, 0u);
+  EXPECT_EQ(r->expected_errors, 2u);
+  EXPECT_EQ(r->errors["out_of_memory"], 1u);
+  EXPECT_EQ(r->errors["stale_handle"], 1u);
+  EXPECT_EQ(r->skipped, 0u);
+}
+
+TEST(TraceRecorder, ARecordedFileReplaysThroughTheCliWithExitZero) {
+  TempDir dir;
+  const std::string path = dir.path("recorded.jsonl");
+  {
+    Rig rig(h200_at(64 * kMiB));
+    Result<std::unique_ptr<RecordingPool>> rec = RecordingPool::to_file(*rig.pool, path);
+    ASSERT_TRUE(rec.ok()) << rec.error().message;
+    run_program(rig, **rec);
+    ASSERT_FALSE(::testing::Test::HasFatalFailure());
+  }  // the recorder flushes as it goes
+  const auto run = cli::testing::run_ferry({"replay", path, "--capacity", "64MiB", "--json"});
+  EXPECT_EQ(run.code, 0) << run.out << run.err;
+  const auto report = nlohmann::json::parse(run.out);
+  EXPECT_EQ(report["checks"], 3);
+  EXPECT_EQ(report["corrupt"], 0);
+  EXPECT_EQ(report["unexpected_errors"], 0);
+}
+
+TEST(TraceRecorder, IdsAreStablePerAllocationAndNeverReused) {
+  Rig rig(h200_at(64 * kMiB));
+  std::ostringstream trace;
+  RecordingPool rec(*rig.pool, trace);
+  auto a = rec.allocate(1024, 0, "act");
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ(rec.id_of(*a), "act#1");
+  ASSERT_TRUE(rec.free(*a).ok());
+  EXPECT_EQ(rec.id_of(*a), "act#1") << "a freed handle is remembered, for double frees";
+  auto b = rec.allocate(1024, 0);  // may take a's slot; gets a new id
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(rec.id_of(*b), "b2");
+  EXPECT_EQ(rec.id_of(DeviceHandle{}), std::nullopt);
+  ASSERT_TRUE(rec.free(*b).ok());
+}
+
+TEST(TraceRecorder, CallsTheFormatCannotExpressAreForwardedButNotRecorded) {
+  Rig rig(h200_at(64 * kMiB));
+  Rig other(h200_at(64 * kMiB));
+  std::ostringstream trace;
+  RecordingPool rec(*rig.pool, trace);
+  auto mine = rec.allocate(4096, 0);
+  ASSERT_TRUE(mine.ok());
+  const std::uint64_t lines_before = rec.stats().lines;
+
+  auto foreign = other.pool->allocate(4096, 0);
+  ASSERT_TRUE(foreign.ok());
+  auto r = rec.free(*foreign);  // another pool's handle
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().code, ErrorCode::stale_handle);
+  auto bad_stream = rec.allocate(4096, kMaxStreams);
+  ASSERT_FALSE(bad_stream.ok());
+  EXPECT_EQ(bad_stream.error().code, ErrorCode::invalid_argument);
+  EXPECT_FALSE(rec.hold(kMaxStreams).ok());
+  EXPECT_FALSE(rec.fill(kMaxStreams, *mine, 1).ok());
+
+  EXPECT_EQ(rec.stats().lines, lines_before);
+  EXPECT_EQ(rec.stats().unrecorded, 4u);
+  ASSERT_TRUE(rec.free(*mine).ok());
+  ASSERT_TRUE(other.pool->free(*foreign).ok());
+  Result<ReplayReport> replayed = replay_trace_text(trace.str(), "t.jsonl", replay_at(64 * kMiB));
+  ASSERT_TRUE(replayed.ok()) << replayed.error().message;
+  EXPECT_TRUE(replayed->passed());
+}
+
+TEST(TraceRecorder, AZeroByteAllocationIsRecordedAsExpectingInvalidArgument) {
+  Rig rig(h200_at(64 * kMiB));
+  std::ostringstream trace;
+  RecordingPool rec(*rig.pool, trace);
+  EXPECT_FALSE(rec.allocate(0, 0).ok());
+  const auto lines = lines_of(trace.str());
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_EQ(lines[0]["expect"], "invalid_argument");
+  Result<ReplayReport> r = replay_trace_text(trace.str(), "t.jsonl", replay_at(64 * kMiB));
+  ASSERT_TRUE(r.ok());
+  EXPECT_TRUE(r->passed());
+}
+
+// Threads each work on their own stream; every line lands whole, and the trace
+// replays (each thread's order is kept).
+TEST(TraceRecorder, IsSafeToCallFromSeveralThreads) {
+  Rig rig(h200_at(128 * kMiB));
+  std::ostringstream trace;
+  RecordingPool rec(*rig.pool, trace);
+  constexpr int kThreads = 4, kRounds = 25;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      const auto stream = static_cast<StreamId>(t);
+      std::vector<std::byte> host(64 * 1024);
+      for (int i = 0; i < kRounds; ++i) {
+        auto h = rec.allocate(64 * 1024, stream, "t" + std::to_string(t));
+        if (!h.ok()) continue;
+        (void)rec.fill(stream, *h, static_cast<std::uint64_t>(t * 1000 + i));
+        (void)rec.copy_to_host(stream, *h, host);
+        (void)rec.synchronize(stream);
+        (void)rec.free(*h);
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  const auto lines = lines_of(trace.str());  // each parses: no torn lines
+  EXPECT_EQ(lines.size(), static_cast<std::size_t>(kThreads * kRounds * 5));
+  EXPECT_EQ(rec.stats().lines, lines.size());
+  Result<ReplayReport> r = replay_trace_text(trace.str(), "threads.jsonl", replay_at(128 * kMiB));
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_TRUE(r->passed()) << report_summary(*r);
+  EXPECT_EQ(r->checks, static_cast<std::uint64_t>(kThreads * kRounds));
+}
+
+TEST(TraceRecorder, AFileThatCannotBeOpenedIsAnError) {
+  Rig rig(h200_at(64 * kMiB));
+  auto rec = RecordingPool::to_file(*rig.pool, "/nonexistent-dir/x/trace.jsonl");
+  ASSERT_FALSE(rec.ok());
+  EXPECT_EQ(rec.error().code, ErrorCode::invalid_argument);
+  EXPECT_NE(rec.error().message.find("/nonexistent-dir/x/trace.jsonl"), std::string::npos);
+}
+
+TEST(TraceRecorder, AFailingOutputIsReportedButNeverFailsTheProgram) {
+  Rig rig(h200_at(64 * kMiB));
+  std::ostringstream trace;
+  trace.setstate(std::ios::badbit);
+  RecordingPool rec(*rig.pool, trace);
+  auto h = rec.allocate(4096, 0);
+  ASSERT_TRUE(h.ok()) << "the call still runs";
+  EXPECT_TRUE(rec.free(*h).ok());
+  EXPECT_FALSE(rec.status().ok());
+  EXPECT_FALSE(rec.flush().ok());
+  EXPECT_EQ(rec.stats().lines, 0u);
+}
+
+}  // namespace
+}  // namespace ferry
