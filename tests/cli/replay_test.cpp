@@ -8,6 +8,7 @@
 #include <random>
 #include <string>
 
+#include "backend_fixture.hpp"
 #include "ferry/cuda_backend.hpp"
 
 namespace ferry {
@@ -36,11 +37,17 @@ struct TraceCase {
   std::uint64_t capacity;
 };
 
-class CommittedTrace : public ::testing::TestWithParam<TraceCase> {};
+// One suite, every backend: the cuda instances SKIP without a GPU.
+class CommittedTrace : public ::testing::TestWithParam<std::tuple<TraceCase, std::string>> {};
 
 TEST_P(CommittedTrace, ReplaysWithEveryCheckMatching) {
-  const TraceCase& c = GetParam();
-  Result<ReplayReport> r = replay_trace_file(trace_path(c.file), with_capacity(c.capacity));
+  const auto& [c, backend] = GetParam();
+  if (std::string why = testing::backend_skip_reason(backend); !why.empty()) {
+    GTEST_SKIP() << "backend " << backend << " unavailable: " << why;
+  }
+  ReplayOptions options = with_capacity(c.capacity);
+  options.backend = backend;
+  Result<ReplayReport> r = replay_trace_file(trace_path(c.file), options);
   ASSERT_TRUE(r.ok()) << r.error().message;
   EXPECT_TRUE(r->passed()) << report_summary(*r);
   EXPECT_EQ(r->corrupt, 0u);
@@ -54,13 +61,14 @@ TEST_P(CommittedTrace, ReplaysWithEveryCheckMatching) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Traces, CommittedTrace,
-                         ::testing::Values(TraceCase{"report003.jsonl", 64 * kMiB},
-                                           TraceCase{"oom-expected.jsonl", 32 * kMiB},
-                                           TraceCase{"dequant-pattern.jsonl", 128 * kMiB},
-                                           TraceCase{"mixed-random.jsonl", 128 * kMiB}),
+                         ::testing::Combine(::testing::Values(TraceCase{"report003.jsonl", 64 * kMiB},
+                                                              TraceCase{"oom-expected.jsonl", 32 * kMiB},
+                                                              TraceCase{"dequant-pattern.jsonl", 128 * kMiB},
+                                                              TraceCase{"mixed-random.jsonl", 128 * kMiB}),
+                                            FERRY_BACKENDS),
                          [](const auto& p) {
-                           std::string n = p.param.file;
-                           n = n.substr(0, n.find('.'));
+                           std::string n = std::get<0>(p.param).file;
+                           n = n.substr(0, n.find('.')) + "_" + std::get<1>(p.param);
                            for (char& ch : n) {
                              if (ch == '-') ch = '_';
                            }
