@@ -119,6 +119,14 @@ struct DevicePool::Impl {
   }
 
   ~Impl() {
+    // I2 holds at teardown too: nothing is unmapped while enqueued work may
+    // still touch it (bounded waits; a failed wait cannot be reported here).
+    UseSet in_flight;
+    std::vector<std::uint8_t> spare(blocks.size(), 0);
+    for (std::uint32_t b : spare_blocks) spare[b] = 1;
+    for (std::uint32_t b = 0; b < blocks.size(); ++b)
+      if (!spare[b]) in_flight.merge(blocks[b].uses);
+    (void)order.wait(in_flight);
     for (Region& r : regions) {
       unmap_unused(r, /*all=*/true);
       for (std::uint64_t g = 0; g < r.mapped.size(); ++g) {

@@ -389,3 +389,26 @@ TEST(DevicePoolSim, PressureWithHeldWorkNeverTouchesUnmappedMemory) {
 
 }  // namespace
 }  // namespace ferry
+
+namespace ferry {
+namespace {
+
+// I2 at teardown: a pool destroyed with work in flight waits for it before it
+// unmaps, so the device never touches unmapped memory.
+TEST(DevicePoolSim, DestructionWaitsForWorkInFlight) {
+  auto sim = make_sim_backend({*find_profile("tiny"), 3, {}});
+  StreamOrder order(*sim);
+  {
+    DevicePool p(order);
+    auto h = p.allocate(1 << 20, 0);
+    ASSERT_TRUE(h.ok());
+    sim->set_hold(0, true);
+    ASSERT_TRUE(enqueue_fill(p, 0, *h, 1).ok());
+  }
+  sim->set_hold(0, false);
+  ASSERT_TRUE(sim->synchronize().ok());
+  EXPECT_EQ(sim->illegal_accesses(), 0u);
+}
+
+}  // namespace
+}  // namespace ferry
