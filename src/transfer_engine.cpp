@@ -5,6 +5,7 @@
 #include <atomic>
 #include <cstdio>
 #include <cstring>
+#include <deque>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -124,6 +125,11 @@ struct PendingUpload::State {
   std::vector<RangeState> rs;
   std::vector<Attempt> round;                        // the attempts in flight
   std::shared_ptr<std::vector<std::uint64_t>> results;  // device hashes of `round`
+  // The last copy on `stream`, and the transfer's last operation: under verify
+  // the last hash on the verify stream, which waited for that copy (so its
+  // completion implies every copy and hash of the transfer completed); else
+  // the last copy.
+  StreamPoint copied{};
   StreamPoint last{};
   std::uint64_t bytes = 0;
   bool batched_first = false;
@@ -154,6 +160,10 @@ struct TransferEngine::Impl {
   // What the device may still write into or read from after a call gave up
   // waiting (hash results, pageable copies, bounce buffers): kept until done.
   std::vector<std::pair<StreamPoint, std::shared_ptr<void>>> keepalive;
+  // Event waits on the verify streams not yet known complete: (the wait's own
+  // point, the copy it waits for). A hash can only finish once every wait ahead
+  // of it on its verify stream has, so finish() dispatches held copies named here.
+  std::deque<std::pair<StreamPoint, StreamPoint>> verify_waits;
   std::uint64_t canary_seed = 0x9e3779b97f4a7c15ull;
 
   std::atomic<bool> batching{false};
@@ -218,6 +228,7 @@ struct EngineOps {
       }
     }
     m.keepalive.resize(keep);
+    std::erase_if(m.verify_waits, [&](const auto& w) { return order.is_complete(w.second); });
   }
 
   // Submits the op that build(point) returns. A build error after some leases
@@ -425,8 +436,12 @@ struct EngineOps {
     return a;
   }
 
-  // Enqueues the copies of s.round (one batch when `batch`), then, under verify,
-  // one HashOp per attempt. Attempt-owned staging blocks are freed once leased.
+  // Enqueues the copies of s.round on s.stream (one batch when `batch`), then,
+  // under verify, each attempt's HashOp on the verify stream behind an event wait
+  // for its copy, so the upload stream never waits for a hash (nor for whatever
+  // kernel occupies the engine a hash runs on). Each hash leases the destination
+  // and the source for its own ticket (I2, I6). Attempt-owned staging blocks are
+  // freed once every op that reads them is leased.
   Result<void> enqueue_round(PendingUpload::State& s, bool batch) {
     const StreamId stream = s.stream;
     std::uint64_t moved = 0;
@@ -446,7 +461,9 @@ struct EngineOps {
       return CopyToDeviceOp{*dst, a.src};
     };
     Result<void> result;
-    StreamPoint last = s.last;
+    StreamPoint copied = s.copied;
+    std::vector<StreamPoint> copy_at;  // the copy point of each attempt of the round
+    copy_at.reserve(s.round.size());
     if (batch) {
       auto p = submit(stream, [&](StreamPoint point) -> Result<Op> {
         BatchCopyToDeviceOp op;
@@ -459,7 +476,8 @@ struct EngineOps {
         return Op{std::move(op)};
       });
       if (p.ok()) {
-        last = *p;
+        copied = *p;
+        copy_at.assign(s.round.size(), *p);
         count([](IntegrityCounters& c) { ++c.batches; });
       } else {
         result = std::move(p).error();
@@ -475,42 +493,97 @@ struct EngineOps {
           result = std::move(p).error();
           break;
         }
-        last = *p;
+        copied = *p;
+        copy_at.push_back(*p);
         count([](IntegrityCounters& c) { ++c.per_copy; });
       }
     }
-    // Leased (or never enqueued): the arena keeps each block until its copy completed.
+    count([&](IntegrityCounters& c) { c.bytes_moved += moved; });
+    StreamPoint last = copied;
+    if (result.ok() && opt.policy == IntegrityPolicy::verify) {
+      s.results = std::make_shared<std::vector<std::uint64_t>>(s.round.size(), 0);
+      result = enqueue_hashes(s, copy_at, &last);
+      park(last, s.results);  // dropped by prune() once the hashes landed
+    }
+    // Leased (or never enqueued): the arena keeps each block until the last op
+    // that reads it completed.
     for (Attempt& a : s.round) {
       if (a.temp_block) (void)arena.free(a.temp_block);
       a.temp_block = {};
     }
-    count([&](IntegrityCounters& c) { c.bytes_moved += moved; });
-    if (!result.ok()) {
-      park(last, heaps);
-      s.last = last;
-      return result;
-    }
-    if (opt.policy == IntegrityPolicy::verify) {
-      s.results = std::make_shared<std::vector<std::uint64_t>>(s.round.size(), 0);
-      for (std::size_t i = 0; i < s.round.size(); ++i) {
-        const TransferRange& tr = s.ranges[s.round[i].range];
-        std::uint64_t* slot = s.results->data() + i;
-        auto p = submit(stream, [&](StreamPoint point) -> Result<Op> {
-          auto dst = lease_dst(tr.dst, tr.dst_offset, tr.bytes, point);
-          if (!dst.ok()) return std::move(dst).error();
-          return Op{HashOp{*dst, slot}};
-        });
-        if (!p.ok()) {
-          result = std::move(p).error();
-          break;
-        }
-        last = *p;
-      }
-      park(last, s.results);  // dropped by prune() once the hashes landed
-    }
-    park(last, heaps);
+    park(copied, heaps);
+    s.copied = copied;
     s.last = last;
     return result;
+  }
+
+  // The verify stream that hashes uploads on `stream` (EngineOptions).
+  StreamId verify_stream_of(StreamId stream) const {
+    return opt.verify_stream - stream % opt.verify_streams;
+  }
+
+  // verify: one HashOp per attempt of s.round on s.stream's verify stream, each
+  // behind a WaitOp for its copy (copy_at[i]; one wait per distinct point). On
+  // return *last is the last op enqueued there (the hashes run in line, ordered
+  // by the FIFO, when that verify stream is the upload stream itself).
+  Result<void> enqueue_hashes(PendingUpload::State& s, const std::vector<StreamPoint>& copy_at,
+                              StreamPoint* last) {
+    const StreamId vs = verify_stream_of(s.stream);
+    StreamPoint awaited{};
+    for (std::size_t i = 0; i < s.round.size(); ++i) {
+      const Attempt& a = s.round[i];
+      const TransferRange& tr = s.ranges[a.range];
+      if (vs != s.stream && copy_at[i] != awaited) {
+        auto w = submit(vs, [&](StreamPoint point) -> Result<Op> {
+          std::lock_guard lock(m.mu);  // a stream's submission lock, then m.mu: never the reverse
+          m.verify_waits.emplace_back(point, copy_at[i]);
+          return Op{WaitOp{copy_at[i]}};
+        });
+        if (!w.ok()) return std::move(w).error();
+        awaited = copy_at[i];
+        *last = *w;
+      }
+      std::uint64_t* slot = s.results->data() + i;
+      // No make_ready(dst, vs): the hash waits for the copy, which the upload
+      // stream already ordered after the block's allocation point.
+      auto p = submit(vs, [&](StreamPoint point) -> Result<Op> {
+        auto dst = lease_dst(tr.dst, tr.dst_offset, tr.bytes, point);
+        if (!dst.ok()) return std::move(dst).error();
+        // The copy's verdict is this hash: its source stays unreused until then.
+        if (a.leased_src) FERRY_TRY(arena.lease_source(a.src, tr.bytes, point));
+        return Op{HashOp{*dst, slot}};
+      });
+      if (!p.ok()) return std::move(p).error();
+      *last = *p;
+    }
+    return {};
+  }
+
+  // Before a wait for `point`: the copies that event waits on a verify stream at
+  // or before `point` name, where their streams are held, are waited for (which
+  // dispatches them), since `point` could never complete otherwise — as a sync
+  // dispatches what it waits for. Blocks (bounded).
+  Result<void> dispatch_awaited_copies(StreamPoint point) {
+    std::vector<StreamPoint> ahead;
+    {
+      std::lock_guard lock(m.mu);
+      for (const auto& [wait, copy] : m.verify_waits) {
+        if (wait.stream == point.stream && wait.ticket <= point.ticket) ahead.push_back(copy);
+      }
+    }
+    for (const StreamPoint& p : ahead) {
+      if (!order.is_complete(p) && order.backend().held(p.stream)) FERRY_TRY(order.wait(p));
+    }
+    return {};
+  }
+
+  // verify: blocks (bounded) until the round's copies and hashes completed: the
+  // copies first (which dispatches them if s.stream is held), then the held
+  // copies of other transfers that its hashes queue behind, then the hashes.
+  Result<void> wait_round(const PendingUpload::State& s) {
+    FERRY_TRY(order.wait(s.copied));
+    FERRY_TRY(dispatch_awaited_copies(s.last));
+    return order.wait(s.last);
   }
 
   // Chooses how range a.range is tried next after its attempt failed.
@@ -652,6 +725,18 @@ TransferEngine::TransferEngine(DevicePool& pool, HostArena& arena, EngineOptions
                                    std::to_string(options_.probe_stream) + " is out of range");
     return;
   }
+  if (options_.verify_streams == 0) options_.verify_streams = 1;
+  if (options_.verify_stream >= kMaxStreams ||
+      options_.verify_streams > options_.verify_stream + 1) {
+    impl_->status = make_error(
+        ErrorCode::invalid_argument,
+        "transfer engine: verify streams " + std::to_string(options_.verify_stream) + " down to " +
+            std::to_string(std::int64_t{options_.verify_stream} - options_.verify_streams + 1) +
+            " (verify_stream " + std::to_string(options_.verify_stream) + ", verify_streams " +
+            std::to_string(options_.verify_streams) + ") are out of range (streams are 0.." +
+            std::to_string(kMaxStreams - 1) + ")");
+    return;
+  }
   Impl& m = *impl_;
   auto ops = detail::EngineOps::of(*this);
   const DeviceInfo& info = order_.backend().info();
@@ -771,8 +856,9 @@ TransferEngine::~TransferEngine() {
     std::lock_guard lock(impl_->mu);
     keep = std::move(impl_->keepalive);
   }
+  auto ops = detail::EngineOps::of(*this);
   for (auto& [point, what] : keep) {
-    if (!order_.wait(point).ok()) {
+    if (!ops.dispatch_awaited_copies(point).ok() || !order_.wait(point).ok()) {
       // Never completes: leaking beats freeing memory the device still writes.
       new std::shared_ptr<void>(std::move(what));  // NOLINT: deliberate leak
     }
@@ -818,7 +904,8 @@ Result<PendingUpload> TransferEngine::begin_upload(StreamId stream, const Transf
   s.stream = stream;
   s.ranges.assign(plan.ranges().begin(), plan.ranges().end());
   s.rs.resize(s.ranges.size());
-  s.last = StreamPoint{stream, 0};
+  s.copied = StreamPoint{stream, 0};
+  s.last = s.copied;
 
   // Validate everything before anything is enqueued.
   for (std::uint32_t r = 0; r < s.ranges.size(); ++r) {
@@ -939,7 +1026,7 @@ Result<TransferReceipt> TransferEngine::finish(PendingUpload&& pending) {
 
   if (options_.policy == IntegrityPolicy::verify) {
     while (!s.round.empty()) {
-      FERRY_TRY(order_.wait(s.last));
+      FERRY_TRY(ops.wait_round(s));
       std::vector<Attempt> failed;
       std::set<PinnedUnitId> suspects;
       std::uint64_t verified = 0;

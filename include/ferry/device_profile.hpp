@@ -19,7 +19,7 @@ struct DeviceProfile {
   double link_latency_ns = 0;          // per host<->device copy
   double kernel_latency_ns = 0;        // per kernel launch
   double flops_per_s = 0;              // bf16 dense
-  std::uint32_t copy_engines = 0;      // concurrent host<->device copies
+  std::uint32_t copy_engines = 0;      // DMA engines; the sim still runs one copy per link direction at a time
 };
 
 // Presets: "h200", "rtx4090", "rtx3090", "tiny". Unknown name: nullopt.

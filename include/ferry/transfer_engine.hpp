@@ -37,7 +37,23 @@
 // Leases: every enqueue goes through StreamOrder::submit; its prepare callback
 // leases the device destination (DevicePool::lease) and the host source
 // (HostArena::lease_source) for the ticket the copy gets, so neither is reused
-// while the copy may still touch it (I2, I6).
+// while the copy may still touch it (I2, I6). Under verify each range's hash
+// leases both again for its own ticket on its verify stream.
+//
+// Verify streams: under verify the device hashes do not run on the upload
+// stream (where the next upload would wait for them, and for whatever kernel
+// holds the engine a hash runs on) but on a verify stream, each behind an event
+// wait (WaitOp) for its copy. Uploads on stream s hash on verify stream
+// verify_stream - s % verify_streams (EngineOptions; by default uploads on
+// streams 0, 1, 2, 3 hash on 63, 62, 61, 60, stream 4 on 63 again, and so on),
+// so transfers on different upload streams do not queue behind each other's
+// hashes (a stream is a FIFO: one shared verify stream would make an upload wait
+// for every copy another stream queued before it). Those streams are the engine's: a
+// program that enqueues its own work there only couples its timing to the
+// hashes (never its correctness). An upload whose stream is its own verify
+// stream hashes in line. Waiting for a transfer's hashes dispatches the held
+// copies (StreamOrder holds) that event waits ahead of them on their verify
+// stream name, since the hashes could never run otherwise.
 //
 // Thread safety: every method may be called from any thread; transfers on
 // different streams proceed concurrently. The engine's mutex guards counters and
@@ -111,11 +127,23 @@ struct EngineOptions {
   bool allow_batching = true;
   // The stream the constructor's start-up probe runs on.
   StreamId probe_stream = 0;
+  // verify: the streams the device hashes run on, verify_stream down to
+  // verify_stream - verify_streams + 1 (see "Verify streams" above). They must
+  // lie in 0..kMaxStreams-1, else status() is invalid_argument; 0 counts as 1.
+  // Pick streams the program does not use for its own work.
+  StreamId verify_stream = kMaxStreams - 1;
+  std::uint32_t verify_streams = 4;
 };
 
 // What a finished transfer did.
 struct TransferReceipt {
-  StreamPoint done{};           // the last operation of the transfer (copies, hashes)
+  // A point after which every operation of the transfer (copies, hashes) has
+  // completed. off/probe: the last copy, on the upload stream. verify: the last
+  // hash, on a verify stream (its event waits for the copies make it imply
+  // them), already complete when the receipt is returned; so done.stream may
+  // differ from the upload stream — order other work after it with a WaitOp
+  // unless StreamOrder::is_complete(done).
+  StreamPoint done{};
   std::uint64_t bytes = 0;      // bytes the caller asked for
   std::uint32_t ranges = 0;
   bool batched = false;         // the first attempt went as one batch
@@ -141,7 +169,8 @@ class PendingUpload {
   PendingUpload(PendingUpload&&) noexcept;
   PendingUpload& operator=(PendingUpload&&) noexcept;
   ~PendingUpload();
-  // The point after which the transfer's device work is complete.
+  // The point after which the transfer's device work is complete (as
+  // TransferReceipt::done: under verify a point on a verify stream).
   StreamPoint point() const noexcept;
   bool valid() const noexcept { return state_ != nullptr; }
 
@@ -171,7 +200,9 @@ class TransferEngine {
   //     due canary came back); the device work completes later, at receipt.done.
   //     Arena blocks named by the plan may be freed right away (they stay leased).
   //   verify: returns only after every range's device hash matched — verify makes
-  //     an upload synchronous with its own completion (bounded waits).
+  //     an upload synchronous with its own completion (bounded waits). The
+  //     hashes run on a verify stream, so the upload stream is free for the
+  //     next copy while they run.
   // Errors: invalid_argument (empty range, range outside its block or device
   // allocation, null source, overflow), stale_handle (a freed block or handle),
   // transfer_corrupt (a range never verified; the message names it),

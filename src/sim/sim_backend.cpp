@@ -286,8 +286,13 @@ Result<Ticket> SimGpu::enqueue(StreamId stream, Op op) {
     case 0: case 3: case 5: case 6:  // fill, copy_on_device, compute, hash
       pending.engine = EngineKind::compute;
       break;
-    case 1: case 2: case 4:  // host<->device copies
+    case 1: case 4:  // host->device copies
       pending.engine = EngineKind::copy;
+      pending.link = LinkDir::h2d;
+      break;
+    case 2:  // device->host
+      pending.engine = EngineKind::copy;
+      pending.link = LinkDir::d2h;
       break;
     default:
       pending.engine = EngineKind::none;
@@ -486,6 +491,12 @@ void SimGpu::start_ready_ops() {
       auto& units = op.engine == EngineKind::compute ? compute_ : copy_;
       const auto free_unit = std::find(units.begin(), units.end(), std::nullopt);
       if (free_unit == units.end()) continue;
+      // One copy per direction of the host link at a time (see the header).
+      if (op.engine == EngineKind::copy) {
+        std::optional<StreamId>& link = link_[static_cast<std::size_t>(op.link)];
+        if (link.has_value()) continue;
+        link = s;
+      }
       *free_unit = s;
       op.unit = static_cast<std::uint32_t>(free_unit - units.begin());
     }
@@ -511,7 +522,10 @@ void SimGpu::complete_ops_at(std::uint64_t t) {
     if (!op.started || op.finish_ns != t) return;
     apply(s, op);
     if (op.engine == EngineKind::compute) compute_[op.unit].reset();
-    if (op.engine == EngineKind::copy) copy_[op.unit].reset();
+    if (op.engine == EngineKind::copy) {
+      copy_[op.unit].reset();
+      link_[static_cast<std::size_t>(op.link)].reset();
+    }
     st.ops.pop_front();
     st.completed += 1;
     st.last_completion_ns = t;
@@ -746,6 +760,24 @@ bool SimGpu::validate(std::string* why) const {
         const auto& units = op.engine == EngineKind::compute ? compute_ : copy_;
         if (op.unit >= units.size() || units[op.unit] != s) return fail(name + "engine not owned");
       }
+    }
+  }
+  for (std::size_t d = 0; d < link_.size(); ++d) {
+    const std::optional<StreamId> owner = link_[d];
+    if (!owner) continue;
+    const StreamState& st = streams_[*owner];
+    if (st.ops.empty() || !st.ops.front().started || st.ops.front().engine != EngineKind::copy ||
+        static_cast<std::size_t>(st.ops.front().link) != d) {
+      return fail("a host link direction is owned by a stream that runs no copy on it");
+    }
+  }
+  for (StreamId s = 0; s < kMaxStreams; ++s) {
+    const StreamState& st = streams_[s];
+    if (st.ops.empty()) continue;
+    const PendingOp& front = st.ops.front();
+    if (!front.started || front.engine != EngineKind::copy) continue;
+    if (link_[static_cast<std::size_t>(front.link)] != s) {
+      return fail("stream " + std::to_string(s) + ": a running copy does not own its link");
     }
   }
   for (const auto* units : {&compute_, &copy_}) {

@@ -5,7 +5,19 @@
 // are held in the host-side queue. Only a stream's front operation can be
 // running (streams are FIFOs). There is one compute engine (fill, compute, hash,
 // device-to-device copy) and profile.copy_engines copy engines (host<->device);
-// waits and no-ops need none. The clock moves only inside run_until(), which
+// waits and no-ops need none.
+//
+// Host link. The host<->device link is one shared resource per direction, full
+// duplex: a host->device copy (plain or batched) needs a free copy engine *and*
+// the host->device link, a device->host copy a free engine and the device->host
+// link. So same-direction copies serialize on their link, each at the profile's
+// full bandwidth (two concurrent uploads take as long as the two back to back,
+// never twice the link's bandwidth), while an upload and a download overlap when
+// the profile has two or more copy engines (with one, the engine serializes
+// them). Serializing rather than splitting the bandwidth keeps every op's
+// duration fixed at its start, so the schedule stays a plain function of the
+// options; the latency a real link overlaps with another transfer is charged
+// in full to each copy. The clock moves only inside run_until(), which
 // alternates "start whatever is ready now" and "jump to the next completion and
 // apply its bytes", so an operation's bytes change exactly at its completion.
 //
@@ -19,6 +31,7 @@
 // it (a "blocking" wait costs no real time, only virtual time).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -73,12 +86,15 @@ class SimGpu final : public SimBackend {
 
  private:
   enum class EngineKind : std::uint8_t { none, compute, copy };
+  // Which direction of the host link a copy occupies (index into link_).
+  enum class LinkDir : std::uint8_t { h2d = 0, d2h = 1 };
   static constexpr std::uint32_t kNoUnit = UINT32_MAX;
 
   struct PendingOp {
     Ticket ticket = 0;
     Op op;
     EngineKind engine = EngineKind::none;
+    LinkDir link = LinkDir::h2d;   // meaningful only when engine == copy
     bool dispatched = false;
     std::uint64_t dispatched_ns = 0;
     bool started = false;
@@ -138,6 +154,9 @@ class SimGpu final : public SimBackend {
   std::uint64_t active_ = 0;  // bit s set <=> streams_[s].ops is not empty
   std::vector<std::optional<StreamId>> compute_;  // owner of each compute engine
   std::vector<std::optional<StreamId>> copy_;     // owner of each copy engine
+  // Owner of each direction of the host link: a stream whose started front op
+  // is a copy in that direction, which also owns a copy engine.
+  std::array<std::optional<StreamId>, 2> link_;
   std::unique_ptr<ContentHasher> hasher_;          // 64 KiB of state: kept off the stack
   std::uint64_t map_calls_ = 0;
   std::uint64_t illegal_accesses_ = 0;

@@ -1,5 +1,6 @@
 // The sim's stream model: FIFO order, bytes that change only at completion, the
 // host-side hold, cross-stream waits, engine overlap and determinism.
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <thread>
@@ -200,6 +201,84 @@ TEST_F(SimScheduling, OneEngineSerializesAcrossStreams) {
   put(1, FillOp{{base + kBlock, kBlock}, 2});
   ASSERT_TRUE(sim->synchronize().ok());
   EXPECT_EQ(sim->now_ns(), 2 * kernel_ns(sim_profile(), kBlock));
+}
+
+// The host link is one resource per direction, full duplex (sim_backend.hpp):
+// two concurrent uploads on two streams share the link's bandwidth — together
+// they take as long as back to back, with two copy engines free — while an
+// upload and a download overlap. With one copy engine (tiny) the engine
+// serializes the two directions too.
+TEST(SimHostLink, SameDirectionCopiesShareTheLinkOppositeOnesOverlap) {
+  SimOptions o;
+  o.profile = *find_profile("h200");
+  ASSERT_GE(o.profile.copy_engines, 2u) << "the test needs an engine per copy";
+  const DeviceProfile& p = o.profile;
+  auto sim = make_sim_backend(o);
+  const std::uint64_t n = std::uint64_t{1} << 20, region = 4 * n;
+  const std::uint64_t base = sim->reserve_address(region).value();
+  ASSERT_TRUE(sim->map(base, region).ok());
+  std::array<std::byte*, 4> host{};
+  for (std::size_t i = 0; i < host.size(); ++i) {
+    host[i] = sim->allocate_pinned(n).value();
+    std::memcpy(host[i], pattern(40 + i, n).data(), n);
+  }
+  const std::uint64_t one = copy_ns(p, n, p.h2d_bytes_per_s);
+  const auto up = [&](StreamId s, std::size_t i) {
+    return sim->enqueue(s, CopyToDeviceOp{{base + i * n, n}, host[i]}).value();
+  };
+  const auto down = [&](StreamId s, std::size_t i) {
+    return sim->enqueue(s, CopyToHostOp{host[i], {base + i * n, n}}).value();
+  };
+  const auto elapsed = [&](auto&& enqueue) {
+    const std::uint64_t t0 = sim->now_ns();
+    enqueue();
+    EXPECT_TRUE(sim->synchronize().ok());
+    return sim->now_ns() - t0;
+  };
+
+  EXPECT_EQ(elapsed([&] { up(0, 0); }), one);
+  EXPECT_EQ(elapsed([&] { up(0, 0); up(1, 1); }), 2 * one) << "two uploads got twice the link";
+  EXPECT_EQ(elapsed([&] { down(0, 0); down(1, 1); }), 2 * one)
+      << "two downloads got twice the link";
+  EXPECT_EQ(elapsed([&] { up(0, 2); down(1, 0); }), one) << "the link is full duplex";
+  // The first-dispatched upload has the link first; the other one follows it.
+  const std::uint64_t t0 = sim->now_ns();
+  const Ticket a = up(2, 2), b = up(3, 3);
+  ASSERT_TRUE(sim->wait({2, a}, std::chrono::seconds(1)).ok());
+  EXPECT_EQ(sim->now_ns() - t0, one);
+  EXPECT_EQ(sim->completed(3), b - 1);
+  ASSERT_TRUE(sim->wait({3, b}, std::chrono::seconds(1)).ok());
+  EXPECT_EQ(sim->now_ns() - t0, 2 * one);
+  // A batch occupies the link for all its copies.
+  const double batch_ns = std::ceil(p.link_latency_ns + 2.0 * n / p.h2d_bytes_per_s * 1e9);
+  EXPECT_EQ(elapsed([&] {
+              const BatchCopyToDeviceOp batch{{CopyToDeviceOp{{base, n}, host[0]},
+                                               CopyToDeviceOp{{base + n, n}, host[1]}}};
+              EXPECT_TRUE(sim->enqueue(0, batch).ok());
+              up(1, 2);
+            }),
+            static_cast<std::uint64_t>(batch_ns) + one);
+
+  std::vector<std::byte> got(n);
+  for (std::size_t i = 0; i < 4; ++i) {
+    ASSERT_TRUE(sim->peek(base + i * n, got).ok());
+    EXPECT_EQ(got, pattern(40 + i, n)) << "block " << i;
+  }
+  std::string why;
+  EXPECT_TRUE(sim->validate(&why)) << why;
+  for (std::byte* h : host) ASSERT_TRUE(sim->free_pinned(h).ok());
+}
+
+TEST_F(SimScheduling, OneCopyEngineSerializesTheTwoDirections) {
+  const DeviceProfile p = sim_profile();
+  ASSERT_EQ(p.copy_engines, 1u);
+  auto pinned = sim->allocate_pinned(2 * kBlock);
+  ASSERT_TRUE(pinned.ok());
+  put(0, CopyToDeviceOp{{base, kBlock}, *pinned});
+  put(1, CopyToHostOp{*pinned + kBlock, {base + kBlock, kBlock}});
+  ASSERT_TRUE(sim->synchronize().ok());
+  EXPECT_EQ(sim->now_ns(), 2 * copy_ns(p, kBlock, p.h2d_bytes_per_s));
+  ASSERT_TRUE(sim->free_pinned(*pinned).ok());
 }
 
 TEST_F(SimScheduling, PinnedCopiesAreFasterThanPageable) {
