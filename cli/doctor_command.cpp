@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "cli/common_options.hpp"
 #include "cli/option_values.hpp"
 #include "cli/subcommand.hpp"
 #include "ferry/churn_probe.hpp"
@@ -31,40 +32,6 @@ struct DoctorArgs {
   std::vector<std::string> inject;
   bool json = false;
 };
-
-// A CLI11 validator from one of our Result-returning parsers.
-template <class Parse>
-CLI::Validator checked(Parse parse, std::string name) {
-  return CLI::Validator(
-      [parse](std::string& value) -> std::string {
-        auto r = parse(value);
-        return r.ok() ? std::string() : r.error().message;
-      },
-      std::move(name));
-}
-
-std::string profile_list() {
-  std::string s;
-  for (const std::string& n : profile_names()) s += (s.empty() ? "" : "|") + n;
-  return s;
-}
-
-std::string human_bytes(std::uint64_t b) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
-  double v = static_cast<double>(b);
-  int u = 0;
-  while (v >= 1024.0 && u < 6) {
-    v /= 1024.0;
-    ++u;
-  }
-  char buf[48];
-  if (u == 0) {
-    std::snprintf(buf, sizeof buf, "%llu B", static_cast<unsigned long long>(b));
-  } else {
-    std::snprintf(buf, sizeof buf, "%.1f %s", v, units[u]);
-  }
-  return buf;
-}
 
 std::string rate(double bytes_per_s) {
   char buf[48];
@@ -303,36 +270,10 @@ Subcommand add_doctor(CLI::App& parent) {
   auto args = std::make_shared<DoctorArgs>();
   CLI::App* app = parent.add_subcommand(
       "doctor", "Show the device and backend ferry sees, and run report 000's pinned-churn probe on it");
-  app->add_option("--backend", args->backend, "Device backend: sim|cuda")
-      ->check(CLI::IsMember({"sim", "cuda"}))
-      ->capture_default_str();
-  app->add_option("--profile", args->profile, "Sim device profile: " + profile_list())
-      ->check(checked(
-          [](const std::string& name) -> Result<void> {
-            if (find_profile(name)) return {};
-            return make_error(ErrorCode::invalid_argument,
-                              "unknown profile \"" + name + "\" (profiles: " + profile_list() + ")");
-          },
-          "PROFILE"))
-      ->capture_default_str();
-  app->add_option("--seed", args->seed, "Seed of the sim's schedule and faults")
-      ->check(checked([](const std::string& v) { return parse_u64(v); }, "UINT"))
-      ->capture_default_str();
-  app->add_option("--inject", args->inject,
-                  "Sim faults, repeatable or comma-separated: pinned-noop[:P],\n"
-                  "batch-broken, batch-missing, fail-map:N, delay:NS, none")
-      ->check(checked(
-          [](const std::string& v) -> Result<void> {
-            // CLI11 names the option already: "--inject: item 'x': ...".
-            Result<SimFaults> f = parse_fault_spec(v);
-            if (f.ok()) return {};
-            Error e = std::move(f).error();
-            if (e.message.rfind("--inject ", 0) == 0) e.message.erase(0, 9);
-            return e;
-          },
-          ""))
-      ->type_name("SPEC")
-      ->allow_extra_args(false);
+  add_backend_option(*app, args->backend);
+  add_profile_option(*app, args->profile);
+  add_seed_option(*app, args->seed, "Seed of the sim's schedule and faults");
+  add_inject_option(*app, args->inject);
   app->add_flag("--json", args->json, "Print one JSON object instead of the summary");
   app->footer(
       "The churn probe pins and frees buffers of a few MiB 20 times, then copies a freshly\n"

@@ -6,9 +6,9 @@
 #include <string>
 #include <vector>
 
+#include "cli/common_options.hpp"
 #include "cli/option_values.hpp"
 #include "cli/subcommand.hpp"
-#include "ferry/device_profile.hpp"
 #include "ferry/fault_spec.hpp"
 #include "ferry/integrity.hpp"
 #include "ferry/replay.hpp"
@@ -27,23 +27,6 @@ struct ReplayArgs {
   std::string report;    // empty: none; "-": stdout
   bool json = false;
 };
-
-// A CLI11 validator from one of our Result-returning parsers.
-template <class Parse>
-CLI::Validator checked(Parse parse, std::string name) {
-  return CLI::Validator(
-      [parse](std::string& value) -> std::string {
-        auto r = parse(value);
-        return r.ok() ? std::string() : r.error().message;
-      },
-      std::move(name));
-}
-
-std::string profile_list() {
-  std::string s;
-  for (const std::string& n : profile_names()) s += (s.empty() ? "" : "|") + n;
-  return s;
-}
 
 int run_replay(const ReplayArgs& args, const Io& io) {
   ReplayOptions options;
@@ -118,50 +101,19 @@ Subcommand add_replay(CLI::App& parent) {
   auto args = std::make_shared<ReplayArgs>();
   CLI::App* app = parent.add_subcommand(
       "replay", "Replay an allocation trace against the device pool and check every byte");
-  app->add_option("FILE", args->file, "Trace: JSON Lines, one op per line (SPEC.md \"Trace format\")")
-      ->required();
-  app->add_option("--backend", args->backend, "Device backend: sim|cuda")
-      ->check(CLI::IsMember({"sim", "cuda"}))
-      ->capture_default_str();
-  app->add_option("--profile", args->profile, "Sim device profile: " + profile_list())
-      ->check(checked(
-          [](const std::string& name) -> Result<void> {
-            if (find_profile(name)) return {};
-            return make_error(ErrorCode::invalid_argument,
-                              "unknown profile \"" + name + "\" (profiles: " + profile_list() + ")");
-          },
-          "PROFILE"))
-      ->capture_default_str();
-  app->add_option("--capacity", args->capacity,
-                  "Pool capacity: bytes, or with a KiB|MiB|GiB|TiB suffix (default: the device's)")
-      ->check(checked([](const std::string& v) { return parse_byte_size(v); }, "BYTES"));
-  app->add_option("--seed", args->seed, "Seed of the sim's schedule")
-      ->check(checked([](const std::string& v) { return parse_u64(v); }, "UINT"))
-      ->capture_default_str();
+  add_trace_argument(*app, "FILE", args->file);
+  add_backend_option(*app, args->backend);
+  add_profile_option(*app, args->profile);
+  add_capacity_option(*app, args->capacity);
+  add_seed_option(*app, args->seed, "Seed of the sim's schedule");
   app->add_option("--integrity", args->integrity,
                   "Integrity policy of every upload: off (trust the copy), probe (canary\n"
                   "copies out of each pinned chunk), verify (device hash of every upload,\n"
                   "retried through another path on a mismatch)")
       ->check(CLI::IsMember({"off", "probe", "verify"}))
       ->capture_default_str();
-  app->add_option("--inject", args->inject,
-                  "Sim faults, repeatable or comma-separated: pinned-noop[:P],\n"
-                  "batch-broken, batch-missing, fail-map:N, delay:NS, none")
-      ->check(checked(
-          [](const std::string& v) -> Result<void> {
-            // CLI11 names the option already: "--inject: item 'x': ...".
-            Result<SimFaults> f = parse_fault_spec(v);
-            if (f.ok()) return {};
-            Error e = std::move(f).error();
-            if (e.message.rfind("--inject ", 0) == 0) e.message.erase(0, 9);
-            return e;
-          },
-          ""))
-      ->type_name("SPEC")
-      ->allow_extra_args(false);
-  app->add_option("--report", args->report, "Also write the JSON report to FILE ('-': stdout)")
-      ->type_name("FILE");
-  app->add_flag("--json", args->json, "Print the JSON report on stdout instead of the summary");
+  add_inject_option(*app, args->inject);
+  add_report_options(*app, args->report, args->json);
   app->footer(
       "Blank lines in a trace are ignored. The whole trace is checked before anything runs.\n"
       "Uploads go from the host arena through the transfer engine under --integrity; an upload\n"

@@ -11,10 +11,10 @@
 #include <string>
 #include <vector>
 
+#include "cli/common_options.hpp"
 #include "cli/option_values.hpp"
 #include "cli/subcommand.hpp"
 #include "ferry/cuda_backend.hpp"
-#include "ferry/device_profile.hpp"
 #include "ferry/fault_spec.hpp"
 #include "ferry/integrity.hpp"
 #include "ferry/workload.hpp"
@@ -43,22 +43,6 @@ struct RunArgs {
   bool json = false;
   bool quiet = false;
 };
-
-template <class Parse>
-CLI::Validator checked(Parse parse, std::string name) {
-  return CLI::Validator(
-      [parse](std::string& value) -> std::string {
-        auto r = parse(value);
-        return r.ok() ? std::string() : r.error().message;
-      },
-      std::move(name));
-}
-
-std::string joined(const std::vector<std::string>& names) {
-  std::string s;
-  for (const std::string& n : names) s += (s.empty() ? "" : "|") + n;
-  return s;
-}
 
 // Progress on stderr: a bar redrawn in place on a terminal, a line per tenth
 // otherwise (logs and pipes stay readable).
@@ -197,21 +181,11 @@ Subcommand add_run(CLI::App& parent) {
   auto args = std::make_shared<RunArgs>();
   CLI::App* app = parent.add_subcommand(
       "run", "Run a seed workload (dense-stream, moe-offload, dequant-train) and check its output");
-  app->add_option("NAME", args->workload, "Workload: " + joined(workload_names()))
+  app->add_option("NAME", args->workload, "Workload: " + bar_separated(workload_names()))
       ->required()
       ->check(CLI::IsMember(workload_names()));
-  app->add_option("--backend", args->backend, "Device backend: sim|cuda")
-      ->check(CLI::IsMember({"sim", "cuda"}))
-      ->capture_default_str();
-  app->add_option("--profile", args->profile, "Sim device profile: " + joined(profile_names()))
-      ->check(checked(
-          [](const std::string& name) -> Result<void> {
-            if (find_profile(name)) return {};
-            return make_error(ErrorCode::invalid_argument,
-                              "unknown profile \"" + name + "\" (profiles: " + joined(profile_names()) + ")");
-          },
-          "PROFILE"))
-      ->capture_default_str();
+  add_backend_option(*app, args->backend);
+  add_profile_option(*app, args->profile);
   app->add_option("--scale", args->scale,
                   "Shrink every width and token count by S in (0, 1], keeping counts, allocation pattern\n"
                   "and pressure (default: dense-stream 0.0625, moe-offload 0.125, dequant-train 0.0625)")
@@ -226,10 +200,9 @@ Subcommand add_run(CLI::App& parent) {
           },
           ""))
       ->type_name("S");
-  app->add_option("--capacity", args->capacity,
-                  "Pool capacity: bytes, or with a KiB|MiB|GiB|TiB suffix\n"
-                  "(default: the schedule's planned peak live / --pressure)")
-      ->check(checked([](const std::string& v) { return parse_byte_size(v); }, "BYTES"));
+  add_capacity_option(*app, args->capacity,
+                      "Pool capacity: bytes, or with a KiB|MiB|GiB|TiB suffix\n"
+                      "(default: the schedule's planned peak live / --pressure)");
   app->add_option("--pressure", args->pressure,
                   "Target peak-live / capacity when --capacity is not given")
       ->check(CLI::Range(0.05, 1.0))
@@ -263,12 +236,8 @@ Subcommand add_run(CLI::App& parent) {
                   "Weight bank placement: registered (in place, hashed once) | arena (copied)")
       ->check(CLI::IsMember({"registered", "arena"}))
       ->capture_default_str();
-  app->add_option("--seed", args->seed, "Seed of the weights, the routing trace and the sim's schedule")
-      ->check(checked([](const std::string& v) { return parse_u64(v); }, "UINT"))
-      ->capture_default_str();
-  app->add_option("--report", args->report, "Also write the JSON report to FILE ('-': stdout)")
-      ->type_name("FILE");
-  app->add_flag("--json", args->json, "Print the JSON report on stdout instead of the summary");
+  add_seed_option(*app, args->seed, "Seed of the weights, the routing trace and the sim's schedule");
+  add_report_options(*app, args->report, args->json);
   app->add_flag("--quiet", args->quiet, "No progress on stderr");
   app->footer(
       "Throughput and overlap are modeled on the sim's virtual clock (measured on cuda); throughput\n"

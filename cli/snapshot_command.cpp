@@ -9,6 +9,7 @@
 #include <ostream>
 #include <string>
 
+#include "cli/common_options.hpp"
 #include "cli/option_values.hpp"
 #include "cli/subcommand.hpp"
 #include "ferry/device_profile.hpp"
@@ -27,22 +28,6 @@ struct SnapshotArgs {
   std::string out;       // empty: TRACE's stem + "-snapshot.html", unless --json is given
   std::string json;      // empty: none; "-": stdout
 };
-
-template <class Parse>
-CLI::Validator checked(Parse parse, std::string name) {
-  return CLI::Validator(
-      [parse](std::string& value) -> std::string {
-        auto r = parse(value);
-        return r.ok() ? std::string() : r.error().message;
-      },
-      std::move(name));
-}
-
-std::string profile_list() {
-  std::string s;
-  for (const std::string& n : profile_names()) s += (s.empty() ? "" : "|") + n;
-  return s;
-}
 
 // A path we may write: not the trace, not a directory, in a directory that
 // exists. Checked before anything runs; empty when fine.
@@ -65,20 +50,6 @@ bool write_file(const std::string& path, const std::string& text) {
   f << text;
   f.flush();
   return static_cast<bool>(f);
-}
-
-std::string human_bytes(std::uint64_t b) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  double v = static_cast<double>(b);
-  int u = 0;
-  while (v >= 1024.0 && u < 4) {
-    v /= 1024.0;
-    ++u;
-  }
-  char buf[48];
-  if (u == 0) std::snprintf(buf, sizeof buf, "%llu B", static_cast<unsigned long long>(b));
-  else std::snprintf(buf, sizeof buf, "%.1f %s", v, units[u]);
-  return buf;
 }
 
 int run_snapshot(const SnapshotArgs& args, const Io& io) {
@@ -138,8 +109,8 @@ int run_snapshot(const SnapshotArgs& args, const Io& io) {
       return kExitUsage;
     }
     if (!json_on_stdout) {
-      io.out << "wrote " << html_path << " (" << human_bytes(page.size()) << "): " << t.samples.size()
-             << " samples, " << t.layouts.size() << " layouts\n";
+      io.out << "wrote " << html_path << " (" << human_bytes(page.size(), ByteUnit::TiB)
+             << "): " << t.samples.size() << " samples, " << t.layouts.size() << " layouts\n";
     }
   }
   if (!args.json.empty()) {
@@ -150,14 +121,14 @@ int run_snapshot(const SnapshotArgs& args, const Io& io) {
       io.err << "ferry snapshot: --json: cannot write " << args.json << '\n';
       return kExitUsage;
     } else {
-      io.out << "wrote " << args.json << " (" << human_bytes(json.size() + 1) << ")\n";
+      io.out << "wrote " << args.json << " (" << human_bytes(json.size() + 1, ByteUnit::TiB) << ")\n";
     }
   }
   if (!json_on_stdout) {
     for (const PoolLayout& l : t.layouts) {
       io.out << "layout " << l.title << ": " << l.snapshot.blocks.size() << " blocks, live "
-             << human_bytes(l.snapshot.stats.allocated_bytes) << ", reserved "
-             << human_bytes(l.snapshot.stats.reserved_bytes) << '\n';
+             << human_bytes(l.snapshot.stats.allocated_bytes, ByteUnit::TiB) << ", reserved "
+             << human_bytes(l.snapshot.stats.reserved_bytes, ByteUnit::TiB) << '\n';
     }
     if (!t.note.empty()) io.out << "note: " << t.note << '\n';
     io.out << report_summary(t.report);
@@ -173,23 +144,10 @@ Subcommand add_snapshot(CLI::App& parent) {
   auto args = std::make_shared<SnapshotArgs>();
   CLI::App* app = parent.add_subcommand(
       "snapshot", "Replay a trace on the sim and draw the pool over time and its layout (HTML, JSON)");
-  app->add_option("TRACE", args->file, "Trace: JSON Lines, one op per line (SPEC.md \"Trace format\")")
-      ->required();
-  app->add_option("--profile", args->profile, "Sim device profile: " + profile_list())
-      ->check(checked(
-          [](const std::string& name) -> Result<void> {
-            if (find_profile(name)) return {};
-            return make_error(ErrorCode::invalid_argument,
-                              "unknown profile \"" + name + "\" (profiles: " + profile_list() + ")");
-          },
-          "PROFILE"))
-      ->capture_default_str();
-  app->add_option("--capacity", args->capacity,
-                  "Pool capacity: bytes, or with a KiB|MiB|GiB|TiB suffix (default: the device's)")
-      ->check(checked([](const std::string& v) { return parse_byte_size(v); }, "BYTES"));
-  app->add_option("--seed", args->seed, "Seed of the sim's schedule")
-      ->check(checked([](const std::string& v) { return parse_u64(v); }, "UINT"))
-      ->capture_default_str();
+  add_trace_argument(*app, "TRACE", args->file);
+  add_profile_option(*app, args->profile);
+  add_capacity_option(*app, args->capacity);
+  add_seed_option(*app, args->seed, "Seed of the sim's schedule");
   app->add_option("--at", args->at,
                   "Also take a layout after the first op on or after this trace line")
       ->check(checked([](const std::string& v) { return parse_u64(v); }, "LINE"));

@@ -14,28 +14,15 @@
 #include <vector>
 
 #include "cli/app.hpp"
+#include "cli/cli_run.hpp"
 #include "ferry/cuda_backend.hpp"
 
 namespace ferry::cli {
 namespace {
 
-struct CliRun {
-  int code = -1;
-  std::string out, err;
-};
+using testing::CliRun;
 
-CliRun ferry(std::initializer_list<std::string> args) {
-  std::vector<std::string> storage{"ferry"};
-  storage.insert(storage.end(), args.begin(), args.end());
-  std::vector<const char*> argv;
-  for (const std::string& a : storage) argv.push_back(a.c_str());
-  std::ostringstream out, err;
-  CliRun r;
-  r.code = run_cli(static_cast<int>(argv.size()), argv.data(), out, err);
-  r.out = out.str();
-  r.err = err.str();
-  return r;
-}
+CliRun ferry(std::initializer_list<std::string> args) { return testing::run_ferry(args); }
 
 std::string trace(const std::string& name) { return std::string(FERRY_TRACES_DIR) + "/" + name; }
 

@@ -1,0 +1,95 @@
+#include "cli/common_options.hpp"
+
+#include <cstdio>
+
+#include "cli/option_values.hpp"
+#include "ferry/device_profile.hpp"
+#include "ferry/fault_spec.hpp"
+
+namespace ferry::cli {
+
+std::string bar_separated(const std::vector<std::string>& names) {
+  std::string s;
+  for (const std::string& n : names) s += (s.empty() ? "" : "|") + n;
+  return s;
+}
+
+std::string profile_list() { return bar_separated(profile_names()); }
+
+std::string human_bytes(std::uint64_t bytes, ByteUnit largest) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+  const int last = static_cast<int>(largest);
+  double v = static_cast<double>(bytes);
+  int u = 0;
+  while (v >= 1024.0 && u < last) {
+    v /= 1024.0;
+    ++u;
+  }
+  char buf[48];
+  if (u == 0) {
+    std::snprintf(buf, sizeof buf, "%llu B", static_cast<unsigned long long>(bytes));
+  } else {
+    std::snprintf(buf, sizeof buf, "%.1f %s", v, units[u]);
+  }
+  return buf;
+}
+
+CLI::Option* add_backend_option(CLI::App& app, std::string& backend) {
+  return app.add_option("--backend", backend, "Device backend: sim|cuda")
+      ->check(CLI::IsMember({"sim", "cuda"}))
+      ->capture_default_str();
+}
+
+CLI::Option* add_profile_option(CLI::App& app, std::string& profile) {
+  return app.add_option("--profile", profile, "Sim device profile: " + profile_list())
+      ->check(checked(
+          [](const std::string& name) -> Result<void> {
+            if (find_profile(name)) return {};
+            return make_error(ErrorCode::invalid_argument,
+                              "unknown profile \"" + name + "\" (profiles: " + profile_list() + ")");
+          },
+          "PROFILE"))
+      ->capture_default_str();
+}
+
+CLI::Option* add_capacity_option(CLI::App& app, std::string& capacity, const std::string& description) {
+  return app.add_option("--capacity", capacity, description)
+      ->check(checked([](const std::string& v) { return parse_byte_size(v); }, "BYTES"));
+}
+
+CLI::Option* add_seed_option(CLI::App& app, std::string& seed, const std::string& description) {
+  return app.add_option("--seed", seed, description)
+      ->check(checked([](const std::string& v) { return parse_u64(v); }, "UINT"))
+      ->capture_default_str();
+}
+
+CLI::Option* add_inject_option(CLI::App& app, std::vector<std::string>& specs) {
+  return app
+      .add_option("--inject", specs,
+                  "Sim faults, repeatable or comma-separated: pinned-noop[:P],\n"
+                  "batch-broken, batch-missing, fail-map:N, delay:NS, none")
+      ->check(checked(
+          [](const std::string& v) -> Result<void> {
+            // CLI11 names the option already: "--inject: item 'x': ...".
+            Result<SimFaults> f = parse_fault_spec(v);
+            if (f.ok()) return {};
+            Error e = std::move(f).error();
+            if (e.message.rfind("--inject ", 0) == 0) e.message.erase(0, 9);
+            return e;
+          },
+          ""))
+      ->type_name("SPEC")
+      ->allow_extra_args(false);
+}
+
+CLI::Option* add_trace_argument(CLI::App& app, const std::string& name, std::string& path) {
+  return app.add_option(name, path, "Trace: JSON Lines, one op per line (SPEC.md \"Trace format\")")
+      ->required();
+}
+
+void add_report_options(CLI::App& app, std::string& report, bool& json) {
+  app.add_option("--report", report, "Also write the JSON report to FILE ('-': stdout)")->type_name("FILE");
+  app.add_flag("--json", json, "Print the JSON report on stdout instead of the summary");
+}
+
+}  // namespace ferry::cli

@@ -1,0 +1,69 @@
+// ferry CLI — the options several subcommands share, defined once so that their
+// names, defaults, help text and validation stay the same everywhere, and the
+// small helpers those definitions and the subcommands' output need.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace ferry::cli {
+
+// A CLI11 validator from one of our Result-returning parsers: a value is
+// accepted when `parse` succeeds, else CLI11 reports the parser's message.
+// `name` is what the help shows after the option's type ("" for nothing).
+template <class Parse>
+CLI::Validator checked(Parse parse, std::string name) {
+  return CLI::Validator(
+      [parse](std::string& value) -> std::string {
+        auto r = parse(value);
+        return r.ok() ? std::string() : r.error().message;
+      },
+      std::move(name));
+}
+
+// "a|b|c": the choices of an option, as its help text lists them.
+std::string bar_separated(const std::vector<std::string>& names);
+
+// The sim's device profiles, "h200|...".
+std::string profile_list();
+
+// The largest unit human_bytes may use.
+enum class ByteUnit { B, KiB, MiB, GiB, TiB, PiB, EiB };
+
+// "512 B" below 1 KiB, else one decimal in the largest unit (up to `largest`)
+// that leaves at least 1: "1.5 MiB".
+std::string human_bytes(std::uint64_t bytes, ByteUnit largest = ByteUnit::EiB);
+
+// Each adds one option to `app`, bound to the given variable, and returns it.
+// Values are checked while parsing (a bad one is a usage error, exit 2).
+
+// --backend sim|cuda (default shown).
+CLI::Option* add_backend_option(CLI::App& app, std::string& backend);
+
+// --profile NAME: one of profile_names() (default shown).
+CLI::Option* add_profile_option(CLI::App& app, std::string& profile);
+
+// --capacity BYTES: a byte count as parse_byte_size reads it; empty when not given.
+CLI::Option* add_capacity_option(
+    CLI::App& app, std::string& capacity,
+    const std::string& description =
+        "Pool capacity: bytes, or with a KiB|MiB|GiB|TiB suffix (default: the device's)");
+
+// --seed UINT: as parse_u64 reads it (default shown); `description` says what it seeds.
+CLI::Option* add_seed_option(CLI::App& app, std::string& seed, const std::string& description);
+
+// --inject SPEC, repeatable or comma-separated: each spec checked by parse_fault_spec.
+CLI::Option* add_inject_option(CLI::App& app, std::vector<std::string>& specs);
+
+// TRACE (named `name` in the help): the path of a trace file; required.
+CLI::Option* add_trace_argument(CLI::App& app, const std::string& name, std::string& path);
+
+// --report FILE ('-': stdout) and the --json flag of a subcommand that prints a
+// JSON report or a summary.
+void add_report_options(CLI::App& app, std::string& report, bool& json);
+
+}  // namespace ferry::cli
