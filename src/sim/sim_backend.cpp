@@ -4,6 +4,8 @@
 #include <array>
 #include <bit>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <iterator>
 #include <utility>
 
@@ -171,12 +173,16 @@ Result<void> SimGpu::map(std::uint64_t addr, std::uint64_t bytes) {
                       "map(" + hex(addr) + ", " + bytes_text(bytes) + "): injected failure of map "
                           "call " + std::to_string(map_calls_) + " (SimFaults::fail_map_call)");
   }
-  return memory_.map(addr, bytes);
+  Result<void> r = memory_.map(addr, bytes);
+  heavy_check();
+  return r;
 }
 
 Result<void> SimGpu::unmap(std::uint64_t addr, std::uint64_t bytes) {
   std::lock_guard lock(mutex_);
-  return memory_.unmap(addr, bytes);
+  Result<void> r = memory_.unmap(addr, bytes);
+  heavy_check();
+  return r;
 }
 
 std::uint64_t SimGpu::mapped_bytes() const {
@@ -504,6 +510,7 @@ void SimGpu::start_ready_ops() {
     op.finish_ns = saturating_add(saturating_add(now_, duration_ns(op.op)),
                                   faults_.completion_delay(s, op.ticket));
   }
+  heavy_check();
 }
 
 std::optional<std::uint64_t> SimGpu::next_completion() const {
@@ -734,6 +741,20 @@ Result<void> SimGpu::peek(std::uint64_t addr, std::span<std::byte> out) const {
 
 bool SimGpu::validate(std::string* why) const {
   std::lock_guard lock(mutex_);
+  return validate_locked(why);
+}
+
+void SimGpu::heavy_check() const {
+#if FERRY_HEAVY_VALIDATE
+  std::string why;
+  if (!validate_locked(&why)) {
+    std::fprintf(stderr, "ferry: sim backend invariant broken: %s\n", why.c_str());
+    std::abort();
+  }
+#endif
+}
+
+bool SimGpu::validate_locked(std::string* why) const {
   const auto fail = [&](std::string what) {
     if (why != nullptr) *why = std::move(what);
     return false;

@@ -83,6 +83,10 @@ class SimGpu final : public SimBackend {
   Result<void> peek(std::uint64_t addr, std::span<std::byte> out) const override;
   std::uint64_t swallowed_copies() const override;
   bool validate(std::string* why = nullptr) const override;
+  bool validate_locked(std::string* why) const;
+  // Under FERRY_HEAVY_VALIDATE (the dev preset), validate() after every
+  // operation; a broken invariant is our bug, so it aborts.
+  void heavy_check() const;
 
  private:
   enum class EngineKind : std::uint8_t { none, compute, copy };
