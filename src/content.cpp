@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <bit>
 #include <cstring>
+#include <thread>
 
 namespace ferry {
 
@@ -34,9 +35,32 @@ std::uint64_t content_hash(std::span<const std::byte> bytes) noexcept {
   const std::uint64_t n = bytes.size();
   const std::uint64_t chunks = (n + kHashChunk - 1) / kHashChunk;
   std::vector<std::uint64_t> hashes(chunks);
-  for (std::uint64_t j = 0; j < chunks; ++j) {
-    const std::uint64_t len = std::min(kHashChunk, n - j * kHashChunk);
-    hashes[j] = XXH64(bytes.data() + j * kHashChunk, len, j);
+  auto hash_chunks = [&](std::uint64_t first, std::uint64_t last) {
+    for (std::uint64_t j = first; j < last; ++j) {
+      const std::uint64_t len = std::min(kHashChunk, n - j * kHashChunk);
+      hashes[j] = XXH64(bytes.data() + j * kHashChunk, len, j);
+    }
+  };
+  // Chunks hash independently (that is why the hash is chunked), so large
+  // inputs spread over a few threads; the result does not depend on how.
+  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  const std::uint64_t workers = std::min<std::uint64_t>({cores, 8, n / kParallelHashMin});
+  if (workers <= 1) {
+    hash_chunks(0, chunks);
+  } else {
+    std::vector<std::thread> threads;
+    const std::uint64_t per = (chunks + workers - 1) / workers;
+    try {
+      for (std::uint64_t w = 1; w < workers; ++w) {
+        threads.emplace_back(hash_chunks, w * per, std::min(chunks, (w + 1) * per));
+      }
+    } catch (...) {
+      // No thread to be had: hash the rest here, as the serial path would.
+      for (std::uint64_t w = threads.size() + 1; w < workers; ++w)
+        hash_chunks(w * per, std::min(chunks, (w + 1) * per));
+    }
+    hash_chunks(0, std::min(chunks, per));
+    for (std::thread& t : threads) t.join();
   }
   return XXH64(hashes.data(), hashes.size() * 8, n);
 }

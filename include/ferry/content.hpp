@@ -36,7 +36,11 @@ constexpr std::uint64_t splitmix64(std::uint64_t x) noexcept {
 // Writes bytes [offset, offset + out.size()) of fill_pattern(seed).
 void fill_pattern(std::uint64_t seed, std::uint64_t offset, std::span<std::byte> out) noexcept;
 
-// content_hash over one contiguous range.
+// Inputs of at least twice this size are hashed on several threads.
+inline constexpr std::uint64_t kParallelHashMin = std::uint64_t{8} << 20;
+
+// content_hash over one contiguous range. Large inputs are hashed on a few
+// threads (blocks until they finish); the value never depends on that.
 std::uint64_t content_hash(std::span<const std::byte> bytes) noexcept;
 
 // Incremental form for data that is not contiguous in host memory (sim granules):

@@ -62,3 +62,19 @@ TEST(Content, HashSeesEveryByte) {
 
 }  // namespace
 }  // namespace ferry
+
+namespace ferry {
+namespace {
+
+TEST(Content, LargeInputsHashedInParallelMatchTheDefinition) {
+  std::vector<std::byte> v(kParallelHashMin * 3 + 12345);
+  fill_pattern(17, 0, v);
+  std::vector<std::uint64_t> h;
+  for (std::uint64_t off = 0; off < v.size(); off += kHashChunk) {
+    h.push_back(XXH64(v.data() + off, std::min<std::uint64_t>(kHashChunk, v.size() - off), h.size()));
+  }
+  EXPECT_EQ(content_hash(v), XXH64(h.data(), h.size() * 8, v.size()));
+}
+
+}  // namespace
+}  // namespace ferry
