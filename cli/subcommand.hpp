@@ -34,6 +34,7 @@ struct Subcommand {
 
 using AddSubcommand = Subcommand (*)(CLI::App& parent);
 
+Subcommand add_bench(CLI::App& parent);
 Subcommand add_doctor(CLI::App& parent);
 Subcommand add_replay(CLI::App& parent);
 Subcommand add_run(CLI::App& parent);

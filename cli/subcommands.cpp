@@ -10,6 +10,7 @@ std::span<const AddSubcommand> all_subcommands() {
       &add_doctor,
       &add_run,
       &add_replay,
+      &add_bench,
       &add_snapshot,
   };
   return kAll;

@@ -1,0 +1,301 @@
+// `ferry bench pool|fragmentation`: a quick measurement without Google Benchmark —
+// the same workloads as bench/pool_bench.cpp (sizes and capacity search shared
+// through bench/bench_traces.hpp, which needs only the library), timed with
+// std::chrono::steady_clock. Figures for docs/performance.md still come from bench/.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdint>
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <ostream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "bench/bench_traces.hpp"
+#include "cli/common_options.hpp"
+#include "cli/option_values.hpp"
+#include "cli/subcommand.hpp"
+#include "ferry/device_pool.hpp"
+#include "ferry/device_profile.hpp"
+#include "ferry/replay.hpp"
+#include "ferry/sim_backend.hpp"
+
+namespace ferry::cli {
+namespace {
+
+using nlohmann::ordered_json;
+
+constexpr std::uint64_t kMinSize = 256;          // smallest request, as in BM_AllocFreePair
+constexpr std::size_t kLiveBlocks = 64;          // kept live so the pool is not trivially empty
+constexpr std::size_t kSizeCount = 4096;         // sizes cycled through, seed 42
+constexpr int kRepetitions = 5;
+constexpr std::uint64_t kMaxIterations = 10'000'000;  // one 8-byte sample per pair
+constexpr std::uint64_t kMaxStreams = 64;
+
+void print_json(const Io& io, const ordered_json& j) {
+  io.out << j.dump(-1, ' ', false, ordered_json::error_handler_t::replace) << '\n';
+}
+
+// --- pool ------------------------------------------------------------------
+
+struct PoolArgs {
+  std::string profile = "h200";
+  std::string streams = "1";
+  std::string max_bytes = "1MiB";
+  std::string iterations = "200000";
+  bool json = false;
+};
+
+// The q-quantile of sorted samples (nearest rank).
+std::uint64_t quantile(const std::vector<std::uint64_t>& sorted, double q) {
+  if (sorted.empty()) return 0;
+  const auto rank = static_cast<std::size_t>(q * double(sorted.size() - 1) + 0.5);
+  return sorted[std::min(rank, sorted.size() - 1)];
+}
+
+int run_pool(const PoolArgs& args, const Io& io) {
+  // The validators accepted every value; the ranges are checked here.
+  const std::uint64_t streams = parse_u64(args.streams).value_or(0);
+  const std::uint64_t max_bytes = parse_byte_size(args.max_bytes).value_or(0);
+  const std::uint64_t iterations = parse_u64(args.iterations).value_or(0);
+  const std::optional<DeviceProfile> profile = find_profile(args.profile);
+  if (!profile) {
+    io.err << "ferry bench pool: unknown profile \"" << args.profile << "\"\n";
+    return kExitUsage;
+  }
+  if (streams < 1 || streams > kMaxStreams) {
+    io.err << "ferry bench pool: --streams " << args.streams << ": must be 1.." << kMaxStreams << '\n';
+    return kExitUsage;
+  }
+  if (max_bytes <= kMinSize || max_bytes > profile->capacity / (2 * kLiveBlocks)) {
+    io.err << "ferry bench pool: --max-bytes " << args.max_bytes << ": must be above " << kMinSize
+           << " B and at most " << human_bytes(profile->capacity / (2 * kLiveBlocks))
+           << " (the " << args.profile << "'s capacity / " << 2 * kLiveBlocks << ")\n";
+    return kExitUsage;
+  }
+  if (iterations < kRepetitions || iterations > kMaxIterations) {
+    io.err << "ferry bench pool: --iterations " << args.iterations << ": must be " << kRepetitions
+           << ".." << kMaxIterations << '\n';
+    return kExitUsage;
+  }
+
+  auto sim = make_sim_backend({*profile, 1, {}});
+  StreamOrder order(*sim);
+  DevicePool pool(order);
+  const auto sizes = bench::log_uniform_sizes(kMinSize, max_bytes, kSizeCount, 42);
+  std::vector<DeviceHandle> keep;
+  auto release_kept = [&] {
+    for (DeviceHandle h : keep) (void)pool.free(h);
+  };
+  for (std::size_t i = 0; i < kLiveBlocks; ++i) {
+    auto h = pool.allocate(sizes[i], 0);
+    if (!h.ok()) {
+      io.err << "ferry bench pool: allocating a live block of " << sizes[i]
+             << " B failed: " << h.error().message << '\n';
+      release_kept();
+      return kExitFailed;
+    }
+    keep.push_back(*h);
+  }
+
+  using Clock = std::chrono::steady_clock;
+  const std::uint64_t per_rep = iterations / kRepetitions;
+  std::vector<std::uint64_t> pair_ns;  // every timed pair, timer reads included
+  pair_ns.reserve(per_rep * kRepetitions);
+  std::vector<double> rep_mean_ns;
+  std::uint64_t total_ns = 0;
+  std::size_t i = 0;
+  // Rep -1 is an untimed warm-up, so first-touch costs stay out of the figures.
+  for (int rep = -1; rep < kRepetitions; ++rep) {
+    const std::uint64_t pairs = rep < 0 ? std::min<std::uint64_t>(per_rep, 1000) : per_rep;
+    const Clock::time_point rep_start = Clock::now();
+    for (std::uint64_t n = 0; n < pairs; ++n) {
+      const auto s = static_cast<StreamId>(i % streams);
+      const std::uint64_t bytes = sizes[i++ & (kSizeCount - 1)];
+      const Clock::time_point t0 = Clock::now();
+      Result<DeviceHandle> h = pool.allocate(bytes, s);
+      const bool freed = h.ok() && pool.free(*h).ok();
+      const Clock::time_point t1 = Clock::now();
+      if (!freed) {
+        io.err << "ferry bench pool: pair " << i << " (" << bytes << " B on stream " << s
+               << ") failed: " << (h.ok() ? "free failed" : h.error().message) << '\n';
+        release_kept();
+        return kExitFailed;
+      }
+      if (rep >= 0) {
+        pair_ns.push_back(static_cast<std::uint64_t>(
+            std::chrono::duration_cast<std::chrono::nanoseconds>(t1 - t0).count()));
+      }
+    }
+    if (rep < 0) continue;
+    const auto ns = static_cast<std::uint64_t>(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - rep_start).count());
+    total_ns += ns;
+    rep_mean_ns.push_back(double(ns) / double(pairs));
+  }
+  const std::uint64_t maps = pool.stats().maps;
+  release_kept();
+
+  std::sort(pair_ns.begin(), pair_ns.end());
+  const std::uint64_t median = quantile(pair_ns, 0.5), p99 = quantile(pair_ns, 0.99);
+  const double pairs_per_s =
+      total_ns ? double(pair_ns.size()) * 1e9 / double(total_ns) : 0.0;
+
+  if (args.json) {
+    ordered_json j;
+    j["bench"] = "pool";
+    j["backend"] = "sim";
+    j["device"] = args.profile;
+    j["streams"] = streams;
+    j["min_bytes"] = kMinSize;
+    j["max_bytes"] = max_bytes;
+    j["live_blocks"] = kLiveBlocks;
+    j["iterations"] = pair_ns.size();
+    j["repetitions"] = kRepetitions;
+    j["median_ns"] = median;
+    j["p99_ns"] = p99;
+    j["pairs_per_s"] = pairs_per_s;
+    j["repetition_mean_ns"] = rep_mean_ns;
+    j["maps"] = maps;
+    print_json(io, j);
+    return kExitOk;
+  }
+  char line[160];
+  io.out << "pool alloc+free on sim " << args.profile << ": " << pair_ns.size() << " pairs ("
+         << kRepetitions << " x " << per_rep << "), sizes log-uniform " << human_bytes(kMinSize)
+         << " - " << human_bytes(max_bytes) << ", " << streams << " stream(s), " << kLiveBlocks
+         << " blocks live\n";
+  std::snprintf(line, sizeof line, "  median   %llu ns/pair\n  p99      %llu ns/pair\n",
+                static_cast<unsigned long long>(median), static_cast<unsigned long long>(p99));
+  io.out << line;
+  std::snprintf(line, sizeof line, "  rate     %.0f pairs/s\n", pairs_per_s);
+  io.out << line;
+  io.out << "  per repetition (mean ns/pair):";
+  for (double m : rep_mean_ns) {
+    std::snprintf(line, sizeof line, " %.0f", m);
+    io.out << line;
+  }
+  io.out << "\n  maps     " << maps << '\n';
+  return kExitOk;
+}
+
+// --- fragmentation -----------------------------------------------------------
+
+struct FragmentationArgs {
+  std::string file;
+  std::string profile = "h200";
+  bool json = false;
+};
+
+int run_fragmentation(const FragmentationArgs& args, const Io& io) {
+  std::ifstream in(args.file, std::ios::binary);
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (!in || in.bad()) {
+    io.err << "ferry bench fragmentation: cannot read " << args.file << '\n';
+    return kExitUsage;
+  }
+  ReplayOptions options;
+  options.profile = args.profile;
+  const bench::MinCapacity found = bench::min_capacity(text.str(), options);
+  if (!found.error.empty()) {
+    // Replay once more under the file's name, to tell a malformed trace (usage)
+    // from one that fails (a failed run) and to name the lines.
+    options.capacity = 0;
+    Result<ReplayReport> full = replay_trace_text(text.str(), args.file, options);
+    if (!full.ok()) {
+      const Error& e = full.error();
+      const bool usage = e.code == ErrorCode::invalid_argument || e.code == ErrorCode::unsupported;
+      io.err << (usage ? "" : "ferry bench fragmentation: ") << e.message << '\n';
+      return usage ? kExitUsage : kExitFailed;
+    }
+    io.err << "ferry bench fragmentation: " << args.file
+           << " does not pass even at the device's full capacity:\n"
+           << report_summary(*full);
+    return kExitFailed;
+  }
+
+  if (args.json) {
+    ordered_json j;
+    j["bench"] = "fragmentation";
+    j["trace"] = args.file;
+    j["backend"] = "sim";
+    j["device"] = args.profile;
+    j["peak_live_bytes"] = found.peak_live;
+    j["min_capacity_bytes"] = found.min_capacity;
+    j["ratio"] = found.ratio();
+    j["tolerance"] = 0.01;
+    j["replays"] = found.replays;
+    print_json(io, j);
+    return kExitOk;
+  }
+  char ratio[32];
+  std::snprintf(ratio, sizeof ratio, "%.3f", found.ratio());
+  io.out << "fragmentation of " << args.file << " on sim " << args.profile << '\n'
+         << "  peak live          " << human_bytes(found.peak_live) << " (" << found.peak_live
+         << " B)\n"
+         << "  smallest capacity  " << human_bytes(found.min_capacity) << " (" << found.min_capacity
+         << " B, to 1 % of peak live)\n"
+         << "  ratio              " << ratio << '\n'
+         << "  replays            " << found.replays << '\n';
+  return kExitOk;
+}
+
+CLI::Option* add_count_option(CLI::App& app, const std::string& name, std::string& value,
+                              const std::string& description) {
+  return app.add_option(name, value, description)
+      ->check(checked([](const std::string& v) { return parse_u64(v); }, "UINT"))
+      ->capture_default_str();
+}
+
+}  // namespace
+
+Subcommand add_bench(CLI::App& parent) {
+  auto pool = std::make_shared<PoolArgs>();
+  auto frag = std::make_shared<FragmentationArgs>();
+  CLI::App* app = parent.add_subcommand(
+      "bench", "Quick measurements on the sim: pool alloc+free cost, a trace's fragmentation");
+  app->require_subcommand(1);
+
+  CLI::App* pool_app = app->add_subcommand(
+      "pool", "Time alloc+free pairs of log-uniform sizes on the sim pool, 64 blocks kept live");
+  add_profile_option(*pool_app, pool->profile);
+  add_count_option(*pool_app, "--streams", pool->streams,
+                   "Streams the pairs rotate over, 1.." + std::to_string(kMaxStreams));
+  pool_app->add_option("--max-bytes", pool->max_bytes,
+                       "Largest request: bytes, or with a KiB|MiB|GiB|TiB suffix")
+      ->check(checked([](const std::string& v) { return parse_byte_size(v); }, "BYTES"))
+      ->capture_default_str();
+  add_count_option(*pool_app, "--iterations", pool->iterations,
+                   "Pairs timed, split over " + std::to_string(kRepetitions) + " repetitions");
+  pool_app->add_flag("--json", pool->json, "Print one JSON object instead of the summary");
+  pool_app->footer(
+      "Each pair is timed with steady_clock (the two timer reads included); median and p99\n"
+      "are over every pair of every repetition, pairs/s over the repetitions' wall time.\n"
+      "A measurement, not a check: the figures depend on the machine and the build.\n"
+      "Exit status: 0 ran; 1 an allocation failed; 2 bad option.");
+
+  CLI::App* frag_app = app->add_subcommand(
+      "fragmentation",
+      "Smallest pool capacity at which a trace replays with no OOM, over its peak live bytes");
+  add_trace_argument(*frag_app, "TRACE", frag->file);
+  add_profile_option(*frag_app, frag->profile);
+  frag_app->add_flag("--json", frag->json, "Print one JSON object instead of the summary");
+  frag_app->footer(
+      "Replays TRACE once at the device's capacity for its peak live bytes, then binary-searches\n"
+      "the capacity over [peak, 3 x peak] to 1 % of peak (the method of bench/pool_bench.cpp).\n"
+      "Exit status: 0 ran; 1 the trace fails even at full capacity; 2 malformed trace or bad option.");
+
+  return {app, [app, pool_app, frag_app, pool, frag](const Io& io) {
+            if (pool_app->parsed()) return run_pool(*pool, io);
+            if (frag_app->parsed()) return run_fragmentation(*frag, io);
+            io.err << app->help();
+            return kExitUsage;
+          }};
+}
+
+}  // namespace ferry::cli
