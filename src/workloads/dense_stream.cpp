@@ -64,12 +64,9 @@ class DenseStream final : public Workload {
   }
 
   Result<void> bind(const WeightBank& bank) override {
-    layer_.clear();
-    for (const SyntheticTensor& t : tensors()) {
-      Result<std::size_t> i = bank.require(t.name, t.dtype, t.shape);
-      if (!i.ok()) return std::move(i).error();
-      layer_.push_back(*i);
-    }
+    Result<std::vector<std::size_t>> index = resolve_tensors(bank, tensors());
+    if (!index.ok()) return std::move(index).error();
+    layer_ = std::move(index).value();
     lm_head_ = layer_.back();
     layer_.pop_back();
     groups_.clear();

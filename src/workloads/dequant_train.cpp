@@ -62,12 +62,9 @@ class DequantTrain final : public Workload {
   }
 
   Result<void> bind(const WeightBank& bank) override {
-    index_.clear();
-    for (const SyntheticTensor& t : tensors()) {
-      Result<std::size_t> i = bank.require(t.name, t.dtype, t.shape);
-      if (!i.ok()) return std::move(i).error();
-      index_.push_back(*i);
-    }
+    Result<std::vector<std::size_t>> index = resolve_tensors(bank, tensors());
+    if (!index.ok()) return std::move(index).error();
+    index_ = std::move(index).value();
     return {};
   }
 

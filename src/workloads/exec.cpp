@@ -24,7 +24,20 @@ std::uint64_t fnv1a(std::string_view text) {
 
 // --- BusyMeter ---------------------------------------------------------------------
 
-BusyMeter::BusyMeter(Backend& inner, DeviceProfile profile) : inner_(inner), profile_(std::move(profile)) {}
+BusyMeter::BusyMeter(Backend& inner, DeviceProfile profile)
+    : ForwardingBackend(inner), profile_(std::move(profile)) {}
+
+Result<std::vector<std::size_t>> resolve_tensors(const WeightBank& bank,
+                                                 const std::vector<SyntheticTensor>& tensors) {
+  std::vector<std::size_t> index;
+  index.reserve(tensors.size());
+  for (const SyntheticTensor& t : tensors) {
+    Result<std::size_t> i = bank.require(t.name, t.dtype, t.shape);
+    if (!i.ok()) return std::move(i).error();
+    index.push_back(*i);
+  }
+  return index;
+}
 
 double BusyMeter::copy_ns(const std::byte* host, std::uint64_t bytes) const {
   bool pinned = false;

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "ferry/backend.hpp"
+#include "ferry/forwarding_backend.hpp"
 #include "ferry/content.hpp"
 #include "ferry/device_pool.hpp"
 #include "ferry/device_profile.hpp"
@@ -51,34 +52,14 @@ std::uint64_t fnv1a(std::string_view text);
 // modeled duration to its engine's busy time (the sim's formula, see
 // workload.hpp). It tracks pinned and registered host ranges itself, since copy
 // bandwidth depends on them.
-class BusyMeter final : public Backend {
+class BusyMeter final : public ForwardingBackend {
  public:
   BusyMeter(Backend& inner, DeviceProfile profile);
-  const DeviceInfo& info() const noexcept override { return inner_.info(); }
-  Result<std::uint64_t> reserve_address(std::uint64_t bytes) override { return inner_.reserve_address(bytes); }
-  Result<void> release_address(std::uint64_t base, std::uint64_t bytes) override {
-    return inner_.release_address(base, bytes);
-  }
-  Result<void> map(std::uint64_t addr, std::uint64_t bytes) override { return inner_.map(addr, bytes); }
-  Result<void> unmap(std::uint64_t addr, std::uint64_t bytes) override { return inner_.unmap(addr, bytes); }
-  std::uint64_t mapped_bytes() const override { return inner_.mapped_bytes(); }
   Result<Ticket> enqueue(StreamId stream, Op op) override;
-  Ticket submitted(StreamId stream) const override { return inner_.submitted(stream); }
-  Ticket completed(StreamId stream) override { return inner_.completed(stream); }
-  void set_hold(StreamId stream, bool hold) override { inner_.set_hold(stream, hold); }
-  bool held(StreamId stream) const override { return inner_.held(stream); }
-  Result<void> flush(StreamId stream) override { return inner_.flush(stream); }
-  Result<void> flush_all() override { return inner_.flush_all(); }
-  Result<void> wait(StreamPoint point, std::chrono::nanoseconds timeout) override {
-    return inner_.wait(point, timeout);
-  }
-  Result<void> synchronize() override { return inner_.synchronize(); }
   Result<std::byte*> allocate_pinned(std::uint64_t bytes) override;
   Result<void> free_pinned(std::byte* ptr) override;
   Result<void> register_host(std::byte* ptr, std::uint64_t bytes) override;
   Result<void> unregister_host(std::byte* ptr) override;
-  HostMemoryStats host_stats() const override { return inner_.host_stats(); }
-  std::uint64_t now_ns() const override { return inner_.now_ns(); }
 
   void reset();
   std::uint64_t transfer_ns() const;
@@ -88,7 +69,6 @@ class BusyMeter final : public Backend {
   double copy_ns(const std::byte* host, std::uint64_t bytes) const;
   double duration_ns(const Op& op) const;
 
-  Backend& inner_;
   DeviceProfile profile_;
   mutable std::mutex mu_;
   std::map<std::uintptr_t, std::uint64_t> pinned_;  // start -> bytes
@@ -194,6 +174,11 @@ class Reference {
 };
 
 // --- One workload ------------------------------------------------------------------
+
+// The bank index of each tensor, in order (dtype and shape checked).
+// Errors: invalid_argument naming the missing or mismatched tensor.
+Result<std::vector<std::size_t>> resolve_tensors(const WeightBank& bank,
+                                                 const std::vector<SyntheticTensor>& tensors);
 
 class Workload {
  public:

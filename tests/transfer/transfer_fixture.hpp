@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "backend_fixture.hpp"
+#include "ferry/forwarding_backend.hpp"
 #include "ferry/content.hpp"
 #include "ferry/device_pool.hpp"
 #include "ferry/host_arena.hpp"
@@ -133,41 +134,6 @@ class BackendRigTest : public ::testing::TestWithParam<std::string> {
   std::unique_ptr<Backend> first_;
 };
 
-// A Backend that forwards to another one; tests override what they break.
-class ForwardingBackend : public Backend {
- public:
-  explicit ForwardingBackend(Backend& inner) : inner_(inner) {}
-  const DeviceInfo& info() const noexcept override { return inner_.info(); }
-  Result<std::uint64_t> reserve_address(std::uint64_t bytes) override { return inner_.reserve_address(bytes); }
-  Result<void> release_address(std::uint64_t base, std::uint64_t bytes) override {
-    return inner_.release_address(base, bytes);
-  }
-  Result<void> map(std::uint64_t addr, std::uint64_t bytes) override { return inner_.map(addr, bytes); }
-  Result<void> unmap(std::uint64_t addr, std::uint64_t bytes) override { return inner_.unmap(addr, bytes); }
-  std::uint64_t mapped_bytes() const override { return inner_.mapped_bytes(); }
-  Result<Ticket> enqueue(StreamId stream, Op op) override { return inner_.enqueue(stream, std::move(op)); }
-  Ticket submitted(StreamId stream) const override { return inner_.submitted(stream); }
-  Ticket completed(StreamId stream) override { return inner_.completed(stream); }
-  void set_hold(StreamId stream, bool hold) override { inner_.set_hold(stream, hold); }
-  bool held(StreamId stream) const override { return inner_.held(stream); }
-  Result<void> flush(StreamId stream) override { return inner_.flush(stream); }
-  Result<void> flush_all() override { return inner_.flush_all(); }
-  Result<void> wait(StreamPoint point, std::chrono::nanoseconds timeout) override {
-    return inner_.wait(point, timeout);
-  }
-  Result<void> synchronize() override { return inner_.synchronize(); }
-  Result<std::byte*> allocate_pinned(std::uint64_t bytes) override { return inner_.allocate_pinned(bytes); }
-  Result<void> free_pinned(std::byte* ptr) override { return inner_.free_pinned(ptr); }
-  Result<void> register_host(std::byte* ptr, std::uint64_t bytes) override {
-    return inner_.register_host(ptr, bytes);
-  }
-  Result<void> unregister_host(std::byte* ptr) override { return inner_.unregister_host(ptr); }
-  HostMemoryStats host_stats() const override { return inner_.host_stats(); }
-  std::uint64_t now_ns() const override { return inner_.now_ns(); }
-
- protected:
-  Backend& inner_;
-};
 
 // Every host->device copy — pinned, registered, pageable, batched — silently does
 // nothing: the "every path is broken" double.
