@@ -12,23 +12,57 @@ namespace ferry {
 static_assert(std::endian::native == std::endian::little,
               "content definitions assume a little-endian host");
 
-void fill_pattern(std::uint64_t seed, std::uint64_t offset, std::span<std::byte> out) noexcept {
+namespace {
+
+// Writes bytes [offset, offset + out.size()) of a stream of little-endian 8-byte
+// words, word w being word(w): both patterns are defined that way.
+template <class Word>
+void fill_words(std::uint64_t offset, std::span<std::byte> out, Word&& word) noexcept {
   std::uint64_t i = 0;
   const std::uint64_t n = out.size();
-  // Leading partial word.
-  while (i < n && (offset + i) % 8 != 0) {
-    const std::uint64_t pos = offset + i;
-    out[i] = static_cast<std::byte>(splitmix64(seed + pos / 8) >> (8 * (pos % 8)));
-    ++i;
-  }
+  const auto byte_at = [&](std::uint64_t pos) {
+    return static_cast<std::byte>(word(pos / 8) >> (8 * (pos % 8)));
+  };
+  for (; i < n && (offset + i) % 8 != 0; ++i) out[i] = byte_at(offset + i);  // leading partial word
   for (; i + 8 <= n; i += 8) {
-    const std::uint64_t w = splitmix64(seed + (offset + i) / 8);
+    const std::uint64_t w = word((offset + i) / 8);
     std::memcpy(out.data() + i, &w, 8);
   }
-  for (; i < n; ++i) {
-    const std::uint64_t pos = offset + i;
-    out[i] = static_cast<std::byte>(splitmix64(seed + pos / 8) >> (8 * (pos % 8)));
+  for (; i < n; ++i) out[i] = byte_at(offset + i);
+}
+
+// bf16 bits of the integers -2..2.
+constexpr std::uint16_t kSmallBf16[5] = {0xC000, 0xBF80, 0x0000, 0x3F80, 0x4000};
+
+// Elements 4w..4w+3 of small_bf16(seed), as the 8 bytes they occupy.
+std::uint64_t small_bf16_word(std::uint64_t seed, std::uint64_t w) noexcept {
+  const std::uint64_t x = splitmix64(seed + w);
+  std::uint64_t out = 0;
+  for (unsigned q = 0; q < 4; ++q) {
+    out |= std::uint64_t{kSmallBf16[((x >> (16 * q)) & 0xffff) % 5]} << (16 * q);
   }
+  return out;
+}
+
+}  // namespace
+
+void fill_pattern(std::uint64_t seed, std::uint64_t offset, std::span<std::byte> out) noexcept {
+  fill_words(offset, out, [seed](std::uint64_t w) { return splitmix64(seed + w); });
+}
+
+void fill_small_bf16(std::uint64_t seed, std::uint64_t offset, std::span<std::byte> out) noexcept {
+  fill_words(offset, out, [seed](std::uint64_t w) { return small_bf16_word(seed, w); });
+}
+
+void fill_with(Pattern pattern, std::uint64_t seed, std::uint64_t offset,
+               std::span<std::byte> out) noexcept {
+  switch (pattern) {
+    case Pattern::bytes:
+      return fill_pattern(seed, offset, out);
+    case Pattern::small_bf16:
+      return fill_small_bf16(seed, offset, out);
+  }
+  fill_pattern(seed, offset, out);  // not a Pattern (a cast from a bad integer): bytes
 }
 
 std::uint64_t content_hash(std::span<const std::byte> bytes) noexcept {

@@ -785,23 +785,26 @@ bool DevicePool::validate(std::string* why) const {
 
 // --- convenience enqueues ------------------------------------------------------
 
-Result<Ticket> enqueue_fill(DevicePool& pool, StreamId stream, DeviceHandle dst, std::uint64_t seed) {
+Result<Ticket> enqueue_fill(DevicePool& pool, StreamId stream, DeviceHandle dst, std::uint64_t seed,
+                            Pattern pattern) {
   FERRY_TRY(pool.make_ready(dst, stream));
   return pool.order().submit(stream, [&](Ticket t) -> Result<Op> {
     Result<DeviceSpan> d = pool.lease(dst, {stream, t});
     if (!d.ok()) return std::move(d).error();
-    return Op{FillOp{{d->addr, d->bytes}, seed}};
+    return Op{FillOp{{d->addr, d->bytes}, seed, pattern}};
   });
 }
 
 Result<Ticket> enqueue_compute(DevicePool& pool, StreamId stream, std::span<const DeviceHandle> inputs,
-                               DeviceHandle output, double flops, std::uint64_t mem_bytes) {
+                               DeviceHandle output, double flops, std::uint64_t mem_bytes,
+                               Pattern pattern) {
   for (DeviceHandle h : inputs) FERRY_TRY(pool.make_ready(h, stream));
   FERRY_TRY(pool.make_ready(output, stream));
   return pool.order().submit(stream, [&](Ticket t) -> Result<Op> {
     ComputeOp op;
     op.flops = flops;
     op.mem_bytes = mem_bytes;
+    op.pattern = pattern;
     for (DeviceHandle h : inputs) {
       Result<DeviceSpan> s = pool.lease(h, {stream, t});
       if (!s.ok()) return std::move(s).error();

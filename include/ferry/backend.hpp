@@ -15,6 +15,8 @@
 #include <variant>
 #include <vector>
 
+#include "ferry/content.hpp"
+#include "ferry/gemm.hpp"
 #include "ferry/result.hpp"
 #include "ferry/stream.hpp"
 
@@ -28,9 +30,10 @@ struct DeviceRange {
 // --- Operations a stream can carry. Host pointers must stay valid until the
 // operation's ticket has completed (the host arena's leases guarantee it).
 
-struct FillOp {  // device writes fill_pattern(seed) into dst
+struct FillOp {  // device writes the pattern's values for `seed` into dst (content.hpp)
   DeviceRange dst;
   std::uint64_t seed = 0;
+  Pattern pattern = Pattern::bytes;
 };
 struct CopyToDeviceOp {  // host -> device; src is pinned, registered or pageable
   DeviceRange dst;
@@ -48,12 +51,24 @@ struct BatchCopyToDeviceOp {  // many host->device copies as one operation (one 
   std::vector<CopyToDeviceOp> copies;
 };
 // A kernel that writes into `output` mix_kernel(inputs): a value that depends on
-// every byte of every input (see content.hpp). `flops` and `mem_bytes` are the
-// modeled cost of the real operation it stands for (sim charges them against the
-// profile; cuda ignores them).
+// every byte of every input (see content.hpp), in `pattern`. Every input is hashed
+// before the output is written, so the output may overlap an input (an in-place
+// epilogue). `flops` and `mem_bytes` are the modeled cost of the real operation
+// it stands for (sim charges them against the profile; cuda ignores them).
 struct ComputeOp {
   std::vector<DeviceRange> inputs;
   DeviceRange output;
+  double flops = 0;
+  std::uint64_t mem_bytes = 0;
+  Pattern pattern = Pattern::bytes;
+};
+// A real matrix product, C = op(A) . op(B), bf16 row-major with FP32
+// accumulation (gemm.hpp defines it; cuda runs it on cuBLAS). a, b and c hold
+// exactly the matrices' bytes; c overlaps neither a nor b. `flops` and
+// `mem_bytes` are the modeled cost on sim (0: those of the shape).
+struct GemmOp {
+  DeviceRange a, b, c;
+  GemmShape shape;
   double flops = 0;
   std::uint64_t mem_bytes = 0;
 };
@@ -68,7 +83,7 @@ struct WaitOp {  // this stream waits until `point` has completed (an event wait
 struct NopOp {};
 
 using Op = std::variant<FillOp, CopyToDeviceOp, CopyToHostOp, CopyOnDeviceOp,
-                        BatchCopyToDeviceOp, ComputeOp, HashOp, WaitOp, NopOp>;
+                        BatchCopyToDeviceOp, ComputeOp, GemmOp, HashOp, WaitOp, NopOp>;
 
 struct DeviceInfo {
   std::string backend;       // "sim" or "cuda"

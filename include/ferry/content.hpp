@@ -11,6 +11,14 @@
 //                           starting at acc = kMixStart
 //   mix_kernel(inputs)    = fill_pattern(mix_seed(inputs)): every output byte
 //                           depends on every byte of every input
+//   small_bf16(seed)      = 2-byte little-endian bf16 elements; element j is the
+//                           integer ((splitmix64(seed + j / 4) >> 16 * (j % 4))
+//                           & 0xffff) % 5 - 2, so every value lies in [-2, 2]
+//
+// A fill or a kernel writes one of two patterns: raw bytes (fill_pattern), or
+// small_bf16 values, which a bf16 GEMM with FP32 accumulation sums exactly
+// (|partial sums| <= 4k < 2^24 for k < 2^22), so cuBLAS and the host agree to
+// the bit whatever order either sums in (see gemm.hpp).
 //
 // The chunked hash lets a device hash 64 KiB chunks in parallel and still agree
 // with the host, which uses xxHash.
@@ -33,8 +41,15 @@ constexpr std::uint64_t splitmix64(std::uint64_t x) noexcept {
   return x ^ (x >> 31);
 }
 
+enum class Pattern : std::uint8_t { bytes, small_bf16 };
+
 // Writes bytes [offset, offset + out.size()) of fill_pattern(seed).
 void fill_pattern(std::uint64_t seed, std::uint64_t offset, std::span<std::byte> out) noexcept;
+// Writes bytes [offset, offset + out.size()) of small_bf16(seed); any offset and
+// length, so a fill split at an odd byte still joins up.
+void fill_small_bf16(std::uint64_t seed, std::uint64_t offset, std::span<std::byte> out) noexcept;
+// The one the pattern names.
+void fill_with(Pattern pattern, std::uint64_t seed, std::uint64_t offset, std::span<std::byte> out) noexcept;
 
 // Inputs of at least twice this size are hashed on several threads.
 inline constexpr std::uint64_t kParallelHashMin = std::uint64_t{8} << 20;

@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "ferry/backend.hpp"
+#include "ferry/content.hpp"
 #include "ferry/result.hpp"
 #include "ferry/stream.hpp"
 #include "ferry/stream_order.hpp"
@@ -167,10 +168,12 @@ class DevicePool {
 // Convenience: enqueue common device operations on pooled memory. Each resolves
 // its handles under a lease for the ticket it will get (I2).
 // Errors: stale_handle, invalid_argument (range outside the block), backend_error.
-Result<Ticket> enqueue_fill(DevicePool& pool, StreamId stream, DeviceHandle dst, std::uint64_t seed);
+Result<Ticket> enqueue_fill(DevicePool& pool, StreamId stream, DeviceHandle dst, std::uint64_t seed,
+                            Pattern pattern = Pattern::bytes);
 Result<Ticket> enqueue_compute(DevicePool& pool, StreamId stream,
                                std::span<const DeviceHandle> inputs, DeviceHandle output,
-                               double flops = 0, std::uint64_t mem_bytes = 0);
+                               double flops = 0, std::uint64_t mem_bytes = 0,
+                               Pattern pattern = Pattern::bytes);
 Result<Ticket> enqueue_copy_to_host(DevicePool& pool, StreamId stream, DeviceHandle src,
                                     std::span<std::byte> dst);
 

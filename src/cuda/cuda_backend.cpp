@@ -17,12 +17,19 @@
 // mechanism writes a HashOp's result to a pageable pointer. Hence every host pointer
 // in an operation has been read or written by the time its ticket completes.
 //
+// GEMMs. A GemmOp runs on cuBLAS, loaded at run time by the first GemmOp
+// (cublas_api.hpp). Each stream has its own cuBLAS handle, bound to that stream
+// once, so GEMMs on different streams never share a workspace; the handle is made
+// at the stream's first GemmOp enqueue (outside `mu_`: creating one initializes the
+// library) and destroyed before the stream.
+//
 // Locks. `mu_` guards streams, events and scratch; under it we make only calls that
-// enqueue without waiting for the device (kernel launches, copies from or to pinned
-// memory, host-function launches, event record/query, stream waits, stream-ordered
-// allocation). Everything that may block on the device (synchronizing, freeing
-// pinned or device memory) runs with no lock of ours held. `host_mu_` (pinned and
-// registered ranges, counters) is a leaf: nothing is locked while it is held.
+// enqueue without waiting for the device (kernel launches, cuBLAS GEMMs, copies from
+// or to pinned memory, host-function launches, event record/query, stream waits,
+// stream-ordered allocation). Everything that may block on the device
+// (synchronizing, freeing pinned or device memory) runs with no lock of ours held.
+// `host_mu_` (pinned and registered ranges, counters) is a leaf: nothing is locked
+// while it is held.
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 
@@ -46,11 +53,13 @@
 #include <vector>
 
 #include "cuda/address_space.hpp"
+#include "cuda/cublas_api.hpp"
 #include "cuda/cuda_error.hpp"
 #include "cuda/driver_api.hpp"
 #include "cuda/kernels.hpp"
 #include "ferry/content.hpp"
 #include "ferry/cuda_backend.hpp"
+#include "ferry/gemm.hpp"
 
 namespace ferry {
 namespace cuda_detail {
@@ -226,6 +235,10 @@ class CudaBackend final : public Backend {
     bind();
     (void)synchronize();
     for (Stream& st : streams_) {
+      if (st.cublas != nullptr) {
+        std::string unused;  // a handle exists, so cuBLAS is loaded: no load happens here
+        if (const CublasApi* cublas = cublas_api(unused)) (void)cublas->destroy(st.cublas);
+      }
       if (st.handle == nullptr) continue;
       if (st.scratch != nullptr) {
         if (memory_pools_) (void)cudaFreeAsync(st.scratch, st.handle);
@@ -280,6 +293,9 @@ class CudaBackend final : public Backend {
     if (stream >= kMaxStreams) return bad_stream("enqueue", stream);
     FERRY_TRY(validate(op));
     bind();
+    // Before the ticket: a held GemmOp is issued later, under the lock, where the
+    // handle must already exist.
+    if (std::holds_alternative<GemmOp>(op)) FERRY_TRY(ensure_cublas(stream));
     std::unique_lock lock(mu_);
     if (fault_) return *fault_;
     if (const auto* w = std::get_if<WaitOp>(&op)) {
@@ -541,6 +557,7 @@ class CudaBackend final : public Backend {
     std::uint64_t scratch_bytes = 0;
     std::array<std::byte*, 2> staging{};  // pinned, for pageable host memory
     unsigned next_staging = 0;
+    cublasHandle_t cublas = nullptr;  // bound to `handle`; made by the first GemmOp
     std::optional<Error> fault;  // first failure of a held op issued later
     Ticket fault_ticket = 0;
   };
@@ -565,7 +582,10 @@ class CudaBackend final : public Backend {
     };
     return std::visit(
         Overloaded{
-            [&](const FillOp& o) { return space_.check_mapped(o.dst.addr, o.dst.bytes, "FillOp"); },
+            [&](const FillOp& o) -> Result<void> {
+              FERRY_TRY(check_pattern(o.pattern, "FillOp"));
+              return space_.check_mapped(o.dst.addr, o.dst.bytes, "FillOp");
+            },
             [&](const CopyToDeviceOp& o) -> Result<void> {
               FERRY_TRY(host(o.src, o.dst.bytes, "CopyToDeviceOp"));
               return space_.check_mapped(o.dst.addr, o.dst.bytes, "CopyToDeviceOp destination");
@@ -593,11 +613,13 @@ class CudaBackend final : public Backend {
               return {};
             },
             [&](const ComputeOp& o) -> Result<void> {
+              FERRY_TRY(check_pattern(o.pattern, "ComputeOp"));
               for (const DeviceRange& in : o.inputs) {
                 FERRY_TRY(space_.check_mapped(in.addr, in.bytes, "ComputeOp input"));
               }
               return space_.check_mapped(o.output.addr, o.output.bytes, "ComputeOp output");
             },
+            [&](const GemmOp& o) { return validate_gemm(o); },
             [&](const HashOp& o) -> Result<void> {
               if (o.result == nullptr) {
                 return make_error(ErrorCode::invalid_argument, "HashOp: null result pointer");
@@ -611,6 +633,93 @@ class CudaBackend final : public Backend {
             [&](const NopOp&) -> Result<void> { return {}; },
         },
         op);
+  }
+
+  static Result<void> check_pattern(Pattern pattern, const char* what) {
+    if (pattern == Pattern::bytes || pattern == Pattern::small_bf16) return {};
+    return make_error(ErrorCode::invalid_argument,
+                      std::string(what) + ": unknown pattern " +
+                          std::to_string(static_cast<int>(pattern)));
+  }
+
+  Result<void> validate_gemm(const GemmOp& o) const {
+    const GemmShape& g = o.shape;
+    if (auto r = check_gemm(g, o.a.bytes, o.b.bytes, o.c.bytes); !r.ok()) {
+      Error e = std::move(r).error();
+      e.message = "GemmOp: " + e.message;
+      return e;
+    }
+    // cublasGemmEx takes int dimensions (check_gemm already bounds k).
+    constexpr std::uint32_t kMaxDim = std::numeric_limits<int>::max();
+    if (g.m > kMaxDim || g.n > kMaxDim) {
+      return make_error(ErrorCode::unsupported,
+                        "GemmOp " + g.text() + ": m and n must be below 2^31 on cuda");
+    }
+    // A bf16 at an odd address is a misaligned device load: a sticky device fault.
+    if ((o.a.addr | o.b.addr | o.c.addr) % 2 != 0) {
+      return make_error(ErrorCode::invalid_argument,
+                        "GemmOp " + g.text() + ": a, b and c must be 2-byte aligned");
+    }
+    FERRY_TRY(space_.check_mapped(o.a.addr, o.a.bytes, "GemmOp a"));
+    FERRY_TRY(space_.check_mapped(o.b.addr, o.b.bytes, "GemmOp b"));
+    FERRY_TRY(space_.check_mapped(o.c.addr, o.c.bytes, "GemmOp c"));
+    auto overlaps = [](const DeviceRange& x, const DeviceRange& y) {
+      return x.addr < y.addr + y.bytes && y.addr < x.addr + x.bytes;
+    };
+    if (overlaps(o.c, o.a) || overlaps(o.c, o.b)) {
+      return make_error(ErrorCode::invalid_argument,
+                        "GemmOp " + g.text() + ": c overlaps " + (overlaps(o.c, o.a) ? "a" : "b"));
+    }
+    std::string why;
+    if (cublas_api(why) == nullptr) {
+      return make_error(ErrorCode::unsupported, "GemmOp " + g.text() + ": " + why);
+    }
+    return {};
+  }
+
+  // Gives stream s its cuBLAS handle if it has none. No lock held on entry: creating
+  // a handle initializes the library on the device, far too slow to do under mu_.
+  Result<void> ensure_cublas(StreamId s) {
+    {
+      std::lock_guard lock(mu_);
+      if (streams_[s].cublas != nullptr) return {};
+    }
+    std::string why;
+    const CublasApi* cublas = cublas_api(why);
+    if (cublas == nullptr) return make_error(ErrorCode::unsupported, "GemmOp: " + why);
+    cublasHandle_t handle = nullptr;
+    cublasStatus_t status = cublas->create(&handle);
+    if (status != CUBLAS_STATUS_SUCCESS) {
+      return make_error(ErrorCode::backend_error, "cublasCreate for stream " + std::to_string(s) +
+                                                      " failed: " + cublas->describe(status));
+    }
+    // Partial sums stay FP32 even when cuBLAS splits k: the result is rounded to
+    // bf16 once, as gemm.hpp defines it.
+    status = cublas->set_math_mode(handle, static_cast<cublasMath_t>(
+                                               CUBLAS_DEFAULT_MATH |
+                                               CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION));
+    Result<void> result;
+    if (status != CUBLAS_STATUS_SUCCESS) {
+      result = make_error(ErrorCode::backend_error,
+                          "cublasSetMathMode failed: " + cublas->describe(status));
+    } else {
+      std::lock_guard lock(mu_);
+      Stream& st = streams_[s];
+      result = ensure_stream(st, s);
+      if (result.ok() && st.cublas == nullptr) {  // else another thread was first
+        status = cublas->set_stream(handle, st.handle);
+        if (status == CUBLAS_STATUS_SUCCESS) {
+          st.cublas = handle;
+          handle = nullptr;
+        } else {
+          result = make_error(ErrorCode::backend_error,
+                              "cublasSetStream for stream " + std::to_string(s) +
+                                  " failed: " + cublas->describe(status));
+        }
+      }
+    }
+    if (handle != nullptr) (void)cublas->destroy(handle);
+    return result;
   }
 
   // --- Everything below runs with mu_ held.
@@ -844,6 +953,8 @@ class CudaBackend final : public Backend {
 
   // mix_kernel: every input hashed on the device, the hashes folded into the seed,
   // the output filled from it; all in stream order, nothing returns to the host.
+  // Every hash is enqueued before the fill, so an output that overlaps an input (an
+  // in-place epilogue) is read in full before it is written.
   Result<void> compute(Stream& st, const ComputeOp& op) {
     std::uint64_t max_chunks = 0;
     for (const DeviceRange& in : op.inputs) max_chunks = std::max(max_chunks, hash_chunk_count(in.bytes));
@@ -859,8 +970,46 @@ class CudaBackend final : public Backend {
                       "launching the hash kernel"));
     }
     FERRY_TRY(check(launch_mix_seed(hashes, k, seed, st.handle), "launching the mix kernel"));
-    return check(launch_fill(device_ptr(op.output.addr), op.output.bytes, 0, seed, st.handle),
+    return check(launch_fill(device_ptr(op.output.addr), op.output.bytes, op.pattern, 0, seed,
+                             st.handle),
                  "launching the fill kernel");
+  }
+
+  // C = op(A) . op(B) on the stream's cuBLAS handle (ensure_cublas made it at enqueue).
+  Result<void> gemm(Stream& st, const GemmOp& op) {
+    std::string why;
+    const CublasApi* cublas = cublas_api(why);
+    if (cublas == nullptr || st.cublas == nullptr) {
+      return make_error(ErrorCode::backend_error, "GemmOp issued without a cuBLAS handle");
+    }
+    const GemmShape& g = op.shape;
+    const auto m = static_cast<int>(g.m);
+    const auto n = static_cast<int>(g.n);
+    const auto k = static_cast<int>(g.k);
+    // cuBLAS is column-major, and a row-major r x c matrix is the column-major c x r
+    // matrix of the same bytes (its transpose, leading dimension c). So row-major
+    // C = op(A) op(B) is column-major C^T (n x m, ldc n) = op(B)^T op(A)^T:
+    //   B stored k x n: its column-major view is B^T = op(B)^T        -> N, ldb n
+    //   B stored n x k (trans_b): view is (n x k)^T, op(B)^T = B      -> T, ldb k
+    //   A stored m x k: view is A^T = op(A)^T                         -> N, lda k
+    //   A stored k x m (trans_a): view is (k x m)^T, op(A)^T = A      -> T, lda m
+    const cublasOperation_t op_b = g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const cublasOperation_t op_a = g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const int ldb = g.trans_b ? k : n;
+    const int lda = g.trans_a ? m : k;
+    const float alpha = 1.0f;
+    const float beta = 0.0f;
+    // COMPUTE_32F (not a _FAST_ mode): bf16 products summed in FP32, as gemm.hpp says.
+    const cublasStatus_t status =
+        cublas->gemm_ex(st.cublas, op_b, op_a, n, m, k, &alpha, device_ptr(op.b.addr),
+                        CUDA_R_16BF, ldb, device_ptr(op.a.addr), CUDA_R_16BF, lda, &beta,
+                        device_ptr(op.c.addr), CUDA_R_16BF, n, CUBLAS_COMPUTE_32F,
+                        CUBLAS_GEMM_DEFAULT);
+    if (status != CUBLAS_STATUS_SUCCESS) {
+      return make_error(ErrorCode::backend_error,
+                        "cublasGemmEx of " + g.text() + " failed: " + cublas->describe(status));
+    }
+    return {};
   }
 
   Result<void> wait_on(StreamId s, Stream& st, const WaitOp& op) {
@@ -889,8 +1038,8 @@ class CudaBackend final : public Backend {
     auto r = std::visit(
         Overloaded{
             [&](const FillOp& o) {
-              return check(launch_fill(device_ptr(o.dst.addr), o.dst.bytes, o.seed, nullptr,
-                                       st.handle),
+              return check(launch_fill(device_ptr(o.dst.addr), o.dst.bytes, o.pattern, o.seed,
+                                       nullptr, st.handle),
                            "launching the fill kernel");
             },
             [&](const CopyToDeviceOp& o) {
@@ -905,6 +1054,7 @@ class CudaBackend final : public Backend {
             },
             [&](const BatchCopyToDeviceOp& o) { return batch_to_device(s, st, o); },
             [&](const ComputeOp& o) { return compute(st, o); },
+            [&](const GemmOp& o) { return gemm(st, o); },
             [&](const HashOp& o) { return hash(s, st, o); },
             [&](const WaitOp& o) { return wait_on(s, st, o); },
             [&](const NopOp&) -> Result<void> { return {}; },

@@ -17,6 +17,8 @@ constexpr unsigned kHashBlock = 128;            // 32 chunks per block, 4 thread
 constexpr unsigned kLanes = 4;
 constexpr unsigned kFullWarp = 0xffffffffu;
 
+// Both patterns are made of 8-byte words, word w a function of splitmix64(seed + w).
+template <Pattern kPattern>
 __global__ void fill_kernel(unsigned char* dst, std::uint64_t bytes, std::uint64_t seed,
                             const std::uint64_t* device_seed, bool aligned) {
   if (device_seed != nullptr) seed = *device_seed;
@@ -24,7 +26,8 @@ __global__ void fill_kernel(unsigned char* dst, std::uint64_t bytes, std::uint64
   const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
   for (std::uint64_t w = static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
        w < words; w += stride) {
-    const std::uint64_t v = xxh64::splitmix64(seed + w);
+    std::uint64_t v = xxh64::splitmix64(seed + w);
+    if constexpr (kPattern == Pattern::small_bf16) v = xxh64::small_bf16_word(v);
     const std::uint64_t off = w * 8;
     if (aligned && off + 8 <= bytes) {
       *reinterpret_cast<unsigned long long*>(dst + off) = v;
@@ -95,7 +98,7 @@ std::uint64_t hash_chunk_count(std::uint64_t bytes) noexcept {
   return (bytes + kHashChunk - 1) / kHashChunk;
 }
 
-cudaError_t launch_fill(void* dst, std::uint64_t bytes, std::uint64_t seed,
+cudaError_t launch_fill(void* dst, std::uint64_t bytes, Pattern pattern, std::uint64_t seed,
                         const std::uint64_t* device_seed, cudaStream_t stream) noexcept {
   if (bytes == 0) return cudaSuccess;
   auto* out = static_cast<unsigned char*>(dst);
@@ -105,8 +108,15 @@ cudaError_t launch_fill(void* dst, std::uint64_t bytes, std::uint64_t seed,
       static_cast<unsigned>(std::min<std::uint64_t>((words + kFillBlock - 1) / kFillBlock,
                                                     kFillMaxBlocks));
   void* args[] = {&out, &bytes, &seed, &device_seed, &aligned};
-  return cudaLaunchKernel(reinterpret_cast<const void*>(&fill_kernel), dim3(blocks),
-                          dim3(kFillBlock), args, 0, stream);
+  const void* kernel = nullptr;
+  switch (pattern) {
+    case Pattern::bytes: kernel = reinterpret_cast<const void*>(&fill_kernel<Pattern::bytes>); break;
+    case Pattern::small_bf16:
+      kernel = reinterpret_cast<const void*>(&fill_kernel<Pattern::small_bf16>);
+      break;
+  }
+  if (kernel == nullptr) return cudaErrorInvalidValue;  // not a Pattern
+  return cudaLaunchKernel(kernel, dim3(blocks), dim3(kFillBlock), args, 0, stream);
 }
 
 cudaError_t launch_content_hash(const void* src, std::uint64_t bytes, std::uint64_t* chunk_hashes,

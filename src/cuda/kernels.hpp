@@ -8,14 +8,17 @@
 
 #include <cstdint>
 
+#include "ferry/content.hpp"
+
 namespace ferry::cuda_detail {
 
 // Device scratch words (u64) that content_hash of `bytes` needs: one per 64 KiB chunk.
 std::uint64_t hash_chunk_count(std::uint64_t bytes) noexcept;
 
-// dst[0, bytes) = fill_pattern(seed). When device_seed is not null the seed is read
-// from device memory when the kernel runs instead (the ComputeOp output).
-cudaError_t launch_fill(void* dst, std::uint64_t bytes, std::uint64_t seed,
+// dst[0, bytes) = bytes [0, bytes) of the pattern for seed: fill_pattern(seed) or
+// small_bf16(seed). When device_seed is not null the seed is read from device
+// memory when the kernel runs instead (the ComputeOp output).
+cudaError_t launch_fill(void* dst, std::uint64_t bytes, Pattern pattern, std::uint64_t seed,
                         const std::uint64_t* device_seed, cudaStream_t stream) noexcept;
 
 // *device_out = content_hash(src[0, bytes)). chunk_hashes is device scratch of

@@ -1,4 +1,5 @@
-// ferry — XXH64 and the content.hpp mixing functions, written once for host and device.
+// ferry — XXH64 and the content.hpp mixing and pattern functions, written once for
+// host and device.
 //
 // Written from the public XXH64 specification (Yann Collet, xxHash "XXH64 algorithm
 // description"). The device hash kernel and the host-side unit test both use these
@@ -174,6 +175,27 @@ FERRY_HD std::uint64_t splitmix64(std::uint64_t x) {
 }
 FERRY_HD std::uint64_t mix_step(std::uint64_t acc, std::uint64_t k, std::uint64_t h) {
   return splitmix64(acc ^ h ^ k);
+}
+
+// content.hpp's small_bf16: one element's bf16 bits from its 16 bits of splitmix64.
+FERRY_HD std::uint16_t small_bf16_element(std::uint32_t bits16) {
+  switch (bits16 % 5u) {  // the value is bits16 % 5 - 2, as a bf16
+    case 0: return 0xC000;  // -2
+    case 1: return 0xBF80;  // -1
+    case 2: return 0x0000;  //  0
+    case 3: return 0x3F80;  //  1
+    default: return 0x4000;  // 2
+  }
+}
+// Word w (bytes [8w, 8w + 8), little-endian) of small_bf16(seed), given
+// v = splitmix64(seed + w): element 4w + i comes from bits [16i, 16i + 16) of v.
+FERRY_HD std::uint64_t small_bf16_word(std::uint64_t v) {
+  std::uint64_t out = 0;
+  for (unsigned i = 0; i < 4; ++i) {
+    const auto bits16 = static_cast<std::uint32_t>((v >> (16u * i)) & 0xffffu);
+    out |= static_cast<std::uint64_t>(small_bf16_element(bits16)) << (16u * i);
+  }
+  return out;
 }
 
 }  // namespace ferry::cuda_detail::xxh64

@@ -173,10 +173,10 @@ void DeviceMemory::write(std::uint64_t addr, std::span<const std::byte> in) {
   });
 }
 
-void DeviceMemory::fill(std::uint64_t addr, std::uint64_t bytes, std::uint64_t seed) {
+void DeviceMemory::fill(std::uint64_t addr, std::uint64_t bytes, std::uint64_t seed, Pattern pattern) {
   for_each_piece(addr, bytes, [&](std::uint64_t g, std::uint64_t off, std::uint64_t len,
                                   std::uint64_t pos) {
-    fill_pattern(seed, pos, std::span<std::byte>(writable(g) + off, len));
+    fill_with(pattern, seed, pos, std::span<std::byte>(writable(g) + off, len));
   });
 }
 

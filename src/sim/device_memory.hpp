@@ -49,7 +49,7 @@ class DeviceMemory {
   // Byte access. Precondition: the range is mapped (first_unmapped is nullopt).
   void read(std::uint64_t addr, std::span<std::byte> out) const;
   void write(std::uint64_t addr, std::span<const std::byte> in);
-  void fill(std::uint64_t addr, std::uint64_t bytes, std::uint64_t seed);
+  void fill(std::uint64_t addr, std::uint64_t bytes, std::uint64_t seed, Pattern pattern);
   void copy(std::uint64_t dst, std::uint64_t src, std::uint64_t bytes);  // overlap-safe
   void hash(std::uint64_t addr, std::uint64_t bytes, ContentHasher& hasher) const;
 

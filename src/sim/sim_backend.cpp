@@ -3,12 +3,16 @@
 #include <algorithm>
 #include <array>
 #include <bit>
+#include <cassert>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <iterator>
+#include <string>
 #include <utility>
+#include <vector>
 
+#include "ferry/gemm.hpp"
 #include "sim/diagnostics.hpp"
 
 namespace ferry {
@@ -22,9 +26,9 @@ namespace {
 
 static_assert(kMaxStreams <= 64, "SimGpu keeps the set of busy streams in one 64-bit mask");
 
-constexpr const char* kOpNames[] = {"fill",    "copy_to_device", "copy_to_host",
-                                    "copy_on_device", "batch_copy_to_device", "compute",
-                                    "hash",    "wait",           "nop"};
+constexpr const char* kOpNames[] = {"fill", "copy_to_device", "copy_to_host", "copy_on_device",
+                                    "batch_copy_to_device", "compute", "gemm", "hash",
+                                    "wait", "nop"};
 static_assert(std::variant_size_v<Op> == std::size(kOpNames));
 
 const char* op_name(const Op& op) { return kOpNames[op.index()]; }
@@ -63,6 +67,10 @@ std::string range_text(std::uint64_t addr, std::uint64_t bytes) {
 
 bool device_range_ok(std::uint64_t addr, std::uint64_t bytes) {
   return bytes == 0 || (addr != 0 && addr <= UINT64_MAX - bytes);
+}
+
+bool ranges_overlap(const DeviceRange& x, const DeviceRange& y) {
+  return x.bytes > 0 && y.bytes > 0 && x.addr < y.addr + y.bytes && y.addr < x.addr + x.bytes;
 }
 
 bool host_range_ok(const void* ptr, std::uint64_t bytes) {
@@ -104,6 +112,11 @@ void for_each_device_range(const Op& op, Fn&& fn) {
                  [&](const ComputeOp& c) {
                    for (const DeviceRange& in : c.inputs) fn(in.addr, in.bytes, "input");
                    fn(c.output.addr, c.output.bytes, "output");
+                 },
+                 [&](const GemmOp& g) {
+                   fn(g.a.addr, g.a.bytes, "a");
+                   fn(g.b.addr, g.b.bytes, "b");
+                   fn(g.c.addr, g.c.bytes, "c");
                  },
                  [&](const HashOp& h) { fn(h.src.addr, h.src.bytes, "src"); },
                  [](const auto&) {},
@@ -252,6 +265,24 @@ Result<void> SimGpu::check_op(StreamId stream, const Op& op) const {
             }
             return {};
           },
+          [&](const GemmOp& g) -> Result<void> {
+            FERRY_TRY(device(g.a.addr, g.a.bytes, "a"));
+            FERRY_TRY(device(g.b.addr, g.b.bytes, "b"));
+            FERRY_TRY(device(g.c.addr, g.c.bytes, "c"));
+            if (Result<void> r = check_gemm(g.shape, g.a.bytes, g.b.bytes, g.c.bytes); !r.ok()) {
+              return bad(std::move(r).error().message);
+            }
+            // The product reads a and b while it writes c (on a real device, in
+            // tiles), so an overlap would make the result depend on the order.
+            for (const auto& [in, name] : {std::pair{&g.a, "a"}, std::pair{&g.b, "b"}}) {
+              if (ranges_overlap(g.c, *in)) {
+                return bad("c " + range_text(g.c.addr, g.c.bytes) + " overlaps " + name + " " +
+                           range_text(in->addr, in->bytes) + "; the output must not overlap an input");
+              }
+            }
+            if (!std::isfinite(g.flops) || g.flops < 0) return bad("flops must be finite and >= 0");
+            return {};
+          },
           [&](const HashOp& h) -> Result<void> {
             FERRY_TRY(device(h.src.addr, h.src.bytes, "src"));
             if (h.result == nullptr) return bad("result pointer is null");
@@ -288,21 +319,23 @@ Result<Ticket> SimGpu::enqueue(StreamId stream, Op op) {
   StreamState& st = streams_[stream];
   PendingOp pending;
   pending.ticket = ++st.submitted;
-  switch (op.index()) {
-    case 0: case 3: case 5: case 6:  // fill, copy_on_device, compute, hash
-      pending.engine = EngineKind::compute;
-      break;
-    case 1: case 4:  // host->device copies
-      pending.engine = EngineKind::copy;
-      pending.link = LinkDir::h2d;
-      break;
-    case 2:  // device->host
-      pending.engine = EngineKind::copy;
-      pending.link = LinkDir::d2h;
-      break;
-    default:
-      pending.engine = EngineKind::none;
-  }
+  const auto runs_on = [&](EngineKind engine, LinkDir link = LinkDir::h2d) {
+    pending.engine = engine;
+    pending.link = link;
+  };
+  std::visit(Overloaded{
+                 [&](const FillOp&) { runs_on(EngineKind::compute); },
+                 [&](const CopyToDeviceOp&) { runs_on(EngineKind::copy, LinkDir::h2d); },
+                 [&](const CopyToHostOp&) { runs_on(EngineKind::copy, LinkDir::d2h); },
+                 [&](const CopyOnDeviceOp&) { runs_on(EngineKind::compute); },
+                 [&](const BatchCopyToDeviceOp&) { runs_on(EngineKind::copy, LinkDir::h2d); },
+                 [&](const ComputeOp&) { runs_on(EngineKind::compute); },
+                 [&](const GemmOp&) { runs_on(EngineKind::compute); },
+                 [&](const HashOp&) { runs_on(EngineKind::compute); },
+                 [&](const WaitOp&) { runs_on(EngineKind::none); },
+                 [&](const NopOp&) { runs_on(EngineKind::none); },
+             },
+             op);
   pending.op = std::move(op);
   st.ops.push_back(std::move(pending));
   active_ |= std::uint64_t{1} << stream;
@@ -549,6 +582,9 @@ std::uint64_t SimGpu::duration_ns(const Op& op) const {
   const double link = profile_.link_latency_ns;
   const double kernel = profile_.kernel_latency_ns;
   const double mem = profile_.mem_bytes_per_s;
+  const auto math_ns = [&](double flops) {
+    return profile_.flops_per_s > 0 ? flops / profile_.flops_per_s * 1e9 : 0;
+  };
   return to_ns(std::visit(
       Overloaded{
           [&](const FillOp& f) { return kernel + transfer_ns(f.dst.bytes, mem); },
@@ -568,8 +604,13 @@ std::uint64_t SimGpu::duration_ns(const Op& op) const {
               for (const DeviceRange& in : c.inputs) touched = saturating_add(touched, in.bytes);
               return kernel + transfer_ns(touched, mem);
             }
-            const double math = profile_.flops_per_s > 0 ? c.flops / profile_.flops_per_s * 1e9 : 0;
-            return kernel + std::max(math, transfer_ns(c.mem_bytes, mem));
+            return kernel + std::max(math_ns(c.flops), transfer_ns(c.mem_bytes, mem));
+          },
+          [&](const GemmOp& g) {  // 0 stands for the shape's own figure
+            const double flops = g.flops > 0 ? g.flops : g.shape.flops();
+            const std::uint64_t bytes =
+                g.mem_bytes > 0 ? g.mem_bytes : saturating_add(saturating_add(g.a.bytes, g.b.bytes), g.c.bytes);
+            return kernel + std::max(math_ns(flops), transfer_ns(bytes, mem));
           },
           [&](const HashOp& h) { return kernel + transfer_ns(h.src.bytes, mem); },
           [](const WaitOp&) { return 0.0; },
@@ -619,7 +660,7 @@ void SimGpu::apply(StreamId stream, const PendingOp& pending) {
     return hasher_->finish();
   };
   std::visit(Overloaded{
-                 [&](const FillOp& f) { memory_.fill(f.dst.addr, f.dst.bytes, f.seed); },
+                 [&](const FillOp& f) { memory_.fill(f.dst.addr, f.dst.bytes, f.seed, f.pattern); },
                  copy_to_device,
                  [&](const CopyToHostOp& c) {
                    memory_.read(c.src.addr, std::span<std::byte>(c.dst, c.src.bytes));
@@ -638,7 +679,16 @@ void SimGpu::apply(StreamId stream, const PendingOp& pending) {
                    for (std::size_t k = 0; k < c.inputs.size(); ++k) {
                      mix = mix_step(mix, k, hash(c.inputs[k]));
                    }
-                   memory_.fill(c.output.addr, c.output.bytes, mix);
+                   memory_.fill(c.output.addr, c.output.bytes, mix, c.pattern);
+                 },
+                 [&](const GemmOp& g) {
+                   std::vector<std::byte> a(g.a.bytes), b(g.b.bytes), c(g.c.bytes);
+                   memory_.read(g.a.addr, a);
+                   memory_.read(g.b.addr, b);
+                   // check_op ran check_gemm on these sizes at enqueue.
+                   [[maybe_unused]] const Result<void> done = gemm_bf16(g.shape, a, b, c);
+                   assert(done.ok());
+                   memory_.write(g.c.addr, c);
                  },
                  [&](const HashOp& h) { *h.result = hash(h.src); },
                  [](const WaitOp&) {},

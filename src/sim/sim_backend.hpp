@@ -3,9 +3,9 @@
 // Model. Each stream keeps every operation that has not completed, in ticket
 // order; the first `dispatched - completed` of them are on the device, the rest
 // are held in the host-side queue. Only a stream's front operation can be
-// running (streams are FIFOs). There is one compute engine (fill, compute, hash,
-// device-to-device copy) and profile.copy_engines copy engines (host<->device);
-// waits and no-ops need none.
+// running (streams are FIFOs). There is one compute engine (fill, compute, gemm,
+// hash, device-to-device copy) and profile.copy_engines copy engines
+// (host<->device); waits and no-ops need none.
 //
 // Host link. The host<->device link is one shared resource per direction, full
 // duplex: a host->device copy (plain or batched) needs a free copy engine *and*

@@ -5,15 +5,20 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
+#include <random>
+#include <sstream>
+#include <string>
 #include <thread>
 #include <vector>
 
 #include "ferry/content.hpp"
 #include "ferry/cuda_backend.hpp"
+#include "ferry/gemm.hpp"
 
 namespace ferry {
 namespace {
@@ -24,6 +29,60 @@ std::vector<std::byte> pattern(std::uint64_t seed, std::size_t n) {
   std::vector<std::byte> v(n);
   fill_pattern(seed, 0, v);
   return v;
+}
+
+std::vector<std::byte> small_bf16(std::uint64_t seed, std::size_t n) {
+  std::vector<std::byte> v(n);
+  fill_small_bf16(seed, 0, v);
+  return v;
+}
+
+// Uniform bf16 values in [-1, 1].
+std::vector<std::byte> random_bf16(std::uint64_t seed, std::size_t elements) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> value(-1.0f, 1.0f);
+  std::vector<std::byte> v(2 * elements);
+  for (std::size_t e = 0; e < elements; ++e) {
+    const std::uint16_t bits = float_to_bf16(value(rng));
+    v[2 * e] = static_cast<std::byte>(bits & 0xff);
+    v[2 * e + 1] = static_cast<std::byte>(bits >> 8);
+  }
+  return v;
+}
+
+// C of the host definition; empty (with a test failure) when it refuses the shape.
+std::vector<std::byte> host_gemm(const GemmShape& g, const std::vector<std::byte>& a,
+                                 const std::vector<std::byte>& b) {
+  std::vector<std::byte> c(g.c_bytes());
+  auto r = gemm_bf16(g, a, b, c);
+  EXPECT_TRUE(r.ok()) << r.error().message;
+  return r.ok() ? c : std::vector<std::byte>{};
+}
+
+// Where two bf16 matrices first differ, for a failure message.
+std::string first_difference(const GemmShape& g, const std::vector<std::byte>& got,
+                             const std::vector<std::byte>& expected) {
+  if (got.size() != expected.size()) return "sizes differ";
+  for (std::size_t e = 0; e + 1 < got.size(); e += 2) {
+    if (got[e] != expected[e] || got[e + 1] != expected[e + 1]) {
+      const auto bits = [](const std::vector<std::byte>& v, std::size_t at) {
+        return static_cast<std::uint16_t>(std::to_integer<unsigned>(v[at]) |
+                                          (std::to_integer<unsigned>(v[at + 1]) << 8));
+      };
+      std::ostringstream out;
+      out << g.text() << ": C[" << e / 2 / g.n << "][" << e / 2 % g.n << "] is "
+          << bf16_to_float(bits(got, e)) << ", the host has " << bf16_to_float(bits(expected, e))
+          << "; max error " << gemm_bf16_max_error(got, expected);
+      return out.str();
+    }
+  }
+  return "equal";
+}
+
+// The four combinations of transposes for one m x n x k.
+std::vector<GemmShape> all_transposes(std::uint32_t m, std::uint32_t n, std::uint32_t k) {
+  return {{m, n, k, false, false}, {m, n, k, true, false}, {m, n, k, false, true},
+          {m, n, k, true, true}};
 }
 
 TEST(CudaBackendFactory, IsBuiltAndAnswersPlainlyWithoutADevice) {
@@ -106,6 +165,28 @@ class CudaBackendTest : public ::testing::TestWithParam<bool> {
     std::vector<std::byte> out(bytes);
     run(s, CopyToHostOp{out.data(), {addr, bytes}});
     return out;
+  }
+
+  // a, b and c of `g` one after another from `base`, each 256-byte aligned.
+  static std::array<DeviceRange, 3> gemm_ranges(std::uint64_t base, const GemmShape& g) {
+    const auto up = [](std::uint64_t x) { return (x + 255) / 256 * 256; };
+    const DeviceRange a{base, g.a_bytes()};
+    const DeviceRange b{up(a.addr + a.bytes), g.b_bytes()};
+    const DeviceRange c{up(b.addr + b.bytes), g.c_bytes()};
+    return {a, b, c};
+  }
+  static std::uint64_t gemm_span(const GemmShape& g) {
+    const auto r = gemm_ranges(0, g);
+    return r[2].addr + r[2].bytes;
+  }
+
+  // Fills a and b with small_bf16 (seeds sa, sb) and c with bytes, then runs the
+  // GemmOp, all on stream s; false (with a failure) on any error.
+  bool gemm_small_bf16(StreamId s, const std::array<DeviceRange, 3>& r, const GemmShape& g,
+                       std::uint64_t sa, std::uint64_t sb) {
+    return run(s, FillOp{r[0], sa, Pattern::small_bf16}) &&
+           run(s, FillOp{r[1], sb, Pattern::small_bf16}) && run(s, FillOp{r[2], 1}) &&
+           run(s, GemmOp{r[0], r[1], r[2], g});
   }
 
   std::unique_ptr<Backend> backend_;
@@ -477,6 +558,205 @@ TEST_P(CudaBackendTest, StreamsCanBeDrivenFromSeveralThreads) {
   }
   for (auto& t : threads) t.join();
   EXPECT_EQ(wrong.load(), 0);
+}
+
+TEST_P(CudaBackendTest, FillWritesSmallBf16AsTheHostDoes) {
+  const std::uint64_t buf = device_buffer(8 << 20);
+  for (const std::uint64_t offset : {0ull, 2ull, 3ull}) {
+    for (const std::uint64_t n : {1ull, 2ull, 7ull, 8ull, 9ull, 4099ull, (3ull << 20) + 5}) {
+      ASSERT_TRUE(run(0, FillOp{{buf, 8 << 20}, 1}));
+      ASSERT_TRUE(run(0, FillOp{{buf + offset, n}, 78, Pattern::small_bf16}));
+      const auto got = read(buf, offset + n + 64);
+      const auto background = pattern(1, offset + n + 64);
+      const auto expected = small_bf16(78, n);
+      ASSERT_TRUE(std::equal(got.begin(), got.begin() + static_cast<std::ptrdiff_t>(offset),
+                             background.begin()));
+      ASSERT_TRUE(std::equal(expected.begin(), expected.end(),
+                             got.begin() + static_cast<std::ptrdiff_t>(offset)))
+          << "offset " << offset << " n " << n;
+      ASSERT_TRUE(std::equal(got.end() - 64, got.end(), background.end() - 64));
+    }
+  }
+}
+
+TEST_P(CudaBackendTest, ComputeWritesEitherPatternAndMayWriteOverAnInput) {
+  const std::uint64_t buf = device_buffer(4 << 20);
+  const DeviceRange in0{buf, 70000};
+  const DeviceRange in1{buf + (1 << 20), (1 << 20) + 3};
+  const DeviceRange out{buf + (3 << 20), 12345};
+  for (const Pattern p : {Pattern::bytes, Pattern::small_bf16}) {
+    ASSERT_TRUE(run(4, FillOp{in0, 200}));
+    ASSERT_TRUE(run(4, FillOp{in1, 201, Pattern::small_bf16}));
+    std::uint64_t acc = kMixStart;
+    acc = mix_step(acc, 0, content_hash(pattern(200, in0.bytes)));
+    acc = mix_step(acc, 1, content_hash(small_bf16(201, in1.bytes)));
+    std::vector<std::byte> expected(out.bytes);
+    fill_with(p, acc, 0, expected);
+    ASSERT_TRUE(run(4, ComputeOp{{in0, in1}, out, 0, 0, p}));
+    EXPECT_EQ(read(out.addr, out.bytes), expected) << static_cast<int>(p);
+
+    // In place: the output is the second input, then the tail of the first. The
+    // inputs are hashed as they were before the kernel writes.
+    ASSERT_TRUE(run(4, ComputeOp{{in0, in1}, in1, 0, 0, p}));
+    std::vector<std::byte> whole(in1.bytes);
+    fill_with(p, acc, 0, whole);
+    EXPECT_EQ(read(in1.addr, in1.bytes), whole) << static_cast<int>(p);
+    ASSERT_TRUE(run(4, FillOp{in1, 201, Pattern::small_bf16}));
+    const DeviceRange part{in0.addr + 60000, 10000};
+    std::vector<std::byte> tail(part.bytes);
+    fill_with(p, acc, 0, tail);
+    ASSERT_TRUE(run(4, ComputeOp{{in0, in1}, part, 0, 0, p}));
+    EXPECT_EQ(read(part.addr, part.bytes), tail) << static_cast<int>(p);
+  }
+}
+
+// A zero result is +0 on the host (it sums from +0); cuBLAS may give -0 where
+// every product is -0. Both are the same value: compare them as equal.
+inline std::vector<std::byte> plus_zeros(std::vector<std::byte> v) {
+  for (std::size_t i = 0; i + 1 < v.size(); i += 2) {
+    if (v[i] == std::byte{0} && v[i + 1] == std::byte{0x80}) v[i + 1] = std::byte{0};
+  }
+  return v;
+}
+
+// small_bf16 operands sum exactly in FP32, so cuBLAS must match the host to the bit
+// whatever order it sums in (content.hpp), k = 16384 and split-k included.
+TEST_P(CudaBackendTest, GemmOfSmallBf16EqualsTheHostBitForBit) {
+  const std::vector<std::array<std::uint32_t, 3>> sizes = {
+      {1, 1, 1},    {7, 9, 13},  {8, 8, 8},      {33, 17, 65},    {1, 300, 77},
+      {128, 96, 256}, {300, 200, 1030}, {5, 3, 16384}, {72, 40, 16384}};
+  const std::uint64_t buf = device_buffer(16 << 20);
+  std::uint64_t seed = 300;
+  for (const auto& [m, n, k] : sizes) {
+    for (const GemmShape& g : all_transposes(m, n, k)) {
+      ASSERT_LE(gemm_span(g), 16u << 20);
+      const auto r = gemm_ranges(buf, g);
+      seed += 2;
+      ASSERT_TRUE(gemm_small_bf16(14, r, g, seed, seed + 1)) << g.text();
+      const auto expected = host_gemm(g, small_bf16(seed, g.a_bytes()), small_bf16(seed + 1, g.b_bytes()));
+      const auto got = plus_zeros(read(r[2].addr, r[2].bytes, 14));
+      ASSERT_EQ(got, expected) << first_difference(g, got, expected);
+    }
+  }
+}
+
+// Arbitrary values round in FP32 in cuBLAS's order: equal to the host up to one bf16
+// rounding step of the result.
+TEST_P(CudaBackendTest, GemmOfRandomBf16IsCloseToTheHost) {
+  const std::uint64_t buf = device_buffer(16 << 20);
+  std::uint64_t seed = 400;
+  for (const auto& [m, n, k] :
+       std::vector<std::array<std::uint32_t, 3>>{{64, 48, 512}, {257, 129, 4096}, {3, 500, 9}}) {
+    for (const GemmShape& g : all_transposes(m, n, k)) {
+      const auto r = gemm_ranges(buf, g);
+      const auto a = random_bf16(++seed, g.a_bytes() / 2);
+      const auto b = random_bf16(++seed, g.b_bytes() / 2);
+      ASSERT_TRUE(run(15, CopyToDeviceOp{r[0], a.data()}));
+      ASSERT_TRUE(run(15, CopyToDeviceOp{r[1], b.data()}));
+      ASSERT_TRUE(run(15, GemmOp{r[0], r[1], r[2], g}));
+      const auto expected = host_gemm(g, a, b);
+      const auto got = read(r[2].addr, r[2].bytes, 15);
+      EXPECT_LE(gemm_bf16_max_error(got, expected), 1e-2) << first_difference(g, got, expected);
+      EXPECT_NE(std::count(got.begin(), got.end(), std::byte{0}),
+                static_cast<std::ptrdiff_t>(got.size()));
+    }
+  }
+}
+
+// Each stream has its own cuBLAS handle and workspace: GEMMs enqueued from two
+// threads on two streams, all in flight together, each equal to the host.
+TEST_P(CudaBackendTest, GemmsOnTwoStreamsAtOnceAreBothRight) {
+  constexpr int kRounds = 3;
+  const GemmShape shapes[2] = {{384, 320, 2048, false, true}, {320, 384, 2048, true, false}};
+  std::array<std::uint64_t, 2> base{};
+  for (int t = 0; t < 2; ++t) base[t] = device_buffer(kRounds * gemm_span(shapes[t]));
+  std::atomic<int> failures{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 2; ++t) {
+    threads.emplace_back([&, t] {
+      const auto s = static_cast<StreamId>(16 + t);
+      const GemmShape& g = shapes[t];
+      Ticket last = 0;
+      for (int round = 0; round < kRounds; ++round) {
+        const auto r = gemm_ranges(base[t] + round * gemm_span(g), g);
+        const std::uint64_t seed = 500 + 10 * t + 2 * round;
+        for (Op op : {Op{FillOp{r[0], seed, Pattern::small_bf16}},
+                      Op{FillOp{r[1], seed + 1, Pattern::small_bf16}},
+                      Op{GemmOp{r[0], r[1], r[2], g}}}) {
+          auto ticket = backend_->enqueue(s, std::move(op));
+          if (!ticket.ok()) {
+            ADD_FAILURE() << ticket.error().message;
+            ++failures;
+            return;
+          }
+          last = *ticket;
+        }
+      }
+      if (!backend_->wait({s, last}, kForever).ok()) ++failures;
+    });
+  }
+  for (auto& th : threads) th.join();
+  ASSERT_EQ(failures.load(), 0);
+  for (int t = 0; t < 2; ++t) {
+    const GemmShape& g = shapes[t];
+    for (int round = 0; round < kRounds; ++round) {
+      const auto r = gemm_ranges(base[t] + round * gemm_span(g), g);
+      const std::uint64_t seed = 500 + 10 * t + 2 * round;
+      const auto expected = host_gemm(g, small_bf16(seed, g.a_bytes()), small_bf16(seed + 1, g.b_bytes()));
+      const auto got = plus_zeros(read(r[2].addr, r[2].bytes));
+      ASSERT_EQ(got, expected) << "stream " << t << " round " << round << ": "
+                               << first_difference(g, got, expected);
+    }
+  }
+}
+
+TEST_P(CudaBackendTest, HeldGemmRunsOnlyAfterAFlush) {
+  const GemmShape g{96, 80, 4096, true, true};
+  const std::uint64_t buf = device_buffer(gemm_span(g));
+  const auto r = gemm_ranges(buf, g);
+  ASSERT_TRUE(run(18, FillOp{r[0], 600, Pattern::small_bf16}));
+  ASSERT_TRUE(run(18, FillOp{r[1], 601, Pattern::small_bf16}));
+  ASSERT_TRUE(run(18, FillOp{r[2], 602}));
+
+  backend_->set_hold(18, true);
+  auto t = backend_->enqueue(18, GemmOp{r[0], r[1], r[2], g});
+  ASSERT_TRUE(t.ok()) << t.error().message;
+  // A device round trip on another stream: an issued GEMM would have run meanwhile.
+  EXPECT_EQ(read(r[2].addr, r[2].bytes, 19), pattern(602, r[2].bytes));
+  EXPECT_LT(backend_->completed(18), *t);
+
+  ASSERT_TRUE(backend_->flush(18).ok());
+  ASSERT_TRUE(backend_->wait({18, *t}, kForever).ok());
+  backend_->set_hold(18, false);
+  const auto expected = host_gemm(g, small_bf16(600, g.a_bytes()), small_bf16(601, g.b_bytes()));
+  const auto got = plus_zeros(read(r[2].addr, r[2].bytes, 18));
+  EXPECT_EQ(got, expected) << first_difference(g, got, expected);
+}
+
+TEST_P(CudaBackendTest, BadGemmsAreRejectedAtEnqueue) {
+  const GemmShape g{16, 24, 40};
+  const std::uint64_t buf = device_buffer(1 << 16);
+  const auto r = gemm_ranges(buf, g);
+  const auto [a, b, c] = r;
+  const auto rejected = [&](GemmOp op) {
+    auto t = backend_->enqueue(20, std::move(op));
+    return t.ok() ? std::string("accepted")
+                  : t.error().code == ErrorCode::invalid_argument ? std::string()
+                                                                   : t.error().message;
+  };
+  EXPECT_EQ(rejected(GemmOp{{a.addr, a.bytes - 2}, b, c, g}), "");  // a's size is not the shape's
+  EXPECT_EQ(rejected(GemmOp{a, {b.addr, b.bytes + 2}, c, g}), "");
+  EXPECT_EQ(rejected(GemmOp{a, b, {c.addr, c.bytes - 2}, g}), "");
+  EXPECT_EQ(rejected(GemmOp{a, b, c, GemmShape{0, 24, 40}}), "");  // an empty shape
+  EXPECT_EQ(rejected(GemmOp{a, b, {a.addr + 64, c.bytes}, g}), "");  // c overlaps a
+  EXPECT_EQ(rejected(GemmOp{a, b, {b.addr + b.bytes - 2, c.bytes}, g}), "");  // c overlaps b
+  EXPECT_EQ(rejected(GemmOp{a, b, {buf + granule(), c.bytes}, g}), "");  // c is not mapped
+  EXPECT_EQ(rejected(GemmOp{{a.addr + 1, a.bytes}, b, c, g}), "");  // a is misaligned
+  EXPECT_EQ(backend_->submitted(20), 0u);  // no ticket was spent
+
+  ASSERT_TRUE(gemm_small_bf16(20, r, g, 700, 701));
+  EXPECT_EQ(read(c.addr, c.bytes, 20),
+            host_gemm(g, small_bf16(700, g.a_bytes()), small_bf16(701, g.b_bytes())));
 }
 
 INSTANTIATE_TEST_SUITE_P(Memory, CudaBackendTest, ::testing::Values(true, false),

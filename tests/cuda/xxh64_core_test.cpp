@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <xxhash.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -101,6 +102,32 @@ TEST(CudaXxh64Core, MixAndFillAgreeWithContentDefinitions) {
     const auto byte = static_cast<std::byte>(x::splitmix64(42 + i / 8) >> (8 * (i % 8)));
     ASSERT_EQ(byte, expected[i]) << i;
   }
+}
+
+// The small_bf16 fill kernel writes word w as small_bf16_word(splitmix64(seed + w)).
+TEST(CudaXxh64Core, SmallBf16WordAgreesWithTheContentDefinition) {
+  for (const std::uint64_t seed : {0ull, 7ull, 0x5eedull, ~0ull}) {
+    std::vector<std::byte> expected(4099);  // 2049 elements and a half
+    fill_small_bf16(seed, 0, expected);
+    for (std::size_t i = 0; i < expected.size(); ++i) {
+      const std::uint64_t word = x::small_bf16_word(x::splitmix64(seed + i / 8));
+      ASSERT_EQ(static_cast<std::byte>(word >> (8 * (i % 8))), expected[i])
+          << "seed " << seed << " byte " << i;
+    }
+  }
+  // Every element is one of the five values, and each of them occurs.
+  const std::uint16_t values[5] = {0xC000, 0xBF80, 0x0000, 0x3F80, 0x4000};
+  int seen[5] = {};
+  for (std::uint64_t w = 0; w < 64; ++w) {
+    const std::uint64_t word = x::small_bf16_word(x::splitmix64(w));
+    for (unsigned e = 0; e < 4; ++e) {
+      const auto bits = static_cast<std::uint16_t>(word >> (16 * e));
+      const auto* at = std::find(values, values + 5, bits);
+      ASSERT_NE(at, values + 5) << std::hex << bits;
+      ++seen[at - values];
+    }
+  }
+  for (int count : seen) EXPECT_GT(count, 0);
 }
 
 }  // namespace

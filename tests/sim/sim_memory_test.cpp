@@ -5,6 +5,7 @@
 #include <initializer_list>
 #include <optional>
 
+#include "ferry/gemm.hpp"
 #include "sim_fixture.hpp"
 
 namespace ferry::testing {
@@ -230,6 +231,64 @@ TEST_F(SimMemory, AccessOutsideAnyReservationIsIllegalToo) {
   EXPECT_EQ(sim->synchronize().error().code, ErrorCode::backend_error);
   EXPECT_EQ(sim->illegal_accesses(), 1u);
   EXPECT_EQ(h, 0u);
+}
+
+TEST_F(SimMemory, GemmOnUnmappedMemoryIsAnIllegalAccess) {
+  const GemmShape shape{32, 32, 32};  // 2 KiB per matrix
+  const std::uint64_t a = base, b = base + kGranule, c = base + 2 * kGranule;
+  ASSERT_TRUE(sim->enqueue(0, FillOp{{c, shape.c_bytes()}, 4}).ok());
+  ASSERT_TRUE(sim->synchronize().ok());
+  // b is unmapped between enqueue and completion (an I2 violation).
+  const Ticket t =
+      sim->enqueue(0, GemmOp{{a, shape.a_bytes()}, {b, shape.b_bytes()}, {c, shape.c_bytes()}, shape})
+          .value();
+  ASSERT_TRUE(sim->unmap(b, kGranule).ok());
+  const auto r = sim->wait({0, t}, std::chrono::seconds(1));
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().code, ErrorCode::backend_error);
+  EXPECT_NE(r.error().message.find("(gemm) b"), std::string::npos) << r.error().message;
+  EXPECT_EQ(sim->illegal_accesses(), 1u);
+  EXPECT_EQ(device_bytes(c, shape.c_bytes()), pattern(4, shape.c_bytes()));  // effect skipped
+}
+
+TEST_F(SimMemory, GemmWritesTheHostProduct) {
+  const GemmShape shape{24, 40, 56, true, false};
+  const std::uint64_t a = base + 3 * kGranule - 100;  // operands straddle granules
+  const std::uint64_t b = base + 5 * kGranule - 1000;
+  const std::uint64_t c = base + 7 * kGranule - 2;
+  ASSERT_TRUE(sim->enqueue(0, FillOp{{a, shape.a_bytes()}, 8, Pattern::small_bf16}).ok());
+  ASSERT_TRUE(sim->enqueue(0, FillOp{{b, shape.b_bytes()}, 9, Pattern::small_bf16}).ok());
+  const Ticket t =
+      sim->enqueue(0, GemmOp{{a, shape.a_bytes()}, {b, shape.b_bytes()}, {c, shape.c_bytes()}, shape})
+          .value();
+  EXPECT_EQ(device_bytes(c, shape.c_bytes()), zeros(shape.c_bytes()));  // only at completion
+  wait_for(0, t);
+  std::vector<std::byte> ha(shape.a_bytes()), hb(shape.b_bytes()), hc(shape.c_bytes());
+  fill_small_bf16(8, 0, ha);
+  fill_small_bf16(9, 0, hb);
+  ASSERT_TRUE(gemm_bf16(shape, ha, hb, hc).ok());
+  EXPECT_EQ(device_bytes(c, shape.c_bytes()), hc);
+  EXPECT_NE(hc, zeros(shape.c_bytes()));
+}
+
+TEST_F(SimMemory, MalformedGemmMessagesNameTheProblem) {
+  const GemmShape shape{8, 8, 8};  // 128 B per matrix
+  const DeviceRange a{base, 128}, b{base + 1024, 128};
+  const auto message = [&](GemmOp op) {
+    auto t = sim->enqueue(3, std::move(op));
+    EXPECT_FALSE(t.ok());
+    return t.ok() ? std::string() : t.error().message;
+  };
+  const std::string size = message(GemmOp{a, {b.addr, 126}, {base + 2048, 128}, shape});
+  EXPECT_NE(size.find("enqueue(gemm) on stream 3"), std::string::npos) << size;
+  EXPECT_NE(size.find("b holds 126 B, the shape needs 128 B"), std::string::npos) << size;
+  const std::string overlap = message(GemmOp{a, b, {b.addr + 126, 128}, shape});
+  EXPECT_NE(overlap.find("overlaps b"), std::string::npos) << overlap;
+  const std::string zero = message(GemmOp{{0, 128}, b, {base + 2048, 128}, shape});
+  EXPECT_NE(zero.find("a [0x0"), std::string::npos) << zero;
+  const std::string flops = message(GemmOp{a, b, {base + 2048, 128}, shape, -1.0});
+  EXPECT_NE(flops.find("flops"), std::string::npos) << flops;
+  EXPECT_EQ(sim->submitted(3), 0u);
 }
 
 TEST_F(SimMemory, PinnedMemoryIsCountedAndUsable) {
