@@ -34,6 +34,7 @@ struct RunArgs {
   std::string policy = "lru";
   std::string prefetch = "on";
   bool host_exec = false;
+  std::string matmul = "auto";
   std::uint32_t slots = 0;
   std::string weights;
   std::string save_weights;
@@ -102,6 +103,7 @@ int run_run(const RunArgs& args, const Io& io) {
   o.policy = parse_eviction_policy(args.policy).value_or(EvictionPolicy::lru);
   o.prefetch = args.prefetch == "on";
   o.host_exec = args.host_exec;
+  o.matmul = parse_matmul_kind(args.matmul).value_or(MatmulKind::automatic);
   o.cache_slots = args.slots;
   o.weights_path = args.weights;
   o.placement = parse_bank_placement(args.bank).value_or(BankPlacement::registered);
@@ -220,6 +222,12 @@ Subcommand add_run(CLI::App& parent) {
   app->add_option("--prefetch", args->prefetch,
                   "Prefetch the next layer / weight / predicted experts: on|off")
       ->check(CLI::IsMember({"on", "off"}))
+      ->capture_default_str();
+  app->add_option("--matmul", args->matmul,
+                  "What a weight matmul is: gemm (a real bf16 GEMM: cuBLAS on cuda, the host\n"
+                  "definition on sim; needs weights that are bf16 integers in [-2, 2]), mix\n"
+                  "(a kernel charged the matmul's cost), auto (gemm on cuda, mix on sim)")
+      ->check(CLI::IsMember({"auto", "mix", "gemm"}))
       ->capture_default_str();
   app->add_flag("--host-exec", args->host_exec,
                 "moe-offload: run cache misses on the host instead of fetching them");

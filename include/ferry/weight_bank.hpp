@@ -2,7 +2,7 @@
 // every weight upload the offload cache and the workloads make.
 //
 // A bank comes from a safetensors file (memory-mapped read-only, never copied
-// on load) or is generated deterministically (a seeded fill_pattern per tensor)
+// on load) or is generated deterministically (a seeded pattern per tensor)
 // when no file is given. Either way its bytes never change while it lives, so
 // content hashes are computed once per tensor (hash()) and, once the bank is
 // placed with a transfer engine, once per tensor by the engine too.
@@ -53,6 +53,7 @@
 #include <string_view>
 #include <vector>
 
+#include "ferry/content.hpp"
 #include "ferry/result.hpp"
 
 namespace ferry {
@@ -80,12 +81,13 @@ struct TensorInfo {
 // "[4096, 2560]"
 std::string shape_text(std::span<const std::uint64_t> shape);
 
-// One tensor of a synthetic bank: its bytes are fill_pattern(seed).
+// One tensor of a synthetic bank: its bytes are fill_with(pattern, seed).
 struct SyntheticTensor {
   std::string name;
   DType dtype = DType::bf16;
   std::vector<std::uint64_t> shape;
   std::uint64_t seed = 0;
+  Pattern pattern = Pattern::bytes;
 };
 
 enum class BankPlacement : std::uint8_t { registered, arena };
@@ -107,7 +109,7 @@ class WeightBank {
                                                            std::string_view name,
                                                            std::map<std::string, std::string>* metadata = nullptr);
 
-  // A bank holding `tensors`, each filled with fill_pattern(seed), laid out at
+  // A bank holding `tensors`, each filled with its pattern, laid out at
   // 256-byte aligned offsets in one page-aligned buffer. Deterministic.
   // Errors: invalid_argument (empty or duplicate name, size overflow), out_of_memory.
   static Result<WeightBank> synthetic(std::span<const SyntheticTensor> tensors,

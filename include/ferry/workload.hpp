@@ -19,11 +19,25 @@
 //                  backward, with the inputs of every matmul saved for backward,
 //                  in a pool sized so that peak live is ~83% of its capacity.
 //
-// On sim every "kernel" is a ComputeOp: its output is mix_kernel(inputs)
-// (content.hpp) and it carries the modeled FLOPs and bytes of the real operation,
-// so the virtual clock gives realistic times while any ordering or reuse bug
-// changes the bytes. Every workload ends in a small digest kernel over its
-// outputs, downloaded and compared with the host reference.
+// Every weight matmul (the projections, the experts, the dequantized weights
+// forward and backward) is an Exec::matmul; everything else (attention,
+// activations, residual adds, LoRA, reductions) is a "kernel", a ComputeOp: its
+// output is mix_kernel(inputs) (content.hpp), it carries the modeled FLOPs and
+// bytes of the real operation, so the virtual clock gives realistic times, and
+// any ordering or reuse bug changes the bytes. A residual add or LoRA term after
+// a matmul is an in-place kernel over the matmul's output. Every value a
+// workload writes is in the small_bf16 pattern (integers in [-2, 2]).
+// --matmul picks what a matmul is:
+//   gemm  a real bf16 GEMM (GemmOp): cuBLAS on cuda, the host definition
+//         (gemm.hpp) on sim. Its operands are small_bf16, so FP32 sums them
+//         exactly and the host reference agrees to the bit; the reference
+//         computes every GEMM on the host (its cost grows as scale^3). Weights
+//         from a file must then hold bf16 integers in [-2, 2] too.
+//   mix   a ComputeOp like the other kernels, charged the matmul's FLOPs: cheap
+//         on a CPU, any weights, same schedule and memory.
+//   Default: gemm on cuda, mix on sim.
+// Every workload ends in a small digest kernel over its outputs, downloaded and
+// compared with the host reference.
 //
 // Scale (--scale S, 0 < S <= 1): every width (hidden, intermediate, vocab,
 // chunk) and every token count except MoE's is multiplied by S (rounded to a
@@ -64,6 +78,12 @@ namespace ferry {
 
 enum class WorkloadKind : std::uint8_t { dense_stream, moe_offload, dequant_train };
 
+// What a workload's matmul is (see above). automatic: gemm on cuda, mix on sim.
+enum class MatmulKind : std::uint8_t { automatic, mix, gemm };
+std::string_view to_string(MatmulKind kind) noexcept;  // "auto", "mix", "gemm"
+// Errors: invalid_argument naming the text and the choices.
+Result<MatmulKind> parse_matmul_kind(std::string_view text);
+
 std::string_view to_string(WorkloadKind kind) noexcept;  // "dense-stream", ...
 // Errors: invalid_argument naming the text and the workloads.
 Result<WorkloadKind> parse_workload(std::string_view text);
@@ -89,6 +109,7 @@ struct WorkloadOptions {
   EvictionPolicy policy = EvictionPolicy::lru;  // moe-offload's expert cache
   bool prefetch = true;
   bool host_exec = false;           // moe-offload: run misses on the host
+  MatmulKind matmul = MatmulKind::automatic;
   std::uint32_t cache_slots = 0;    // moe-offload: 0 = 32 (of 64 experts)
   std::string weights_path;         // a safetensors file; empty: synthetic bank
   BankPlacement placement = BankPlacement::registered;
@@ -106,6 +127,7 @@ struct WorkloadReport {
   std::uint64_t seed = 0;
   std::string integrity_policy, eviction_policy, faults;
   bool prefetch = true, host_exec = false;
+  std::string matmul;  // "gemm" or "mix", as it ran
 
   // Time (virtual on sim), from the first operation of the run to the digest's download.
   std::uint64_t wall_ns = 0;

@@ -191,7 +191,7 @@ Result<WeightBank> WeightBank::synthetic(std::span<const SyntheticTensor> tensor
   std::memset(impl->buffer, 0, impl->buffer_len);
   for (std::size_t i = 0; i < impl->tensors.size(); ++i) {
     const TensorInfo& t = impl->tensors[i];
-    fill_pattern(tensors[i].seed, 0, {impl->buffer + t.offset, t.bytes});
+    fill_with(tensors[i].pattern, tensors[i].seed, 0, {impl->buffer + t.offset, t.bytes});
   }
   impl->data = impl->buffer;
   impl->build_index();

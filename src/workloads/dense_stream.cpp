@@ -4,13 +4,14 @@
 // projection whose chunks are streamed the same way and reduced.
 //
 // Per layer (T tokens, hidden h, bf16; every buffer freed right after its last
-// consumer is enqueued, weights right after their one matmul):
+// consumer is enqueued, weights right after their one matmul; "." is a matmul
+// with the weight transposed, the rest are kernels):
 //   qkv  = x . Wqkv          [T, q+2kv]
 //   attn = attention(qkv)    [T, q]      causal, one sequence of T tokens
-//   o    = attn . Wo + x     [T, h]
+//   o    = attn . Wo, o += x [T, h]      the residual add in place
 //   gu   = o . Wgu           [T, 2I]
 //   act  = silu(gate) * up   [T, I]
-//   x'   = act . Wdown + o   [T, h]
+//   x'   = act . Wdown, x' += o  [T, h]
 // Logits: for each chunk of at most `chunk` vocabulary rows, logits = x . Wc
 // [T, n] then red = reduce(logits) [T, 8 B]; digest = mix(red..., x).
 //
@@ -66,6 +67,7 @@ class DenseStream final : public Workload {
   Result<void> bind(const WeightBank& bank) override {
     Result<std::vector<std::size_t>> index = resolve_tensors(bank, tensors());
     if (!index.ok()) return std::move(index).error();
+    if (uses_gemm(options_)) FERRY_TRY(check_gemm_weights(bank, *index));
     layer_ = std::move(index).value();
     lm_head_ = layer_.back();
     layer_.pop_back();
@@ -85,28 +87,30 @@ class DenseStream final : public Workload {
     return {};
   }
 
-  std::uint64_t reference(const WeightBank& bank) override {
-    Reference ref;
-    const std::uint64_t T = tokens_, h = hidden_;
-    std::uint64_t x = ref.fill_hash(input_seed(), T * h * 2);
+  std::uint64_t reference(Reference& ref, const WeightBank& bank) override {
+    const std::uint64_t T = tokens_, h = hidden_, qkv_n = q_ + 2 * kv_, I = inter_;
+    HostValue x = ref.fill(input_seed(), T * h * 2);
     for (std::uint64_t i = 0; i < kLayers; ++i) {
-      const auto w = [&](std::size_t j) { return bank.hash(layer_[i * 4 + j]); };
-      const std::uint64_t qkv = ref.kernel_hash({x, w(0)}, T * (q_ + 2 * kv_) * 2);
-      const std::uint64_t attn = ref.kernel_hash({qkv}, T * q_ * 2);
-      const std::uint64_t o = ref.kernel_hash({attn, w(1), x}, T * h * 2);
-      const std::uint64_t gu = ref.kernel_hash({o, w(2)}, T * 2 * inter_ * 2);
-      const std::uint64_t act = ref.kernel_hash({gu}, T * inter_ * 2);
-      x = ref.kernel_hash({act, w(3), o}, T * h * 2);
+      const auto w = [&](std::size_t j) {
+        const std::size_t t = layer_[i * 4 + j];
+        return ref.weight(bank.bytes(t), bank.hash(t));
+      };
+      const HostValue qkv = ref.matmul(x, w(0), linear(T, qkv_n, h));
+      const HostValue attn = ref.kernel({qkv}, T * q_ * 2);
+      const HostValue o = ref.kernel({ref.matmul(attn, w(1), linear(T, h, q_)), x}, T * h * 2);
+      const HostValue gu = ref.matmul(o, w(2), linear(T, 2 * I, h));
+      const HostValue act = ref.kernel({gu}, T * I * 2);
+      x = ref.kernel({ref.matmul(act, w(3), linear(T, h, I)), o}, T * h * 2);
     }
     std::vector<std::uint64_t> reds;
     for (std::size_t g = kLayers; g < groups_.size(); ++g) {
       const Range& r = groups_[g][0];
-      const std::uint64_t wc = content_hash(bank.bytes(r.tensor).subspan(r.offset, r.bytes));
+      const HostValue wc = ref.weight(bank.bytes(r.tensor).subspan(r.offset, r.bytes));
       const std::uint64_t n = r.bytes / (h * 2);
-      const std::uint64_t logits = ref.kernel_hash({x, wc}, T * n * 2);
-      reds.push_back(ref.kernel_hash({logits}, T * 8));
+      const HostValue logits = ref.matmul(x, wc, linear(T, n, h));
+      reds.push_back(ref.kernel({logits}, T * 8).hash);
     }
-    reds.push_back(x);
+    reds.push_back(x.hash);
     return Reference::mix(reds);
   }
 
@@ -166,7 +170,7 @@ class DenseStream final : public Workload {
         const std::uint64_t n = groups_[g][0].bytes / (h * 2);
         Result<DeviceHandle> logits = ex.alloc(T * n * 2, kCompute);
         if (!logits.ok()) return std::move(logits).error();
-        FERRY_TRY(ex.kernel(kCompute, {{x}, {w[0]}}, *logits, matmul_flops(T, h, n), (T * h + h * n + T * n) * 2));
+        FERRY_TRY(ex.matmul(kCompute, {x}, {w[0]}, *logits, linear(T, n, h), matmul_flops(T, h, n)));
         FERRY_TRY(ex.free(w[0]));
         Result<DeviceHandle> red = ex.alloc(T * 8, kCompute);
         if (!red.ok()) return std::move(red).error();
@@ -205,7 +209,11 @@ class DenseStream final : public Workload {
 
   SyntheticTensor tensor(std::string name, std::vector<std::uint64_t> shape) const {
     const std::uint64_t seed = splitmix64(options_.seed ^ fnv1a(name));
-    return SyntheticTensor{std::move(name), DType::bf16, std::move(shape), seed};
+    return SyntheticTensor{std::move(name), DType::bf16, std::move(shape), seed, kPattern};
+  }
+  // [m, k] activations times a [n, k] weight, transposed.
+  static GemmShape linear(std::uint64_t m, std::uint64_t n, std::uint64_t k) {
+    return {static_cast<std::uint32_t>(m), static_cast<std::uint32_t>(n), static_cast<std::uint32_t>(k), false, true};
   }
   std::uint64_t input_seed() const { return splitmix64(options_.seed ^ fnv1a("dense-stream.input")); }
 
@@ -219,7 +227,7 @@ class DenseStream final : public Workload {
     const auto alloc = [&](std::uint64_t bytes) { return ex.alloc(bytes, kCompute); };
     Result<DeviceHandle> qkv = alloc(T * qkv_n * 2);
     if (!qkv.ok()) return std::move(qkv).error();
-    FERRY_TRY(ex.kernel(kCompute, {{x}, {w[0]}}, *qkv, matmul_flops(T, h, qkv_n), (T * h + h * qkv_n + T * qkv_n) * 2));
+    FERRY_TRY(ex.matmul(kCompute, {x}, {w[0]}, *qkv, linear(T, qkv_n, h), matmul_flops(T, h, qkv_n)));
     FERRY_TRY(ex.free(w[0]));
     Result<DeviceHandle> attn = alloc(T * q * 2);
     if (!attn.ok()) return std::move(attn).error();
@@ -228,13 +236,14 @@ class DenseStream final : public Workload {
     FERRY_TRY(ex.free(*qkv));
     Result<DeviceHandle> o = alloc(T * h * 2);
     if (!o.ok()) return std::move(o).error();
-    FERRY_TRY(ex.kernel(kCompute, {{*attn}, {w[1]}, {x}}, *o, matmul_flops(T, q, h), (T * q + q * h + 2 * T * h) * 2));
+    FERRY_TRY(ex.matmul(kCompute, {*attn}, {w[1]}, *o, linear(T, h, q), matmul_flops(T, q, h)));
+    FERRY_TRY(ex.kernel(kCompute, {{*o}, {x}}, *o, 0, 3 * T * h * 2));  // + x, in place
     FERRY_TRY(ex.free(w[1]));
     FERRY_TRY(ex.free(*attn));
     FERRY_TRY(ex.free(x));
     Result<DeviceHandle> gu = alloc(T * 2 * I * 2);
     if (!gu.ok()) return std::move(gu).error();
-    FERRY_TRY(ex.kernel(kCompute, {{*o}, {w[2]}}, *gu, matmul_flops(T, h, 2 * I), (T * h + h * 2 * I + T * 2 * I) * 2));
+    FERRY_TRY(ex.matmul(kCompute, {*o}, {w[2]}, *gu, linear(T, 2 * I, h), matmul_flops(T, h, 2 * I)));
     FERRY_TRY(ex.free(w[2]));
     Result<DeviceHandle> act = alloc(T * I * 2);
     if (!act.ok()) return std::move(act).error();
@@ -242,7 +251,8 @@ class DenseStream final : public Workload {
     FERRY_TRY(ex.free(*gu));
     Result<DeviceHandle> next = alloc(T * h * 2);
     if (!next.ok()) return std::move(next).error();
-    FERRY_TRY(ex.kernel(kCompute, {{*act}, {w[3]}, {*o}}, *next, matmul_flops(T, I, h), (T * I + I * h + 2 * T * h) * 2));
+    FERRY_TRY(ex.matmul(kCompute, {*act}, {w[3]}, *next, linear(T, h, I), matmul_flops(T, I, h)));
+    FERRY_TRY(ex.kernel(kCompute, {{*next}, {*o}}, *next, 0, 3 * T * h * 2));  // + o, in place
     FERRY_TRY(ex.free(w[3]));
     FERRY_TRY(ex.free(*act));
     FERRY_TRY(ex.free(*o));

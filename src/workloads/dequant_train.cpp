@@ -4,10 +4,11 @@
 // matmul and dropped — in the forward pass and again in the backward pass —
 // with a LoRA adapter (rank 16) per weight resident on the device.
 //
-// Forward, per block (T tokens, hidden h):
+// Forward, per block (T tokens, hidden h; "." a matmul with W transposed, each
+// followed by an in-place kernel adding the LoRA term and any residual):
 //   y = x . W1 (+LoRA)        attn = attention(y)
-//   o = attn . W2 + x         up = o . W3        act = gelu(up)
-//   x' = act . W4 + o
+//   o = attn . W2 (+LoRA) + x up = o . W3 (+LoRA)  act = gelu(up)
+//   x' = act . W4 (+LoRA) + o
 // The input of every matmul (x, attn, o, act) is saved for the backward pass —
 // what the LoRA gradients need — which is what builds the pressure: peak live
 // comes at the end of the forward pass. Backward walks the blocks in reverse:
@@ -68,46 +69,49 @@ class DequantTrain final : public Workload {
     return {};
   }
 
-  std::uint64_t reference(const WeightBank& bank) override {
-    Reference ref;
+  std::uint64_t reference(Reference& ref, const WeightBank& bank) override {
     const std::uint64_t T = tokens_, h = h_;
-    std::vector<std::uint64_t> w(kWeights), lora(kWeights), dlora(kWeights), saved(kWeights);
-    for (std::uint64_t i = 0; i < kWeights; ++i) {
-      const std::uint64_t j = i % 4;
-      w[i] = ref.kernel_hash({bank.hash(index_[2 * i]), bank.hash(index_[2 * i + 1])}, in_of(j) * out_of(j) * 2);
-      lora[i] = ref.fill_hash(lora_seed(i), lora_bytes(j));
-    }
-    std::uint64_t x = ref.fill_hash(input_seed(), T * h * 2);
+    // Weight i dequantized, made again for each use as the device does.
+    const auto w = [&](std::uint64_t i) {
+      const std::size_t q = index_[2 * i], sc = index_[2 * i + 1];
+      return ref.kernel({ref.weight(bank.bytes(q), bank.hash(q)), ref.weight(bank.bytes(sc), bank.hash(sc))},
+                        in_of(i % 4) * out_of(i % 4) * 2);
+    };
+    std::vector<HostValue> lora(kWeights), saved(kWeights);
+    std::vector<std::uint64_t> dlora(kWeights);
+    for (std::uint64_t i = 0; i < kWeights; ++i) lora[i] = ref.fill(lora_seed(i), lora_bytes(i % 4));
+    HostValue x = ref.fill(input_seed(), T * h * 2);
     for (std::uint64_t b = 0; b < kBlocks; ++b) {
       const std::uint64_t i = 4 * b;
       saved[i] = x;
-      const std::uint64_t y = ref.kernel_hash({x, w[i], lora[i]}, T * 3 * h * 2);
-      const std::uint64_t attn = ref.kernel_hash({y}, T * h * 2);
+      const HostValue y = ref.kernel({ref.matmul(x, w(i), forward(0)), lora[i]}, T * 3 * h * 2);
+      const HostValue attn = ref.kernel({y}, T * h * 2);
       saved[i + 1] = attn;
-      const std::uint64_t o = ref.kernel_hash({attn, w[i + 1], lora[i + 1], x}, T * h * 2);
+      const HostValue o = ref.kernel({ref.matmul(attn, w(i + 1), forward(1)), lora[i + 1], x}, T * h * 2);
       saved[i + 2] = o;
-      const std::uint64_t up = ref.kernel_hash({o, w[i + 2], lora[i + 2]}, T * 4 * h * 2);
-      const std::uint64_t act = ref.kernel_hash({up}, T * 4 * h * 2);
+      const HostValue up = ref.kernel({ref.matmul(o, w(i + 2), forward(2)), lora[i + 2]}, T * 4 * h * 2);
+      const HostValue act = ref.kernel({up}, T * 4 * h * 2);
       saved[i + 3] = act;
-      x = ref.kernel_hash({act, w[i + 3], lora[i + 3], o}, T * h * 2);
+      x = ref.kernel({ref.matmul(act, w(i + 3), forward(3)), lora[i + 3], o}, T * h * 2);
     }
-    std::uint64_t dy = ref.kernel_hash({x}, T * h * 2);
+    HostValue dy = ref.kernel({x}, T * h * 2);
     for (std::uint64_t bb = kBlocks; bb-- > 0;) {
       const std::uint64_t i = 4 * bb;
-      const std::uint64_t d_act = ref.kernel_hash({dy, w[i + 3], lora[i + 3]}, T * 4 * h * 2);
-      dlora[i + 3] = ref.kernel_hash({dy, saved[i + 3], lora[i + 3]}, lora_bytes(3));
-      const std::uint64_t d_up = ref.kernel_hash({d_act}, T * 4 * h * 2);
-      const std::uint64_t d_o1 = ref.kernel_hash({d_up, w[i + 2], lora[i + 2]}, T * h * 2);
-      dlora[i + 2] = ref.kernel_hash({d_up, saved[i + 2], lora[i + 2]}, lora_bytes(2));
-      const std::uint64_t d_o = ref.kernel_hash({d_o1, dy}, T * h * 2);
-      const std::uint64_t d_attn = ref.kernel_hash({d_o, w[i + 1], lora[i + 1]}, T * h * 2);
-      dlora[i + 1] = ref.kernel_hash({d_o, saved[i + 1], lora[i + 1]}, lora_bytes(1));
-      const std::uint64_t d_qkv = ref.kernel_hash({d_attn}, T * 3 * h * 2);
-      const std::uint64_t d_x1 = ref.kernel_hash({d_qkv, w[i], lora[i]}, T * h * 2);
-      dlora[i] = ref.kernel_hash({d_qkv, saved[i], lora[i]}, lora_bytes(0));
-      dy = ref.kernel_hash({d_x1, d_o}, T * h * 2);
+      const HostValue d_act = ref.kernel({ref.matmul(dy, w(i + 3), backward(3)), lora[i + 3]}, T * 4 * h * 2);
+      dlora[i + 3] = ref.kernel({dy, saved[i + 3], lora[i + 3]}, lora_bytes(3)).hash;
+      const HostValue d_up = ref.kernel({d_act}, T * 4 * h * 2);
+      const HostValue d_o1 = ref.kernel({ref.matmul(d_up, w(i + 2), backward(2)), lora[i + 2]}, T * h * 2);
+      dlora[i + 2] = ref.kernel({d_up, saved[i + 2], lora[i + 2]}, lora_bytes(2)).hash;
+      const HostValue d_o = ref.kernel({d_o1, dy}, T * h * 2);
+      const HostValue d_attn = ref.kernel({ref.matmul(d_o, w(i + 1), backward(1)), lora[i + 1]}, T * h * 2);
+      dlora[i + 1] = ref.kernel({d_o, saved[i + 1], lora[i + 1]}, lora_bytes(1)).hash;
+      const HostValue d_qkv = ref.kernel({d_attn}, T * 3 * h * 2);
+      const HostValue d_x1 = ref.kernel({ref.matmul(d_qkv, w(i), backward(0)), lora[i]}, T * h * 2);
+      dlora[i] = ref.kernel({d_qkv, saved[i], lora[i]}, lora_bytes(0)).hash;
+      dy = ref.kernel({d_x1, d_o}, T * h * 2);
+      saved[i] = saved[i + 1] = saved[i + 2] = saved[i + 3] = HostValue{};  // their last use
     }
-    std::vector<std::uint64_t> digest{dy};
+    std::vector<std::uint64_t> digest{dy.hash};
     digest.insert(digest.end(), dlora.begin(), dlora.end());
     return Reference::mix(digest);
   }
@@ -139,7 +143,8 @@ class DequantTrain final : public Workload {
       DeviceHandle w{}, y{}, attn{}, o{}, up{}, act{}, next{};
       FERRY_TRY(dequantized(ex, bank, w));
       FERRY_TRY(alloc_to(ex, T * 3 * h * 2, y));
-      FERRY_TRY(ex.kernel(kCompute, {{x}, {w}, {lora[i]}}, y, mm_flops(0), mm_bytes(0)));
+      FERRY_TRY(ex.matmul(kCompute, {x}, {w}, y, forward(0), mm_flops(0)));
+      FERRY_TRY(lora_term(ex, y, {{y}, {lora[i]}}, 0));
       FERRY_TRY(ex.free(w));
       saved[i] = x;
       FERRY_TRY(alloc_to(ex, T * h * 2, attn));
@@ -149,14 +154,16 @@ class DequantTrain final : public Workload {
 
       FERRY_TRY(dequantized(ex, bank, w));
       FERRY_TRY(alloc_to(ex, T * h * 2, o));
-      FERRY_TRY(ex.kernel(kCompute, {{attn}, {w}, {lora[i + 1]}, {x}}, o, mm_flops(1), mm_bytes(1) + T * h * 2));
+      FERRY_TRY(ex.matmul(kCompute, {attn}, {w}, o, forward(1), mm_flops(1)));
+      FERRY_TRY(lora_term(ex, o, {{o}, {lora[i + 1]}, {x}}, 1));  // + LoRA + x
       FERRY_TRY(ex.free(w));
       saved[i + 1] = attn;
       ex.progress("forward", i + 2, kWeights);
 
       FERRY_TRY(dequantized(ex, bank, w));
       FERRY_TRY(alloc_to(ex, T * 4 * h * 2, up));
-      FERRY_TRY(ex.kernel(kCompute, {{o}, {w}, {lora[i + 2]}}, up, mm_flops(2), mm_bytes(2)));
+      FERRY_TRY(ex.matmul(kCompute, {o}, {w}, up, forward(2), mm_flops(2)));
+      FERRY_TRY(lora_term(ex, up, {{up}, {lora[i + 2]}}, 2));
       FERRY_TRY(ex.free(w));
       saved[i + 2] = o;
       FERRY_TRY(alloc_to(ex, T * 4 * h * 2, act));
@@ -166,7 +173,8 @@ class DequantTrain final : public Workload {
 
       FERRY_TRY(dequantized(ex, bank, w));
       FERRY_TRY(alloc_to(ex, T * h * 2, next));
-      FERRY_TRY(ex.kernel(kCompute, {{act}, {w}, {lora[i + 3]}, {o}}, next, mm_flops(3), mm_bytes(3) + T * h * 2));
+      FERRY_TRY(ex.matmul(kCompute, {act}, {w}, next, forward(3), mm_flops(3)));
+      FERRY_TRY(lora_term(ex, next, {{next}, {lora[i + 3]}, {o}}, 3));  // + LoRA + o
       FERRY_TRY(ex.free(w));
       saved[i + 3] = act;
       x = next;
@@ -183,7 +191,8 @@ class DequantTrain final : public Workload {
       DeviceHandle w{}, d_act{}, d_up{}, d_o1{}, d_o{}, d_attn{}, d_qkv{}, d_x1{}, next{};
       FERRY_TRY(dequantized(ex, bank, w));
       FERRY_TRY(alloc_to(ex, T * 4 * h * 2, d_act));
-      FERRY_TRY(ex.kernel(kCompute, {{dy}, {w}, {lora[i + 3]}}, d_act, dx_flops(3), mm_bytes(3)));
+      FERRY_TRY(ex.matmul(kCompute, {dy}, {w}, d_act, backward(3), mm_flops(3)));
+      FERRY_TRY(lora_term(ex, d_act, {{d_act}, {lora[i + 3]}}, 3));
       FERRY_TRY(lora_grad(ex, dy, saved[i + 3], lora[i + 3], 3, dlora[i + 3]));
       FERRY_TRY(ex.free(w));
       FERRY_TRY(alloc_to(ex, T * 4 * h * 2, d_up));
@@ -193,7 +202,8 @@ class DequantTrain final : public Workload {
 
       FERRY_TRY(dequantized(ex, bank, w));
       FERRY_TRY(alloc_to(ex, T * h * 2, d_o1));
-      FERRY_TRY(ex.kernel(kCompute, {{d_up}, {w}, {lora[i + 2]}}, d_o1, dx_flops(2), mm_bytes(2)));
+      FERRY_TRY(ex.matmul(kCompute, {d_up}, {w}, d_o1, backward(2), mm_flops(2)));
+      FERRY_TRY(lora_term(ex, d_o1, {{d_o1}, {lora[i + 2]}}, 2));
       FERRY_TRY(lora_grad(ex, d_up, saved[i + 2], lora[i + 2], 2, dlora[i + 2]));
       FERRY_TRY(ex.free(w));
       FERRY_TRY(ex.free(d_up));
@@ -205,7 +215,8 @@ class DequantTrain final : public Workload {
 
       FERRY_TRY(dequantized(ex, bank, w));
       FERRY_TRY(alloc_to(ex, T * h * 2, d_attn));
-      FERRY_TRY(ex.kernel(kCompute, {{d_o}, {w}, {lora[i + 1]}}, d_attn, dx_flops(1), mm_bytes(1)));
+      FERRY_TRY(ex.matmul(kCompute, {d_o}, {w}, d_attn, backward(1), mm_flops(1)));
+      FERRY_TRY(lora_term(ex, d_attn, {{d_attn}, {lora[i + 1]}}, 1));
       FERRY_TRY(lora_grad(ex, d_o, saved[i + 1], lora[i + 1], 1, dlora[i + 1]));
       FERRY_TRY(ex.free(w));
       FERRY_TRY(alloc_to(ex, T * 3 * h * 2, d_qkv));
@@ -215,7 +226,8 @@ class DequantTrain final : public Workload {
 
       FERRY_TRY(dequantized(ex, bank, w));
       FERRY_TRY(alloc_to(ex, T * h * 2, d_x1));
-      FERRY_TRY(ex.kernel(kCompute, {{d_qkv}, {w}, {lora[i]}}, d_x1, dx_flops(0), mm_bytes(0)));
+      FERRY_TRY(ex.matmul(kCompute, {d_qkv}, {w}, d_x1, backward(0), mm_flops(0)));
+      FERRY_TRY(lora_term(ex, d_x1, {{d_x1}, {lora[i]}}, 0));
       FERRY_TRY(lora_grad(ex, d_qkv, saved[i], lora[i], 0, dlora[i]));
       FERRY_TRY(ex.free(w));
       FERRY_TRY(ex.free(d_qkv));
@@ -259,26 +271,46 @@ class DequantTrain final : public Workload {
 
   SyntheticTensor tensor(std::string name, DType dtype, std::vector<std::uint64_t> shape) const {
     const std::uint64_t seed = splitmix64(options_.seed ^ fnv1a(name));
-    return SyntheticTensor{std::move(name), dtype, std::move(shape), seed};
+    return SyntheticTensor{std::move(name), dtype, std::move(shape), seed,
+                           dtype == DType::bf16 ? kPattern : Pattern::bytes};
   }
   std::uint64_t input_seed() const { return splitmix64(options_.seed ^ fnv1a("dequant-train.input")); }
   std::uint64_t lora_seed(std::uint64_t i) const {
     return splitmix64(options_.seed ^ fnv1a("dequant-train.lora") ^ (i * 0x9e3779b97f4a7c15ull));
   }
 
+  // Weight j's matmuls: forward y[T, out] = x[T, in] . W^T, backward
+  // dx[T, in] = dy[T, out] . W (W is [out, in]).
+  GemmShape forward(std::uint64_t j) const {
+    return {static_cast<std::uint32_t>(tokens_), static_cast<std::uint32_t>(out_of(j)),
+            static_cast<std::uint32_t>(in_of(j)), false, true};
+  }
+  GemmShape backward(std::uint64_t j) const {
+    return {static_cast<std::uint32_t>(tokens_), static_cast<std::uint32_t>(in_of(j)),
+            static_cast<std::uint32_t>(out_of(j)), false, false};
+  }
+
   // Charged at the nominal token count (see workload.hpp): / s.
   double mm_flops(std::uint64_t j) const {
-    const double T = static_cast<double>(tokens_), in = static_cast<double>(in_of(j)),
-                 out = static_cast<double>(out_of(j)), r = static_cast<double>(rank_);
-    return (2 * T * in * out + 2 * T * r * (in + out)) / s_;
+    return 2 * static_cast<double>(tokens_) * static_cast<double>(in_of(j)) * static_cast<double>(out_of(j)) / s_;
   }
-  double dx_flops(std::uint64_t j) const { return mm_flops(j); }
+  double lora_flops(std::uint64_t j) const {
+    return 2 * static_cast<double>(tokens_) * static_cast<double>(rank_) * static_cast<double>(in_of(j) + out_of(j)) /
+           s_;
+  }
   double attn_flops() const {
     const double T = static_cast<double>(tokens_);
     return 2 * T * T * static_cast<double>(h_) / s_;
   }
-  std::uint64_t mm_bytes(std::uint64_t j) const {
-    return (tokens_ * in_of(j) + in_of(j) * out_of(j) + tokens_ * out_of(j)) * 2 + lora_bytes(j);
+
+  // The LoRA term (and a residual) added to a matmul's output `out` in place:
+  // inputs are {out, lora, residual...}.
+  Result<void> lora_term(Exec& ex, DeviceHandle out, const std::vector<DeviceSlice>& inputs, std::uint64_t j) {
+    const std::uint64_t out_bytes = inputs.size() > 2 ? tokens_ * h_ * 2 : 0;  // the residual's
+    Result<StreamPoint> p = ex.kernel(kCompute, inputs, out, lora_flops(j),
+                                      tokens_ * (in_of(j) + out_of(j)) * 2 + lora_bytes(j) + out_bytes);
+    if (!p.ok()) return std::move(p).error();
+    return {};
   }
 
   Result<void> alloc_to(Exec& ex, std::uint64_t bytes, DeviceHandle& out) {

@@ -13,6 +13,11 @@ std::uint64_t scaled(std::uint64_t full, double s) {
   return std::max<std::uint64_t>(8, static_cast<std::uint64_t>(v));
 }
 
+bool uses_gemm(const WorkloadOptions& options) noexcept {
+  return options.matmul == MatmulKind::gemm ||
+         (options.matmul == MatmulKind::automatic && options.backend == "cuda");
+}
+
 std::uint64_t fnv1a(std::string_view text) {
   std::uint64_t h = 0xcbf29ce484222325ull;
   for (char c : text) {
@@ -76,6 +81,13 @@ double BusyMeter::duration_ns(const Op& op) const {
     }
     const double math = profile_.flops_per_s > 0 ? c->flops / profile_.flops_per_s * 1e9 : 0;
     return kernel + std::max(math, mem(c->mem_bytes));
+  }
+  if (const auto* g = std::get_if<GemmOp>(&op)) {
+    const double flops = g->flops != 0 ? g->flops : g->shape.flops();
+    const std::uint64_t bytes =
+        g->mem_bytes != 0 ? g->mem_bytes : g->shape.a_bytes() + g->shape.b_bytes() + g->shape.c_bytes();
+    const double math = profile_.flops_per_s > 0 ? flops / profile_.flops_per_s * 1e9 : 0;
+    return kernel + std::max(math, mem(bytes));
   }
   if (const auto* h = std::get_if<HashOp>(&op)) return kernel + mem(h->src.bytes);
   return 0;
@@ -234,8 +246,8 @@ Result<std::unique_ptr<Env>> make_env(const WorkloadOptions& options, double sca
 
 // --- Exec --------------------------------------------------------------------------
 
-Exec::Exec(const WorkloadOptions& options) : options_(options) {}
-Exec::Exec(const WorkloadOptions& options, Env& env) : options_(options), env_(&env) {}
+Exec::Exec(const WorkloadOptions& options) : options_(options), gemm_(uses_gemm(options)) {}
+Exec::Exec(const WorkloadOptions& options, Env& env) : options_(options), env_(&env), gemm_(uses_gemm(options)) {}
 
 Result<DeviceHandle> Exec::alloc(std::uint64_t bytes, StreamId stream) {
   if (env_ != nullptr) return env_->pool->allocate(bytes, stream);
@@ -263,9 +275,22 @@ void Exec::dry_hold(std::uint64_t bytes) {
 
 Result<StreamPoint> Exec::fill(StreamId stream, DeviceHandle dst, std::uint64_t seed) {
   if (env_ == nullptr) return StreamPoint{stream, 0};
-  Result<Ticket> t = enqueue_fill(*env_->pool, stream, dst, seed);
+  Result<Ticket> t = enqueue_fill(*env_->pool, stream, dst, seed, kPattern);
   if (!t.ok()) return std::move(t).error();
   return StreamPoint{stream, *t};
+}
+
+Result<DeviceRange> Exec::lease(const DeviceSlice& s, StreamPoint at) {
+  // The lease is what keeps the block from reuse until the op at `at` completes (I2).
+  Result<DeviceSpan> span = env_->pool->lease(s.handle, at);
+  if (!span.ok()) return std::move(span).error();
+  const std::uint64_t bytes = s.bytes == 0 ? span->bytes - std::min(s.offset, span->bytes) : s.bytes;
+  if (s.offset > span->bytes || bytes > span->bytes - s.offset || bytes == 0) {
+    return make_error(ErrorCode::invalid_argument,
+                      "operand [" + std::to_string(s.offset) + ", +" + std::to_string(bytes) +
+                          ") lies outside its " + std::to_string(span->bytes) + "-byte allocation");
+  }
+  return DeviceRange{span->addr + s.offset, bytes};
 }
 
 Result<StreamPoint> Exec::kernel(StreamId stream, const std::vector<DeviceSlice>& inputs,
@@ -278,23 +303,47 @@ Result<StreamPoint> Exec::kernel(StreamId stream, const std::vector<DeviceSlice>
     ComputeOp op;
     op.flops = flops;
     op.mem_bytes = mem_bytes;
+    op.pattern = kPattern;
     const StreamPoint at{stream, ticket};
     for (const DeviceSlice& s : inputs) {
-      // The lease is what keeps the block from reuse until this kernel completes (I2).
-      Result<DeviceSpan> span = pool.lease(s.handle, at);
-      if (!span.ok()) return std::move(span).error();
-      const std::uint64_t bytes = s.bytes == 0 ? span->bytes - std::min(s.offset, span->bytes) : s.bytes;
-      if (s.offset > span->bytes || bytes > span->bytes - s.offset || bytes == 0) {
-        return make_error(ErrorCode::invalid_argument,
-                          "kernel input [" + std::to_string(s.offset) + ", +" + std::to_string(bytes) +
-                              ") lies outside its " + std::to_string(span->bytes) + "-byte allocation");
-      }
-      op.inputs.push_back({span->addr + s.offset, bytes});
+      Result<DeviceRange> r = lease(s, at);
+      if (!r.ok()) return std::move(r).error();
+      op.inputs.push_back(*r);
     }
-    Result<DeviceSpan> out = pool.lease(output, at);
+    Result<DeviceRange> out = lease({output}, at);
     if (!out.ok()) return std::move(out).error();
-    op.output = {out->addr, out->bytes};
+    op.output = *out;
     return Op{std::move(op)};
+  });
+  if (!t.ok()) return std::move(t).error();
+  return StreamPoint{stream, *t};
+}
+
+Result<StreamPoint> Exec::matmul(StreamId stream, DeviceSlice a, DeviceSlice b, DeviceHandle c,
+                                 GemmShape shape, double flops) {
+  const std::uint64_t mem_bytes = shape.a_bytes() + shape.b_bytes() + shape.c_bytes();
+  if (!gemm_) return kernel(stream, {a, b}, c, flops, mem_bytes);
+  if (env_ == nullptr) return StreamPoint{stream, 0};
+  DevicePool& pool = *env_->pool;
+  FERRY_TRY(pool.make_ready(a.handle, stream));
+  FERRY_TRY(pool.make_ready(b.handle, stream));
+  FERRY_TRY(pool.make_ready(c, stream));
+  Result<Ticket> t = env_->order->submit(stream, [&](Ticket ticket) -> Result<Op> {
+    GemmOp op;
+    op.shape = shape;
+    op.flops = flops;
+    op.mem_bytes = mem_bytes;
+    const StreamPoint at{stream, ticket};
+    Result<DeviceRange> ra = lease(a, at);
+    if (!ra.ok()) return std::move(ra).error();
+    Result<DeviceRange> rb = lease(b, at);
+    if (!rb.ok()) return std::move(rb).error();
+    Result<DeviceRange> rc = lease({c}, at);
+    if (!rc.ok()) return std::move(rc).error();
+    op.a = *ra;
+    op.b = *rb;
+    op.c = *rc;
+    return Op{op};
   });
   if (!t.ok()) return std::move(t).error();
   return StreamPoint{stream, *t};
@@ -356,36 +405,97 @@ void Exec::progress(std::string_view phase, std::uint64_t done, std::uint64_t to
 
 // --- Reference ---------------------------------------------------------------------
 
+HostValue Reference::owned(std::vector<std::byte> bytes) const {
+  HostValue v;
+  v.size = bytes.size();
+  v.hash = content_hash(bytes);
+  auto kept = std::make_shared<const std::vector<std::byte>>(std::move(bytes));
+  v.bytes = *kept;
+  v.owned = std::move(kept);
+  return v;
+}
+
+HostValue Reference::weight(std::span<const std::byte> bytes, std::uint64_t hash) const {
+  HostValue v;
+  v.hash = hash;
+  v.size = bytes.size();
+  if (materialize_) v.bytes = bytes;
+  return v;
+}
+
+HostValue Reference::weight(std::span<const std::byte> bytes) const { return weight(bytes, content_hash(bytes)); }
+
 std::uint64_t Reference::fill_hash(std::uint64_t seed, std::uint64_t bytes) {
   // In pieces, so a large output never needs a buffer of its size.
   constexpr std::uint64_t kPiece = std::uint64_t{1} << 20;
   if (bytes <= kPiece) {
     buffer_.resize(bytes);
-    fill_pattern(seed, 0, buffer_);
+    fill_with(kPattern, seed, 0, buffer_);
     return content_hash(buffer_);
   }
   auto hasher = std::make_unique<ContentHasher>();
   buffer_.resize(kPiece);
   for (std::uint64_t off = 0; off < bytes; off += kPiece) {
     const std::uint64_t n = std::min(kPiece, bytes - off);
-    fill_pattern(seed, off, {buffer_.data(), n});
+    fill_with(kPattern, seed, off, {buffer_.data(), n});
     hasher->update({buffer_.data(), n});
   }
   return hasher->finish();
 }
 
-std::uint64_t Reference::mix(const std::vector<std::uint64_t>& inputs) {
+HostValue Reference::fill(std::uint64_t seed, std::uint64_t bytes) {
+  if (materialize_) {
+    std::vector<std::byte> out(bytes);
+    fill_with(kPattern, seed, 0, out);
+    return owned(std::move(out));
+  }
+  return HostValue{fill_hash(seed, bytes), bytes, {}, nullptr};
+}
+
+HostValue Reference::kernel(const std::vector<HostValue>& inputs, std::uint64_t bytes) {
+  return fill(mix(inputs), bytes);
+}
+
+HostValue Reference::matmul(const HostValue& a, const HostValue& b, const GemmShape& shape) {
+  if (!gemm_) return kernel({a, b}, shape.c_bytes());
+  std::vector<std::byte> c(shape.c_bytes());
+  // The schedule gives every matmul operands of its shape's size; a failure here
+  // is a bug in the workload, and the digest then cannot match.
+  if (Result<void> r = gemm_bf16(shape, a.bytes, b.bytes, c); !r.ok()) return HostValue{};
+  return owned(std::move(c));
+}
+
+std::uint64_t Reference::mix(const std::vector<std::uint64_t>& hashes) {
   std::uint64_t acc = kMixStart;
-  for (std::size_t k = 0; k < inputs.size(); ++k) acc = mix_step(acc, k, inputs[k]);
+  for (std::size_t k = 0; k < hashes.size(); ++k) acc = mix_step(acc, k, hashes[k]);
   return acc;
 }
 
-std::uint64_t Reference::kernel_hash(const std::vector<std::uint64_t>& inputs, std::uint64_t bytes) {
-  return fill_hash(mix(inputs), bytes);
+std::uint64_t Reference::mix(const std::vector<HostValue>& inputs) {
+  std::uint64_t acc = kMixStart;
+  for (std::size_t k = 0; k < inputs.size(); ++k) acc = mix_step(acc, k, inputs[k].hash);
+  return acc;
 }
 
-std::uint64_t Reference::kernel_hash(std::initializer_list<std::uint64_t> inputs, std::uint64_t bytes) {
-  return kernel_hash(std::vector<std::uint64_t>(inputs), bytes);
+Result<void> check_gemm_weights(const WeightBank& bank, const std::vector<std::size_t>& tensors) {
+  for (std::size_t t : tensors) {
+    const TensorInfo& info = bank.tensors()[t];
+    if (info.dtype != DType::bf16) continue;
+    const std::span<const std::byte> bytes = bank.bytes(t);
+    for (std::uint64_t i = 0; i + 1 < bytes.size(); i += 2) {
+      const auto bits = static_cast<std::uint16_t>(std::to_integer<unsigned>(bytes[i]) |
+                                                   std::to_integer<unsigned>(bytes[i + 1]) << 8);
+      const float v = bf16_to_float(bits);
+      if (!(v >= -2 && v <= 2 && v == std::trunc(v))) {
+        return make_error(ErrorCode::invalid_argument,
+                          "--matmul gemm checks the output bit for bit, which needs weights a GEMM sums "
+                          "exactly (bf16 integers in [-2, 2], as synthetic banks hold), but " + bank.source() +
+                              " tensor \"" + info.name + "\" element " + std::to_string(i / 2) + " is " +
+                              std::to_string(v) + "; run it with --matmul mix");
+      }
+    }
+  }
+  return {};
 }
 
 }  // namespace ferry::workloads

@@ -14,6 +14,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -21,6 +22,7 @@
 #include "ferry/backend.hpp"
 #include "ferry/forwarding_backend.hpp"
 #include "ferry/content.hpp"
+#include "ferry/gemm.hpp"
 #include "ferry/device_pool.hpp"
 #include "ferry/device_profile.hpp"
 #include "ferry/host_arena.hpp"
@@ -41,6 +43,12 @@ inline constexpr StreamId kPrefetch = 2;
 inline constexpr StreamId kHostIo = 3;  // moe host execution: activations out, results in
 
 inline constexpr std::uint64_t kDigestBytes = 256;
+// Every value a workload writes (fills, kernels) is in this pattern, so any of
+// them can be a GEMM operand (see workload.hpp).
+inline constexpr Pattern kPattern = Pattern::small_bf16;
+
+// Whether `options` make a matmul a real GEMM (MatmulKind::automatic: on cuda).
+bool uses_gemm(const WorkloadOptions& options) noexcept;
 
 // A width scaled by s, rounded to a multiple of 8, at least 8.
 std::uint64_t scaled(std::uint64_t full, double s);
@@ -125,6 +133,12 @@ class Exec {
   // Returns the kernel's point (dry: ticket 0).
   Result<StreamPoint> kernel(StreamId stream, const std::vector<DeviceSlice>& inputs, DeviceHandle output,
                              double flops, std::uint64_t mem_bytes);
+  // A weight matmul, c = op(a) . op(b) (see workload.hpp for what it is):
+  // a GemmOp, or a ComputeOp over {a, b} charged `flops`. Slices of 0 bytes
+  // mean the whole allocation; each must hold exactly its matrix.
+  Result<StreamPoint> matmul(StreamId stream, DeviceSlice a, DeviceSlice b, DeviceHandle c, GemmShape shape,
+                             double flops);
+  bool gemm() const noexcept { return gemm_; }
   // Makes `stream` wait for `point` (another stream's work) unless done.
   Result<void> after(StreamId stream, StreamPoint point);
 
@@ -149,8 +163,12 @@ class Exec {
   std::uint64_t dry_peak() const noexcept { return dry_peak_; }
 
  private:
+  // Leases `slice` for the op at `at` and returns its device range.
+  Result<DeviceRange> lease(const DeviceSlice& slice, StreamPoint at);
+
   const WorkloadOptions& options_;
   Env* env_ = nullptr;
+  bool gemm_ = false;
   std::unordered_map<std::uint32_t, std::uint64_t> dry_sizes_;
   std::uint32_t dry_next_ = 1;
   std::uint64_t dry_live_ = 0, dry_peak_ = 0;
@@ -159,17 +177,41 @@ class Exec {
 
 // --- Host reference ---------------------------------------------------------------
 
-// The reference model's arithmetic: the same definitions the device uses.
+// A value of the host reference: its content hash and size, and when matmuls are
+// GEMMs its bytes too (what a host GEMM reads), or when the Reference is asked to. A weight's bytes are a view of
+// the bank; computed ones are owned (shared, so values copy cheaply).
+struct HostValue {
+  std::uint64_t hash = 0;
+  std::uint64_t size = 0;
+  std::span<const std::byte> bytes;
+  std::shared_ptr<const std::vector<std::byte>> owned;
+};
+
+// The reference model's arithmetic: the same definitions the device uses
+// (content.hpp, gemm.hpp), computed on the host without the pool.
 class Reference {
  public:
-  // content_hash(fill_pattern(seed) of `bytes`).
-  std::uint64_t fill_hash(std::uint64_t seed, std::uint64_t bytes);
-  // The hash a kernel's output of `bytes` gets from inputs with these hashes.
-  std::uint64_t kernel_hash(std::initializer_list<std::uint64_t> inputs, std::uint64_t bytes);
-  std::uint64_t kernel_hash(const std::vector<std::uint64_t>& inputs, std::uint64_t bytes);
-  static std::uint64_t mix(const std::vector<std::uint64_t>& inputs);
+  // Values carry their bytes when matmuls are GEMMs or `materialize` asks.
+  explicit Reference(bool gemm, bool materialize = false) : gemm_(gemm), materialize_(gemm || materialize) {}
+
+  // A bank tensor (or part of one).
+  HostValue weight(std::span<const std::byte> bytes, std::uint64_t hash) const;
+  HostValue weight(std::span<const std::byte> bytes) const;
+  // fill_with(kPattern, seed) of `bytes`.
+  HostValue fill(std::uint64_t seed, std::uint64_t bytes);
+  // A kernel's output of `bytes` over these inputs.
+  HostValue kernel(const std::vector<HostValue>& inputs, std::uint64_t bytes);
+  // A matmul's output: the host GEMM, or a kernel over {a, b}.
+  HostValue matmul(const HostValue& a, const HostValue& b, const GemmShape& shape);
+
+  static std::uint64_t mix(const std::vector<std::uint64_t>& hashes);
+  static std::uint64_t mix(const std::vector<HostValue>& inputs);
 
  private:
+  std::uint64_t fill_hash(std::uint64_t seed, std::uint64_t bytes);
+  HostValue owned(std::vector<std::byte> bytes) const;
+
+  bool gemm_, materialize_;
   std::vector<std::byte> buffer_;
 };
 
@@ -187,8 +229,9 @@ class Workload {
   virtual std::vector<SyntheticTensor> tensors() const = 0;
   // Resolves the tensors it needs in `bank` (dtype and shape checked).
   virtual Result<void> bind(const WeightBank& bank) = 0;
-  // The digest's mix seed, computed on the host without the pool.
-  virtual std::uint64_t reference(const WeightBank& bank) = 0;
+  // The digest's mix seed, computed on the host without the pool (ref knows
+  // whether matmuls are GEMMs).
+  virtual std::uint64_t reference(Reference& ref, const WeightBank& bank) = 0;
   // The device schedule; returns the digest handle's downloaded bytes.
   virtual Result<std::vector<std::byte>> execute(Exec& exec, const WeightBank& bank) = 0;
   virtual std::uint64_t nominal_tokens() const = 0;
@@ -205,10 +248,9 @@ std::unique_ptr<Workload> make_dense_stream(const WorkloadOptions& options, doub
 std::unique_ptr<Workload> make_moe_offload(const WorkloadOptions& options, double scale);
 std::unique_ptr<Workload> make_dequant_train(const WorkloadOptions& options, double scale);
 
-// The modeled cost of a matmul [m x k] x [k x n] in bf16.
-struct Cost {
-  double flops = 0;
-  std::uint64_t bytes = 0;
-};
+// Under gemm, checks that every element of the bf16 tensors a matmul reads is an
+// integer in [-2, 2] (so FP32 sums them exactly; synthetic banks always pass).
+// Errors: invalid_argument naming the tensor, the element and its value.
+Result<void> check_gemm_weights(const WeightBank& bank, const std::vector<std::size_t>& tensors);
 
 }  // namespace ferry::workloads

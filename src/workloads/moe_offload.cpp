@@ -11,7 +11,8 @@
 // Per step (B tokens) and layer:
 //   acquire every selected expert (pinned; a miss is fetched on the upload stream)
 //   prefetch the experts predicted for the next layer (prefetch stream)
-//   y_e = expert_e(x)          one kernel per selected expert, [B, H]
+//   y_e = expert_e(x)          per selected expert: gu = x . Wgu [B, 2I],
+//                              act = silu(gate) * up [B, I], y_e = act . Wdown [B, H]
 //   x'  = combine(x, y_e...)   [B, H]
 // and per step digest' = mix(digest, x_final).
 // Host execution (--host-exec): a selected expert that is not resident or in
@@ -85,29 +86,26 @@ class MoeOffload final : public Workload {
   Result<void> bind(const WeightBank& bank) override {
     Result<std::vector<std::size_t>> index = resolve_tensors(bank, tensors());
     if (!index.ok()) return std::move(index).error();
+    if (uses_gemm(options_)) FERRY_TRY(check_gemm_weights(bank, *index));
     index_ = std::move(index).value();
     return {};
   }
 
-  std::uint64_t reference(const WeightBank& bank) override {
-    Reference ref;
+  std::uint64_t reference(Reference& ref, const WeightBank& bank) override {
     const std::uint64_t xb = kTokensPerStep * hidden_ * 2;
-    std::uint64_t digest = ref.fill_hash(digest_seed(), kDigestBytes);
+    HostValue digest = ref.fill(digest_seed(), kDigestBytes);
     std::uint64_t seed = digest_seed();
     for (std::uint64_t t = 0; t < kSteps; ++t) {
-      std::uint64_t x = ref.fill_hash(step_seed(t), xb);
+      HostValue x = ref.fill(step_seed(t), xb);
       for (std::uint64_t l = 0; l < kLayers; ++l) {
-        std::vector<std::uint64_t> combine{x};
-        for (const Pick& p : selected_[t][l]) {
-          const std::uint64_t key = l * kExperts + p.expert;
-          combine.push_back(ref.kernel_hash({x, bank.hash(index_[2 * key]), bank.hash(index_[2 * key + 1])}, xb));
-        }
-        x = ref.kernel_hash(combine, xb);
+        std::vector<HostValue> combine{x};
+        for (const Pick& p : selected_[t][l]) combine.push_back(expert(ref, bank, l * kExperts + p.expert, x));
+        x = ref.kernel(combine, xb);
       }
       seed = Reference::mix({digest, x});
-      digest = ref.fill_hash(seed, kDigestBytes);
+      digest = ref.fill(seed, kDigestBytes);
     }
-    return seed;  // the last digest kernel's: its output is fill_pattern(seed)
+    return seed;  // the last digest kernel's: its output is fill_with(kPattern, seed)
   }
 
   Result<std::vector<std::byte>> execute(Exec& ex, const WeightBank& bank) override {
@@ -143,7 +141,7 @@ class MoeOffload final : public Workload {
  private:
   SyntheticTensor tensor(std::string name, std::vector<std::uint64_t> shape) const {
     const std::uint64_t seed = splitmix64(options_.seed ^ fnv1a(name));
-    return SyntheticTensor{std::move(name), DType::bf16, std::move(shape), seed};
+    return SyntheticTensor{std::move(name), DType::bf16, std::move(shape), seed, kPattern};
   }
   std::uint64_t step_seed(std::uint64_t t) const {
     return splitmix64(options_.seed ^ fnv1a("moe-offload.input") ^ (t * 0x9e3779b97f4a7c15ull));
@@ -197,10 +195,23 @@ class MoeOffload final : public Workload {
   double expert_flops(std::uint64_t tokens) const {
     return 2.0 * static_cast<double>(tokens) * 3.0 * static_cast<double>(hidden_) * static_cast<double>(inter_);
   }
+  // [m, k] activations times a [n, k] weight, transposed.
+  static GemmShape linear(std::uint64_t m, std::uint64_t n, std::uint64_t k) {
+    return {static_cast<std::uint32_t>(m), static_cast<std::uint32_t>(n), static_cast<std::uint32_t>(k), false, true};
+  }
+  GemmShape gate_up_shape() const { return linear(kTokensPerStep, 2 * inter_, hidden_); }
+  GemmShape down_shape() const { return linear(kTokensPerStep, hidden_, inter_); }
+
+  // Expert `key` on x, as the device computes it: gu = x . Wgu, act = silu(gate) * up, y = act . Wdown.
+  HostValue expert(Reference& ref, const WeightBank& bank, std::uint64_t key, const HostValue& x) const {
+    const auto w = [&](std::size_t t) { return ref.weight(bank.bytes(t), bank.hash(t)); };
+    const HostValue gu = ref.matmul(x, w(index_[2 * key]), gate_up_shape());
+    const HostValue act = ref.kernel({gu}, kTokensPerStep * inter_ * 2);
+    return ref.matmul(act, w(index_[2 * key + 1]), down_shape());
+  }
 
   Result<std::vector<std::byte>> run(Exec& ex, const WeightBank& bank, OffloadCache* cache) {
     const std::uint64_t xb = kTokensPerStep * hidden_ * 2;
-    const std::uint64_t expert_bytes = 3 * hidden_ * inter_ * 2;
     const bool host_exec = options_.host_exec;
     Result<DeviceHandle> d0 = ex.alloc(kDigestBytes, kCompute);
     if (!d0.ok()) return std::move(d0).error();
@@ -250,15 +261,22 @@ class MoeOffload final : public Workload {
         std::vector<DeviceHandle> ys(sel.size());
         for (std::size_t i = 0; i < sel.size(); ++i) {
           if (cache != nullptr && !refs[i]) continue;
+          const double flops = expert_flops(sel[i].tokens);
+          Result<DeviceHandle> gu = ex.alloc(kTokensPerStep * 2 * inter_ * 2, kCompute);
+          if (!gu.ok()) return std::move(gu).error();
+          // The dry run has no cache: its operands stand in with x.
+          const DeviceSlice w_gu = refs[i] ? refs[i]->pieces[0] : DeviceSlice{x};
+          const DeviceSlice w_down = refs[i] ? refs[i]->pieces[1] : DeviceSlice{x};
+          FERRY_TRY(ex.matmul(kCompute, {x}, w_gu, *gu, gate_up_shape(), flops * 2 / 3));
+          Result<DeviceHandle> act = ex.alloc(kTokensPerStep * inter_ * 2, kCompute);
+          if (!act.ok()) return std::move(act).error();
+          FERRY_TRY(ex.kernel(kCompute, {{*gu}}, *act, 0, kTokensPerStep * 3 * inter_ * 2));
+          FERRY_TRY(ex.free(*gu));
           Result<DeviceHandle> y = ex.alloc(xb, kCompute);
           if (!y.ok()) return std::move(y).error();
           ys[i] = *y;
-          std::vector<DeviceSlice> in{{x}};
-          if (refs[i]) {
-            in.push_back(refs[i]->pieces[0]);
-            in.push_back(refs[i]->pieces[1]);
-          }
-          FERRY_TRY(ex.kernel(kCompute, in, *y, expert_flops(sel[i].tokens), expert_bytes + 2 * xb));
+          FERRY_TRY(ex.matmul(kCompute, {*act}, w_down, *y, down_shape(), flops / 3));
+          FERRY_TRY(ex.free(*act));
           if (cache != nullptr) FERRY_TRY(cache->release(refs[i]->key));
         }
         // 4. Host execution of the misses.
@@ -299,12 +317,13 @@ class MoeOffload final : public Workload {
     FERRY_TRY(ex.after(kHostIo, x_ready));
     Result<std::vector<std::byte>> xh = ex.download(kHostIo, x);
     if (!xh.ok()) return std::move(xh).error();
-    const std::uint64_t hx = content_hash(*xh);
-    std::vector<std::byte> y(xb);
+    // The host computes with the device's definitions, materialized (it uploads the bytes).
+    Reference ref(ex.gemm(), true);
+    const HostValue xv = ref.weight(*xh);
     for (std::size_t i = 0; i < sel.size(); ++i) {
       if (refs[i]) continue;
-      const std::uint64_t key = l * kExperts + sel[i].expert;
-      fill_pattern(Reference::mix({hx, bank.hash(index_[2 * key]), bank.hash(index_[2 * key + 1])}), 0, y);
+      const HostValue yv = expert(ref, bank, l * kExperts + sel[i].expert, xv);
+      const std::span<const std::byte> y = yv.bytes;
       const double flops = expert_flops(sel[i].tokens);
       const double ns = std::max(flops / options_.host_flops_per_s,
                                  static_cast<double>(expert_bytes) / options_.host_bytes_per_s) * 1e9 + 2000;
@@ -314,7 +333,7 @@ class MoeOffload final : public Workload {
       if (!dev.ok()) return std::move(dev).error();
       ys[i] = *dev;
       TransferPlan plan;
-      plan.add(std::span<const std::byte>(y), *dev);
+      plan.add(y, *dev);
       Result<Exec::Upload> up = ex.begin_upload(kHostIo, plan);
       if (!up.ok()) return std::move(up).error();
       Result<StreamPoint> done = ex.finish(std::move(*up));

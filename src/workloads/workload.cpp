@@ -87,6 +87,22 @@ Result<WorkloadKind> parse_workload(std::string_view text) {
                     "unknown workload \"" + std::string(text) + "\" (dense-stream|moe-offload|dequant-train)");
 }
 
+std::string_view to_string(MatmulKind kind) noexcept {
+  switch (kind) {
+    case MatmulKind::automatic: return "auto";
+    case MatmulKind::mix: return "mix";
+    case MatmulKind::gemm: return "gemm";
+  }
+  return "?";
+}
+
+Result<MatmulKind> parse_matmul_kind(std::string_view text) {
+  for (MatmulKind k : {MatmulKind::automatic, MatmulKind::mix, MatmulKind::gemm}) {
+    if (to_string(k) == text) return k;
+  }
+  return make_error(ErrorCode::invalid_argument, "unknown matmul \"" + std::string(text) + "\" (auto|mix|gemm)");
+}
+
 // Chosen so that each runs in a few seconds under the sanitized debug build on
 // a 2-core machine (see docs/workloads.md).
 double default_scale(WorkloadKind kind) noexcept {
@@ -154,7 +170,9 @@ Result<WorkloadReport> run_workload(WorkloadKind kind, const WorkloadOptions& op
   w->prefetch_skipped = 0;
   w->host_executed = 0;
 
-  const std::uint64_t expected_seed = w->reference(bank);
+  const bool gemm = workloads::uses_gemm(options);
+  workloads::Reference reference(gemm);
+  const std::uint64_t expected_seed = w->reference(reference, bank);
 
   std::uint64_t arena_budget = kGiB;
   if (options.placement == BankPlacement::arena) arena_budget += bank.data_bytes() + bank.data_bytes() / 8;
@@ -176,6 +194,7 @@ Result<WorkloadReport> run_workload(WorkloadKind kind, const WorkloadOptions& op
   r.faults = options.backend == "sim" ? describe(options.faults) : "none";
   r.prefetch = options.prefetch;
   r.host_exec = options.host_exec;
+  r.matmul = gemm ? "gemm" : "mix";
   r.planned_peak_live = planned;
   r.capacity = env->pool->capacity();
 
@@ -222,7 +241,7 @@ Result<WorkloadReport> run_workload(WorkloadKind kind, const WorkloadOptions& op
   r.host_executed = w->host_executed;
 
   std::vector<std::byte> expected(workloads::kDigestBytes);
-  fill_pattern(expected_seed, 0, expected);
+  fill_with(workloads::kPattern, expected_seed, 0, expected);
   r.expected_digest = hex64(content_hash(expected));
   if (got.ok()) {
     r.actual_digest = hex64(content_hash(*got));
@@ -251,6 +270,7 @@ std::string workload_report_json(const WorkloadReport& r) {
   j["integrity_policy"] = r.integrity_policy;
   j["faults"] = r.faults;
   j["prefetch"] = r.prefetch;
+  j["matmul"] = r.matmul;
   j["throughput"] = {{"tokens", r.tokens},
                      {"tokens_per_s", r.tokens_per_s},
                      {"units", r.units},
@@ -310,7 +330,8 @@ std::string workload_report_summary(const WorkloadReport& r) {
     s += "  " + key + std::string(key.size() < 12 ? 12 - key.size() : 1, ' ') + value + "\n";
   };
   s += "ferry run " + r.workload + " on " + r.backend + " " + r.device + ", scale " + fixed(r.scale, 4) + "\n";
-  line("shape", r.shape);
+  line("shape", r.shape + "; matmuls: " + (r.matmul == "gemm" ? (r.backend == "cuda" ? "cuBLAS GEMM" : "host GEMM")
+                                                                   : "mix kernels"));
   line("weights", r.weights);
   line("output", r.matched ? "matched the host reference (digest " + r.actual_digest + ")"
                            : "DID NOT MATCH (expected digest " + r.expected_digest + ", got " +

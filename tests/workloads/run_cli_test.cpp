@@ -29,7 +29,7 @@ TEST(RunCli, HelpListsTheOptions) {
   const CliRun r = ferry({"run", "--help"});
   EXPECT_EQ(r.code, 0);
   for (const char* opt : {"--profile", "--scale", "--capacity", "--integrity", "--inject", "--policy",
-                          "--prefetch", "--host-exec", "--weights", "--seed", "--json", "--report"}) {
+                          "--prefetch", "--host-exec", "--matmul", "--weights", "--seed", "--json", "--report"}) {
     EXPECT_NE(r.out.find(opt), std::string::npos) << opt;
   }
   EXPECT_NE(ferry({"--help"}).out.find("run"), std::string::npos);
@@ -59,6 +59,7 @@ TEST(RunCli, JsonReport) {
   for (const char* k : {"throughput", "time", "memory", "integrity", "cache"}) EXPECT_TRUE(j.contains(k)) << k;
   EXPECT_GT(j["time"]["overlap_efficiency"].get<double>(), 0);
   EXPECT_GT(j["memory"]["peak_live_bytes"].get<double>(), 0);
+  EXPECT_EQ(j["matmul"], "mix") << "auto is mix on sim";
 
   const std::string file = temp("report.json");
   const CliRun f = ferry({"run", "dense-stream", "--scale", kSmall, "--quiet", "--report", file});
@@ -83,6 +84,7 @@ TEST(RunCli, BadUsageExitsTwo) {
   EXPECT_EQ(ferry({"run", "dense-stream", "--policy", "fifo"}).code, 2);
   EXPECT_EQ(ferry({"run", "dense-stream", "--prefetch", "maybe"}).code, 2);
   EXPECT_EQ(ferry({"run", "dense-stream", "--profile", "a100"}).code, 2);
+  EXPECT_EQ(ferry({"run", "dense-stream", "--matmul", "cublas"}).code, 2);
   const CliRun host = ferry({"run", "dense-stream", "--host-exec"});
   EXPECT_EQ(host.code, 2);
   EXPECT_NE(host.err.find("moe-offload only"), std::string::npos);
@@ -90,6 +92,13 @@ TEST(RunCli, BadUsageExitsTwo) {
   EXPECT_EQ(missing.code, 2);
   EXPECT_NE(missing.err.find("/nonexistent/w.safetensors"), std::string::npos);
   EXPECT_EQ(ferry({"run", "dense-stream", "--report", "/nonexistent/dir/r.json"}).code, 2);
+}
+
+TEST(RunCli, GemmMatmulsOnSim) {
+  const CliRun r = ferry({"run", "moe-offload", "--scale", "0.0625", "--matmul", "gemm", "--quiet"});
+  EXPECT_EQ(r.code, 0) << r.err << r.out;
+  EXPECT_NE(r.out.find("matmuls: host GEMM"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("verdict: MATCHED"), std::string::npos) << r.out;
 }
 
 TEST(RunCli, CudaIsAClearNotAvailable) {

@@ -140,6 +140,112 @@ INSTANTIATE_TEST_SUITE_P(All, EachWorkload,
                            return n;
                          });
 
+// --matmul gemm on sim: every weight matmul is a real bf16 GEMM (the host
+// definition), checked bit for bit against a reference that runs its own GEMMs.
+// Smaller scales than the mix runs: the GEMMs cost scale^3.
+WorkloadOptions gemm_small(WorkloadKind k) {
+  WorkloadOptions o;
+  o.scale = k == WorkloadKind::dequant_train ? 0.015625 : small_scale(k);
+  o.matmul = MatmulKind::gemm;
+  return o;
+}
+
+class EachWorkloadGemm : public ::testing::TestWithParam<WorkloadKind> {};
+
+TEST_P(EachWorkloadGemm, MatchesTheHostReference) {
+  const WorkloadReport r = run_ok(GetParam(), gemm_small(GetParam()));
+  EXPECT_EQ(r.matmul, "gemm");
+  EXPECT_TRUE(r.matched) << r.error << "\n" << workload_report_summary(r);
+  EXPECT_EQ(r.illegal_accesses, 0u);
+  EXPECT_NE(workload_report_json(r).find("\"matmul\":\"gemm\""), std::string::npos);
+  EXPECT_NE(workload_report_summary(r).find("host GEMM"), std::string::npos);
+  // Same schedule, other values: the digest is not the mix run's.
+  WorkloadOptions mix = gemm_small(GetParam());
+  mix.matmul = MatmulKind::mix;
+  const WorkloadReport m = run_ok(GetParam(), mix);
+  EXPECT_TRUE(m.matched) << m.error;
+  EXPECT_EQ(m.matmul, "mix");
+  EXPECT_NE(m.actual_digest, r.actual_digest);
+  EXPECT_EQ(m.planned_peak_live, r.planned_peak_live);
+}
+
+TEST_P(EachWorkloadGemm, MatchesUnderPinnedNoopWithVerify) {
+  WorkloadOptions o = gemm_small(GetParam());
+  o.faults.pinned_noop = 1;
+  const WorkloadReport r = run_ok(GetParam(), o);
+  EXPECT_TRUE(r.matched) << r.error << "\n" << workload_report_summary(r);
+  EXPECT_GT(r.swallowed_copies, 0u) << "the fault must have fired";
+  EXPECT_EQ(r.integrity.corrupt, 0u);
+}
+
+TEST_P(EachWorkloadGemm, IntegrityOffLetsTheFaultThroughAndTheCheckCatchesIt) {
+  WorkloadOptions o = gemm_small(GetParam());
+  o.faults.pinned_noop = 1;
+  o.integrity = IntegrityPolicy::off;
+  const WorkloadReport r = run_ok(GetParam(), o);
+  EXPECT_GT(r.swallowed_copies, 0u);
+  EXPECT_FALSE(r.matched);
+}
+
+INSTANTIATE_TEST_SUITE_P(All, EachWorkloadGemm,
+                         ::testing::Values(WorkloadKind::dense_stream, WorkloadKind::moe_offload,
+                                           WorkloadKind::dequant_train),
+                         [](const auto& p) {
+                           std::string n(to_string(p.param));
+                           for (char& c : n) c = c == '-' ? '_' : c;
+                           return n;
+                         });
+
+// On a GPU: the same runs on the cuda backend, where a matmul is a cuBLAS GEMM
+// (MatmulKind::automatic) checked bit for bit against the host's GEMMs. SKIP
+// without a device.
+TEST_P(EachWorkloadGemm, CudaMatchesWithCublas) {
+  if (auto cuda = make_cuda_backend({}); !cuda.ok()) GTEST_SKIP() << "no cuda backend: " << cuda.error().message;
+  WorkloadOptions o = gemm_small(GetParam());
+  o.backend = "cuda";
+  o.matmul = MatmulKind::automatic;
+  const WorkloadReport r = run_ok(GetParam(), o);
+  EXPECT_EQ(r.matmul, "gemm");
+  EXPECT_TRUE(r.matched) << r.error << "\n" << workload_report_summary(r);
+  EXPECT_NE(workload_report_summary(r).find("cuBLAS GEMM"), std::string::npos);
+  EXPECT_EQ(r.integrity.corrupt, 0u);
+}
+
+TEST(Workload, GemmHostExecutionMatches) {
+  WorkloadOptions o = gemm_small(WorkloadKind::moe_offload);
+  o.host_exec = true;
+  o.cache_slots = 16;
+  const WorkloadReport r = run_ok(WorkloadKind::moe_offload, o);
+  EXPECT_TRUE(r.matched) << r.error;
+  EXPECT_GT(r.host_executed, 0u);
+}
+
+TEST(Workload, GemmNeedsWeightsItSumsExactlyAndMixTakesAny) {
+  const std::string path = temp_file("gemm-weights.safetensors");
+  WorkloadOptions o = gemm_small(WorkloadKind::moe_offload);
+  ASSERT_TRUE(write_workload_weights(WorkloadKind::moe_offload, o, path).ok());
+  {  // The first element of the data section becomes bf16 3.0 (0x4040).
+    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+    unsigned char n[8];
+    f.read(reinterpret_cast<char*>(n), 8);
+    std::uint64_t header = 0;
+    for (int i = 7; i >= 0; --i) header = header << 8 | n[i];
+    f.seekp(static_cast<std::streamoff>(8 + header));
+    const char three[2] = {0x40, 0x40};
+    f.write(three, 2);
+  }
+  o.weights_path = path;
+  auto gemm = run_workload(WorkloadKind::moe_offload, o);
+  ASSERT_FALSE(gemm.ok());
+  EXPECT_EQ(gemm.error().code, ErrorCode::invalid_argument);
+  EXPECT_NE(gemm.error().message.find("element 0 is 3"), std::string::npos) << gemm.error().message;
+  EXPECT_NE(gemm.error().message.find("--matmul mix"), std::string::npos) << gemm.error().message;
+  o.matmul = MatmulKind::mix;
+  const WorkloadReport mix = run_ok(WorkloadKind::moe_offload, o);
+  EXPECT_TRUE(mix.matched) << mix.error;
+  std::filesystem::remove(path);
+}
+
 TEST(Workload, IntegrityOffLetsTheFaultThroughAndTheCheckCatchesIt) {
   WorkloadOptions o = small(WorkloadKind::dense_stream);
   o.faults.pinned_noop = 1;
@@ -244,6 +350,14 @@ TEST(Workload, NamesAndDefaults) {
     EXPECT_LE(default_scale(*k), 1);
   }
   EXPECT_FALSE(parse_workload("dense").ok());
+  for (MatmulKind k : {MatmulKind::automatic, MatmulKind::mix, MatmulKind::gemm}) {
+    auto parsed = parse_matmul_kind(to_string(k));
+    ASSERT_TRUE(parsed.ok());
+    EXPECT_EQ(*parsed, k);
+  }
+  EXPECT_EQ(parse_matmul_kind("cublas").error().code, ErrorCode::invalid_argument);
+  EXPECT_EQ(run_ok(WorkloadKind::moe_offload, small(WorkloadKind::moe_offload)).matmul, "mix")
+      << "auto is mix on sim";
 }
 
 }  // namespace
