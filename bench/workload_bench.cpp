@@ -15,13 +15,19 @@
 //   BM_MoePolicy     expert-cache hit rate of LRU / LFU / optimal, per slot count
 //                    and prefetch setting
 //   BM_MoeMisses     fetching misses vs executing them on the host
+//   BM_HostGemm      the host bf16 GEMM (gemm.hpp) that --matmul gemm runs on sim
+//                    and in every gemm reference: real time on this CPU, FLOP/s,
+//                    for shapes of the default-scale workloads and a square one
 // FERRY_BENCH_SCALE (a number in (0, 1]) replaces every workload's default scale.
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
 #include <cstdlib>
 #include <string>
+#include <vector>
 
+#include "ferry/content.hpp"
+#include "ferry/gemm.hpp"
 #include "ferry/workload.hpp"
 
 namespace ferry {
@@ -154,6 +160,34 @@ BENCHMARK(BM_MoeMisses)
     ->ArgNames({"host_exec", "slots"})
     ->ArgsProduct({{0, 1}, {16, 32, 48}})
     ->Iterations(1)
+    ->Unit(benchmark::kMillisecond);
+
+void BM_HostGemm(benchmark::State& state) {
+  const GemmShape g{static_cast<std::uint32_t>(state.range(0)), static_cast<std::uint32_t>(state.range(1)),
+                    static_cast<std::uint32_t>(state.range(2)), false, true};
+  std::vector<std::byte> a(g.a_bytes()), b(g.b_bytes()), c(g.c_bytes());
+  fill_small_bf16(1, 0, a);
+  fill_small_bf16(2, 0, b);
+  for (auto _ : state) {
+    if (!gemm_bf16(g, a, b, c).ok()) {
+      state.SkipWithError("gemm_bf16 failed");
+      return;
+    }
+    benchmark::DoNotOptimize(c.data());
+  }
+  state.SetLabel(g.text());
+  state.counters["flops"] =
+      benchmark::Counter(g.flops() * double(state.iterations()), benchmark::Counter::kIsRate);
+}
+// dense-stream's gate_up and dequant-train's up at the default scales, one
+// moe-offload expert, a square 1024.
+BENCHMARK(BM_HostGemm)
+    ->ArgNames({"m", "n", "k"})
+    ->Args({256, 1216, 160})
+    ->Args({256, 1024, 256})
+    ->Args({4, 256, 128})
+    ->Args({1024, 1024, 1024})
+    ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
 
 }  // namespace
