@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <new>
 #include <string>
 #include <thread>
 #include <vector>
@@ -102,9 +103,27 @@ Result<void> gemm_bf16(const GemmShape& shape, std::span<const std::byte> a, std
   FERRY_TRY(check_gemm(shape, a.size(), b.size(), c.size()));
   const std::size_t m = shape.m, n = shape.n, k = shape.k;
 
+  // Rows are independent and each is computed the same way on any thread, so
+  // the split never changes a bit of the result.
+  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  const bool large = shape.flops() >= 2.0 * static_cast<double>(kParallelGemmMin);  // m * n * k
+  const std::size_t workers = large ? std::min<std::size_t>({cores, kMaxGemmThreads, m}) : 1;
+
+  // Every buffer is taken here, on the calling thread, so that running out of
+  // memory is an error value and no worker can throw.
+  const std::size_t per_worker = kRowBlock * k + kRowBlock * kColBlock;  // a block of A's rows, accumulators
+  std::vector<float> bp, scratch;
+  try {
+    bp.resize(k * n);
+    scratch.resize(workers * per_worker);
+  } catch (const std::bad_alloc&) {
+    return make_error(ErrorCode::out_of_memory, "gemm " + shape.text() + ": no host memory for its " +
+                                                    std::to_string((k * n + workers * per_worker) * 4) +
+                                                    " B of scratch");
+  }
+
   // op(B) as a k x n float matrix, so that the inner loop below runs over j with
   // unit stride (and vectorizes) while every C[i][j] still sums in ascending p.
-  std::vector<float> bp(k * n);
   for (std::size_t p = 0; p < k; ++p) {
     for (std::size_t j = 0; j < n; ++j) {
       const std::size_t at = shape.trans_b ? j * k + p : p * n + j;
@@ -112,9 +131,7 @@ Result<void> gemm_bf16(const GemmShape& shape, std::span<const std::byte> a, std
     }
   }
 
-  const auto rows = [&](std::size_t first, std::size_t last) {
-    std::vector<float> arows(kRowBlock * k);
-    std::vector<float> acc(kRowBlock * kColBlock);
+  const auto rows = [&](std::size_t first, std::size_t last, float* arows, float* acc) noexcept {
     for (std::size_t i0 = first; i0 < last; i0 += kRowBlock) {
       const std::size_t r = std::min(kRowBlock, last - i0);
       for (std::size_t ri = 0; ri < r; ++ri) {
@@ -125,7 +142,7 @@ Result<void> gemm_bf16(const GemmShape& shape, std::span<const std::byte> a, std
       }
       for (std::size_t j0 = 0; j0 < n; j0 += kColBlock) {
         const std::size_t w = std::min(kColBlock, n - j0);
-        accumulate_block(arows.data(), r, k, bp.data() + j0, n, w, acc.data());
+        accumulate_block(arows, r, k, bp.data() + j0, n, w, acc);
         for (std::size_t ri = 0; ri < r; ++ri) {
           for (std::size_t j = 0; j < w; ++j) {
             const std::uint16_t bits = float_to_bf16(acc[ri * kColBlock + j]);
@@ -135,14 +152,13 @@ Result<void> gemm_bf16(const GemmShape& shape, std::span<const std::byte> a, std
       }
     }
   };
+  const auto rows_on = [&](std::size_t worker, std::size_t first, std::size_t last) noexcept {
+    float* own = scratch.data() + worker * per_worker;
+    rows(first, last, own, own + kRowBlock * k);
+  };
 
-  // Rows are independent and each is computed the same way on any thread, so
-  // the split never changes a bit of the result.
-  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
-  const bool large = shape.flops() >= 2.0 * static_cast<double>(kParallelGemmMin);  // m * n * k
-  const std::size_t workers = large ? std::min<std::size_t>({cores, kMaxGemmThreads, m}) : 1;
   if (workers <= 1) {
-    rows(0, m);
+    rows_on(0, 0, m);
     return {};
   }
   const std::size_t per = (m + workers - 1) / workers;
@@ -150,15 +166,15 @@ Result<void> gemm_bf16(const GemmShape& shape, std::span<const std::byte> a, std
   std::size_t started_through = per;  // rows [0, per) stay on this thread
   try {
     threads.reserve(workers - 1);
-    for (std::size_t first = per; first < m; first += per) {
-      threads.emplace_back(rows, first, std::min(m, first + per));
+    for (std::size_t first = per, w = 1; first < m; first += per, ++w) {
+      threads.emplace_back(rows_on, w, first, std::min(m, first + per));
       started_through = std::min(m, first + per);
     }
   } catch (...) {
     // No thread to be had: compute the rest here, as the serial path would.
   }
-  rows(started_through, m);
-  rows(0, std::min(m, per));
+  rows_on(0, started_through, m);
+  rows_on(0, 0, std::min(m, per));
   for (std::thread& t : threads) t.join();
   return {};
 }

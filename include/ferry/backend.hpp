@@ -64,7 +64,8 @@ struct ComputeOp {
 };
 // A real matrix product, C = op(A) . op(B), bf16 row-major with FP32
 // accumulation (gemm.hpp defines it; cuda runs it on cuBLAS). a, b and c hold
-// exactly the matrices' bytes; c overlaps neither a nor b. `flops` and
+// exactly the matrices' bytes, start at even addresses, and c overlaps neither a
+// nor b. `flops` and
 // `mem_bytes` are the modeled cost on sim (0: those of the shape).
 struct GemmOp {
   DeviceRange a, b, c;
@@ -132,7 +133,8 @@ class Backend {
   // ticket (the previous ticket + 1). Inside ferry every enqueue goes through
   // StreamOrder::submit, whose ticket prediction assumes no other enqueuer. If the stream is not held the op is
   // dispatched to the device at once. Never blocks on device work.
-  // Errors: invalid_argument (bad stream or op), backend_error (sticky device fault).
+  // Errors: invalid_argument (bad stream or op), unsupported (an op this backend
+  // cannot run here: a GemmOp without cuBLAS), backend_error (sticky device fault).
   virtual Result<Ticket> enqueue(StreamId stream, Op op) = 0;
   virtual Ticket submitted(StreamId stream) const = 0;  // last ticket handed out
   virtual Ticket completed(StreamId stream) = 0;        // last ticket completed; polls

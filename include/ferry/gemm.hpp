@@ -44,7 +44,8 @@ Result<void> check_gemm(const GemmShape& shape, std::uint64_t a_bytes, std::uint
                         std::uint64_t c_bytes);
 
 // The host definition. Large products run on a few threads (blocks until they
-// finish); the result never depends on that. Errors: as check_gemm.
+// finish); the result never depends on that. Errors: as check_gemm;
+// out_of_memory when its scratch (k x n floats, a few KiB per thread) cannot be had.
 Result<void> gemm_bf16(const GemmShape& shape, std::span<const std::byte> a, std::span<const std::byte> b,
                        std::span<std::byte> c);
 

@@ -25,8 +25,9 @@
 // output is mix_kernel(inputs) (content.hpp), it carries the modeled FLOPs and
 // bytes of the real operation, so the virtual clock gives realistic times, and
 // any ordering or reuse bug changes the bytes. A residual add or LoRA term after
-// a matmul is an in-place kernel over the matmul's output. Every value a
-// workload writes is in the small_bf16 pattern (integers in [-2, 2]).
+// a matmul is an in-place kernel over the matmul's output. Every fill and
+// every kernel output is in the small_bf16 pattern (integers in [-2, 2]); GEMM
+// outputs are larger integers, read only by kernels.
 // --matmul picks what a matmul is:
 //   gemm  a real bf16 GEMM (GemmOp): cuBLAS on cuda, the host definition
 //         (gemm.hpp) on sim. Its operands are small_bf16, so FP32 sums them

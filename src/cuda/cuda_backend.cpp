@@ -26,7 +26,9 @@
 // Locks. `mu_` guards streams, events and scratch; under it we make only calls that
 // enqueue without waiting for the device (kernel launches, cuBLAS GEMMs, copies from
 // or to pinned memory, host-function launches, event record/query, stream waits,
-// stream-ordered allocation). Everything that may block on the device
+// stream-ordered allocation). A stream's first GEMM may stall briefly under it while
+// cuBLAS loads its kernels; it cannot deadlock (host functions never take `mu_`).
+// cuBLAS keeps a default workspace per handle, outside the pool's accounting. Everything that may block on the device
 // (synchronizing, freeing pinned or device memory) runs with no lock of ours held.
 // `host_mu_` (pinned and registered ranges, counters) is a leaf: nothing is locked
 // while it is held.
@@ -682,7 +684,13 @@ class CudaBackend final : public Backend {
   Result<void> ensure_cublas(StreamId s) {
     {
       std::lock_guard lock(mu_);
+      if (fault_) return *fault_;
       if (streams_[s].cublas != nullptr) return {};
+    }
+    std::lock_guard making(cublas_mu_);
+    {
+      std::lock_guard lock(mu_);
+      if (streams_[s].cublas != nullptr) return {};  // another thread made it meanwhile
     }
     std::string why;
     const CublasApi* cublas = cublas_api(why);
@@ -706,7 +714,7 @@ class CudaBackend final : public Backend {
       std::lock_guard lock(mu_);
       Stream& st = streams_[s];
       result = ensure_stream(st, s);
-      if (result.ok() && st.cublas == nullptr) {  // else another thread was first
+      if (result.ok()) {
         status = cublas->set_stream(handle, st.handle);
         if (status == CUBLAS_STATUS_SUCCESS) {
           st.cublas = handle;
@@ -1075,6 +1083,10 @@ class CudaBackend final : public Backend {
   const bool memory_pools_;
   const bool register_read_only_;
 
+  // Taken before mu_, never inside it: one thread at a time makes a stream's cuBLAS
+  // handle, so no second handle is ever made and destroyed (which would synchronize
+  // the device inside enqueue).
+  std::mutex cublas_mu_;
   mutable std::mutex mu_;
   std::array<Stream, kMaxStreams> streams_;
   std::vector<cudaEvent_t> free_events_;

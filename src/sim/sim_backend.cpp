@@ -3,11 +3,11 @@
 #include <algorithm>
 #include <array>
 #include <bit>
-#include <cassert>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <iterator>
+#include <new>
 #include <string>
 #include <utility>
 #include <vector>
@@ -236,9 +236,17 @@ Result<void> SimGpu::check_op(StreamId stream, const Op& op) const {
     FERRY_TRY(device(c.dst.addr, c.dst.bytes, "dst"));
     return host(c.src, c.dst.bytes, "src");
   };
+  const auto pattern = [&](Pattern p) {
+    return p == Pattern::bytes || p == Pattern::small_bf16
+               ? Result<void>()
+               : bad("unknown pattern " + std::to_string(static_cast<int>(p)));
+  };
   return std::visit(
       Overloaded{
-          [&](const FillOp& f) { return device(f.dst.addr, f.dst.bytes, "dst"); },
+          [&](const FillOp& f) -> Result<void> {
+            FERRY_TRY(pattern(f.pattern));
+            return device(f.dst.addr, f.dst.bytes, "dst");
+          },
           copy_to_device,
           [&](const CopyToHostOp& c) -> Result<void> {
             FERRY_TRY(device(c.src.addr, c.src.bytes, "src"));
@@ -258,6 +266,7 @@ Result<void> SimGpu::check_op(StreamId stream, const Op& op) const {
             return {};
           },
           [&](const ComputeOp& c) -> Result<void> {
+            FERRY_TRY(pattern(c.pattern));
             for (const DeviceRange& in : c.inputs) FERRY_TRY(device(in.addr, in.bytes, "input"));
             FERRY_TRY(device(c.output.addr, c.output.bytes, "output"));
             if (!std::isfinite(c.flops) || c.flops < 0) {
@@ -272,6 +281,8 @@ Result<void> SimGpu::check_op(StreamId stream, const Op& op) const {
             if (Result<void> r = check_gemm(g.shape, g.a.bytes, g.b.bytes, g.c.bytes); !r.ok()) {
               return bad(std::move(r).error().message);
             }
+            // As on cuda, where a bf16 load at an odd address is a device fault.
+            if ((g.a.addr | g.b.addr | g.c.addr) % 2 != 0) return bad("a, b and c must be 2-byte aligned");
             // The product reads a and b while it writes c (on a real device, in
             // tiles), so an overlap would make the result depend on the order.
             for (const auto& [in, name] : {std::pair{&g.a, "a"}, std::pair{&g.b, "b"}}) {
@@ -682,13 +693,27 @@ void SimGpu::apply(StreamId stream, const PendingOp& pending) {
                    memory_.fill(c.output.addr, c.output.bytes, mix, c.pattern);
                  },
                  [&](const GemmOp& g) {
-                   std::vector<std::byte> a(g.a.bytes), b(g.b.bytes), c(g.c.bytes);
-                   memory_.read(g.a.addr, a);
-                   memory_.read(g.b.addr, b);
-                   // check_op ran check_gemm on these sizes at enqueue.
-                   [[maybe_unused]] const Result<void> done = gemm_bf16(g.shape, a, b, c);
-                   assert(done.ok());
-                   memory_.write(g.c.addr, c);
+                   std::vector<std::byte> a, b, c;
+                   Result<void> done;
+                   try {
+                     a.resize(g.a.bytes);
+                     b.resize(g.b.bytes);
+                     c.resize(g.c.bytes);
+                   } catch (const std::bad_alloc&) {
+                     done = make_error(ErrorCode::out_of_memory, "no host memory for the operands");
+                   }
+                   if (done.ok()) {
+                     memory_.read(g.a.addr, a);
+                     memory_.read(g.b.addr, b);
+                     // check_op ran check_gemm on these sizes at enqueue: only memory can fail.
+                     done = gemm_bf16(g.shape, a, b, c);
+                   }
+                   if (done.ok()) {
+                     memory_.write(g.c.addr, c);
+                   } else if (first_fault_.empty()) {  // the simulated device fails, as a real one would
+                     first_fault_ = point_text({stream, pending.ticket}) + " (gemm " + g.shape.text() +
+                                    ") could not run: " + done.error().message;
+                   }
                  },
                  [&](const HashOp& h) { *h.result = hash(h.src); },
                  [](const WaitOp&) {},

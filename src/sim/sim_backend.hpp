@@ -165,7 +165,7 @@ class SimGpu final : public SimBackend {
   std::uint64_t map_calls_ = 0;
   std::uint64_t illegal_accesses_ = 0;
   std::uint64_t swallowed_copies_ = 0;
-  std::string first_fault_;  // set by the first illegal access; makes the backend sticky-failed
+  std::string first_fault_;  // set by the first illegal access (or a GEMM the host cannot run); sticky
 };
 
 }  // namespace ferry::sim

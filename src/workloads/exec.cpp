@@ -459,9 +459,11 @@ HostValue Reference::kernel(const std::vector<HostValue>& inputs, std::uint64_t 
 HostValue Reference::matmul(const HostValue& a, const HostValue& b, const GemmShape& shape) {
   if (!gemm_) return kernel({a, b}, shape.c_bytes());
   std::vector<std::byte> c(shape.c_bytes());
-  // The schedule gives every matmul operands of its shape's size; a failure here
-  // is a bug in the workload, and the digest then cannot match.
-  if (Result<void> r = gemm_bf16(shape, a.bytes, b.bytes, c); !r.ok()) return HostValue{};
+  // The digest cannot match after a failure; error() says why.
+  if (Result<void> r = gemm_bf16(shape, a.bytes, b.bytes, c); !r.ok()) {
+    if (error_.empty()) error_ = r.error().message;
+    return HostValue{};
+  }
   return owned(std::move(c));
 }
 

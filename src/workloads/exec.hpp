@@ -207,12 +207,16 @@ class Reference {
   static std::uint64_t mix(const std::vector<std::uint64_t>& hashes);
   static std::uint64_t mix(const std::vector<HostValue>& inputs);
 
+  // The first host GEMM that failed (a schedule bug, or no host memory); empty if none.
+  const std::string& error() const noexcept { return error_; }
+
  private:
   std::uint64_t fill_hash(std::uint64_t seed, std::uint64_t bytes);
   HostValue owned(std::vector<std::byte> bytes) const;
 
   bool gemm_, materialize_;
   std::vector<std::byte> buffer_;
+  std::string error_;
 };
 
 // --- One workload ------------------------------------------------------------------

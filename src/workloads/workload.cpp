@@ -250,6 +250,10 @@ Result<WorkloadReport> run_workload(WorkloadKind kind, const WorkloadOptions& op
   } else {
     r.error = std::string(to_string(got.error().code)) + ": " + got.error().message;
   }
+  if (!reference.error().empty()) {
+    r.matched = false;
+    if (r.error.empty()) r.error = "the host reference's GEMM failed: " + reference.error();
+  }
   if (Result<void> un = bank.unplace(); !un.ok() && r.error.empty()) {
     r.error = "unplacing the weight bank: " + un.error().message;
     r.matched = false;

@@ -258,6 +258,8 @@ TEST_P(BackendOpsTest, MalformedGemmIsRefusedAtEnqueueAndHarmsNothing) {
   refused(GemmOp{sa, sb, sb, square}, "c is b");
   refused(GemmOp{sa, sb, {base + 64, square.c_bytes()}, square}, "c overlaps the end of a");
   refused(GemmOp{sa, sb, {base + 1024 - 64, square.c_bytes()}, square}, "c overlaps the start of b");
+  refused(GemmOp{{base + 1, square.a_bytes()}, sb, {base + 2048, square.c_bytes()}, square}, "a at an odd address");
+  refused(GemmOp{sa, sb, {base + 2049, square.c_bytes()}, square}, "c at an odd address");
 
   EXPECT_EQ(backend_->submitted(0), submitted);  // no ticket consumed
   ASSERT_TRUE(backend_->synchronize().ok());

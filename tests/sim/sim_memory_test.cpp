@@ -291,6 +291,18 @@ TEST_F(SimMemory, MalformedGemmMessagesNameTheProblem) {
   EXPECT_EQ(sim->submitted(3), 0u);
 }
 
+TEST_F(SimMemory, AnUnknownPatternIsRefusedAtEnqueue) {
+  const auto bogus = static_cast<Pattern>(7);
+  auto fill = sim->enqueue(3, FillOp{{base, 128}, 1, bogus});
+  ASSERT_FALSE(fill.ok());
+  EXPECT_EQ(fill.error().code, ErrorCode::invalid_argument);
+  EXPECT_NE(fill.error().message.find("unknown pattern 7"), std::string::npos) << fill.error().message;
+  auto compute = sim->enqueue(3, ComputeOp{{{base, 128}}, {base + 1024, 128}, 0, 0, bogus});
+  ASSERT_FALSE(compute.ok());
+  EXPECT_EQ(compute.error().code, ErrorCode::invalid_argument);
+  EXPECT_EQ(sim->submitted(3), 0u);
+}
+
 TEST_F(SimMemory, PinnedMemoryIsCountedAndUsable) {
   auto a = sim->allocate_pinned(1000);
   auto b = sim->allocate_pinned(3 * kBlock);
