@@ -94,7 +94,7 @@ class DenseStream final : public Workload {
     for (std::uint64_t i = 0; i < kLayers; ++i) {
       const auto w = [&](std::size_t j) {
         const std::size_t t = layer_[i * 4 + j];
-        return ref.weight(bank.bytes(t), bank.hash(t));
+        return ref.view(bank.bytes(t), bank.hash(t));
       };
       const HostValue qkv = ref.matmul(x, w(0), linear(T, qkv_n, h));
       const HostValue attn = ref.kernel({qkv}, T * q_ * 2);
@@ -106,7 +106,7 @@ class DenseStream final : public Workload {
     std::vector<std::uint64_t> reds;
     for (std::size_t g = kLayers; g < groups_.size(); ++g) {
       const Range& r = groups_[g][0];
-      const HostValue wc = ref.weight(bank.bytes(r.tensor).subspan(r.offset, r.bytes));
+      const HostValue wc = ref.view(bank.bytes(r.tensor).subspan(r.offset, r.bytes));
       const std::uint64_t n = r.bytes / (h * 2);
       const HostValue logits = ref.matmul(x, wc, linear(T, n, h));
       reds.push_back(ref.kernel({logits}, T * 8).hash);

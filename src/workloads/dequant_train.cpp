@@ -74,7 +74,7 @@ class DequantTrain final : public Workload {
     // Weight i dequantized, made again for each use as the device does.
     const auto w = [&](std::uint64_t i) {
       const std::size_t q = index_[2 * i], sc = index_[2 * i + 1];
-      return ref.kernel({ref.weight(bank.bytes(q), bank.hash(q)), ref.weight(bank.bytes(sc), bank.hash(sc))},
+      return ref.kernel({ref.view(bank.bytes(q), bank.hash(q)), ref.view(bank.bytes(sc), bank.hash(sc))},
                         in_of(i % 4) * out_of(i % 4) * 2);
     };
     std::vector<HostValue> lora(kWeights), saved(kWeights);

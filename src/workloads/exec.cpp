@@ -415,7 +415,7 @@ HostValue Reference::owned(std::vector<std::byte> bytes) const {
   return v;
 }
 
-HostValue Reference::weight(std::span<const std::byte> bytes, std::uint64_t hash) const {
+HostValue Reference::view(std::span<const std::byte> bytes, std::uint64_t hash) const {
   HostValue v;
   v.hash = hash;
   v.size = bytes.size();
@@ -423,7 +423,7 @@ HostValue Reference::weight(std::span<const std::byte> bytes, std::uint64_t hash
   return v;
 }
 
-HostValue Reference::weight(std::span<const std::byte> bytes) const { return weight(bytes, content_hash(bytes)); }
+HostValue Reference::view(std::span<const std::byte> bytes) const { return view(bytes, content_hash(bytes)); }
 
 std::uint64_t Reference::fill_hash(std::uint64_t seed, std::uint64_t bytes) {
   // In pieces, so a large output never needs a buffer of its size.

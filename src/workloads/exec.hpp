@@ -178,8 +178,8 @@ class Exec {
 // --- Host reference ---------------------------------------------------------------
 
 // A value of the host reference: its content hash and size, and when matmuls are
-// GEMMs its bytes too (what a host GEMM reads), or when the Reference is asked to. A weight's bytes are a view of
-// the bank; computed ones are owned (shared, so values copy cheaply).
+// GEMMs (or the Reference is asked to) its bytes too, which a host GEMM reads:
+// viewed where they exist already, else owned (shared, so values copy cheaply).
 struct HostValue {
   std::uint64_t hash = 0;
   std::uint64_t size = 0;
@@ -194,9 +194,10 @@ class Reference {
   // Values carry their bytes when matmuls are GEMMs or `materialize` asks.
   explicit Reference(bool gemm, bool materialize = false) : gemm_(gemm), materialize_(gemm || materialize) {}
 
-  // A bank tensor (or part of one).
-  HostValue weight(std::span<const std::byte> bytes, std::uint64_t hash) const;
-  HostValue weight(std::span<const std::byte> bytes) const;
+  // Bytes that exist already (a bank tensor or part of one, a download), viewed:
+  // they must outlive the value.
+  HostValue view(std::span<const std::byte> bytes, std::uint64_t hash) const;
+  HostValue view(std::span<const std::byte> bytes) const;
   // fill_with(kPattern, seed) of `bytes`.
   HostValue fill(std::uint64_t seed, std::uint64_t bytes);
   // A kernel's output of `bytes` over these inputs.

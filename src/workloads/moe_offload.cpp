@@ -205,7 +205,7 @@ class MoeOffload final : public Workload {
 
   // Expert `key` on x, as the device computes it: gu = x . Wgu, act = silu(gate) * up, y = act . Wdown.
   HostValue expert(Reference& ref, const WeightBank& bank, std::uint64_t key, const HostValue& x) const {
-    const auto w = [&](std::size_t t) { return ref.weight(bank.bytes(t), bank.hash(t)); };
+    const auto w = [&](std::size_t t) { return ref.view(bank.bytes(t), bank.hash(t)); };
     const HostValue gu = ref.matmul(x, w(index_[2 * key]), gate_up_shape());
     const HostValue act = ref.kernel({gu}, kTokensPerStep * inter_ * 2);
     return ref.matmul(act, w(index_[2 * key + 1]), down_shape());
@@ -320,7 +320,7 @@ class MoeOffload final : public Workload {
     if (!xh.ok()) return std::move(xh).error();
     // The host computes with the device's definitions, materialized (it uploads the bytes).
     Reference ref(ex.gemm(), true);
-    const HostValue xv = ref.weight(*xh);
+    const HostValue xv = ref.view(*xh);
     for (std::size_t i = 0; i < sel.size(); ++i) {
       if (refs[i]) continue;
       const HostValue yv = expert(ref, bank, l * kExperts + sel[i].expert, xv);
