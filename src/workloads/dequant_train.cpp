@@ -306,9 +306,9 @@ class DequantTrain final : public Workload {
   // The LoRA term (and a residual) added to a matmul's output `out` in place:
   // inputs are {out, lora, residual...}.
   Result<void> lora_term(Exec& ex, DeviceHandle out, const std::vector<DeviceSlice>& inputs, std::uint64_t j) {
-    const std::uint64_t out_bytes = inputs.size() > 2 ? tokens_ * h_ * 2 : 0;  // the residual's
+    const std::uint64_t residual_bytes = inputs.size() > 2 ? tokens_ * h_ * 2 : 0;
     Result<StreamPoint> p = ex.kernel(kCompute, inputs, out, lora_flops(j),
-                                      tokens_ * (in_of(j) + out_of(j)) * 2 + lora_bytes(j) + out_bytes);
+                                      tokens_ * (in_of(j) + out_of(j)) * 2 + lora_bytes(j) + residual_bytes);
     if (!p.ok()) return std::move(p).error();
     return {};
   }
