@@ -225,7 +225,7 @@ Subcommand add_run(CLI::App& parent) {
       ->capture_default_str();
   app->add_option("--matmul", args->matmul,
                   "What a weight matmul is: gemm (a real bf16 GEMM: cuBLAS on cuda, the host\n"
-                  "definition on sim; needs weights that are bf16 integers in [-2, 2]), mix\n"
+                  "definition on sim; a --weights file's bf16 values must be integers in [-2, 2]), mix\n"
                   "(a kernel charged the matmul's cost), auto (gemm on cuda, mix on sim)")
       ->check(CLI::IsMember({"auto", "mix", "gemm"}))
       ->capture_default_str();
