@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <charconv>
 #include <cmath>
 
 #include "ferry/cuda_backend.hpp"
@@ -489,11 +490,13 @@ Result<void> check_gemm_weights(const WeightBank& bank, const std::vector<std::s
                                                    std::to_integer<unsigned>(bytes[i + 1]) << 8);
       const float v = bf16_to_float(bits);
       if (!(v >= -2 && v <= 2 && v == std::trunc(v))) {
+        char value[32];  // the shortest form that reads back: "3", "0.5"
+        const auto printed = std::to_chars(value, value + sizeof value, v);
         return make_error(ErrorCode::invalid_argument,
                           "--matmul gemm checks the output bit for bit, which needs weights a GEMM sums "
                           "exactly (bf16 integers in [-2, 2], as synthetic banks hold), but " + bank.source() +
                               " tensor \"" + info.name + "\" element " + std::to_string(i / 2) + " is " +
-                              std::to_string(v) + "; run it with --matmul mix");
+                              std::string(value, printed.ptr) + "; run it with --matmul mix");
       }
     }
   }
