@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "backend_fixture.hpp"
+#include "expected_bytes.hpp"
 #include "ferry/content.hpp"
 #include "ferry/device_pool.hpp"
 #include "ferry/gemm.hpp"
@@ -18,40 +19,9 @@
 namespace ferry {
 namespace {
 
+using namespace ferry::testing;  // NOLINT: the test helpers
+
 constexpr auto kForever = std::chrono::nanoseconds::max();
-
-std::vector<std::byte> small_bf16(std::uint64_t seed, std::uint64_t bytes) {
-  std::vector<std::byte> v(bytes);
-  fill_small_bf16(seed, 0, v);
-  return v;
-}
-
-std::vector<std::byte> pattern(std::uint64_t seed, std::uint64_t bytes) {
-  std::vector<std::byte> v(bytes);
-  fill_pattern(seed, 0, v);
-  return v;
-}
-
-// Random bf16 values in [-1, 1]: finite and moderate, so a device summing in
-// another order stays within FP32 rounding of the host.
-std::vector<std::byte> random_bf16(std::uint64_t seed, std::uint64_t bytes) {
-  std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  std::vector<std::byte> v(bytes);
-  for (std::uint64_t e = 0; e + 1 < bytes; e += 2) {
-    const std::uint16_t bits = float_to_bf16(dist(rng));
-    std::memcpy(v.data() + e, &bits, 2);
-  }
-  return v;
-}
-
-std::vector<std::byte> host_gemm(const GemmShape& s, const std::vector<std::byte>& a,
-                                 const std::vector<std::byte>& b) {
-  std::vector<std::byte> c(s.c_bytes());
-  const Result<void> r = gemm_bf16(s, a, b, c);
-  EXPECT_TRUE(r.ok()) << r.error().message;
-  return c;
-}
 
 std::vector<GemmShape> with_every_transpose(std::initializer_list<GemmShape> bases) {
   std::vector<GemmShape> out;
@@ -175,15 +145,6 @@ TEST_P(BackendOpsTest, ComputeInPlaceSeesTheOldInput) {
   ASSERT_TRUE(run(ComputeOp{{{a, n}, {b, n}}, {b, n}, 0, 0, Pattern::small_bf16}));
   EXPECT_EQ(read(b, n), small_bf16(mix, n));
   EXPECT_EQ(read(a, n), small_bf16(21, n));
-}
-
-// A zero result is +0 on the host (it sums from +0); cuBLAS may give -0 where
-// every product is -0. Both are the same value: compare them as equal.
-inline std::vector<std::byte> plus_zeros(std::vector<std::byte> v) {
-  for (std::size_t i = 0; i + 1 < v.size(); i += 2) {
-    if (v[i] == std::byte{0} && v[i + 1] == std::byte{0x80}) v[i + 1] = std::byte{0};
-  }
-  return v;
 }
 
 TEST_P(BackendOpsTest, GemmOnSmallBf16EqualsTheHostBitForBit) {

@@ -7,14 +7,12 @@
 #include <span>
 #include <vector>
 
+#include "expected_bytes.hpp"
+
 namespace ferry {
 namespace {
 
-std::vector<std::byte> pattern(std::uint64_t seed, std::uint64_t n) {
-  std::vector<std::byte> v(n);
-  fill_pattern(seed, 0, v);
-  return v;
-}
+using namespace ferry::testing;  // NOLINT: the test helpers
 
 TEST(Content, FillPatternIsDefinedByteByByte) {
   auto v = pattern(42, 37);
@@ -94,12 +92,6 @@ std::uint16_t small_bf16_element(std::uint64_t seed, std::uint64_t j) {
     case 1: return 0x3F80;
     default: return 0x4000;
   }
-}
-
-std::vector<std::byte> small_bf16(std::uint64_t seed, std::uint64_t n) {
-  std::vector<std::byte> v(n);
-  fill_small_bf16(seed, 0, v);
-  return v;
 }
 
 TEST(Content, SmallBf16IsDefinedElementByElement) {

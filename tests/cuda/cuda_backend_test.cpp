@@ -16,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "expected_bytes.hpp"
 #include "ferry/content.hpp"
 #include "ferry/cuda_backend.hpp"
 #include "ferry/gemm.hpp"
@@ -23,61 +24,9 @@
 namespace ferry {
 namespace {
 
+using namespace ferry::testing;  // NOLINT: the test helpers
+
 constexpr auto kForever = std::chrono::nanoseconds::max();
-
-std::vector<std::byte> pattern(std::uint64_t seed, std::size_t n) {
-  std::vector<std::byte> v(n);
-  fill_pattern(seed, 0, v);
-  return v;
-}
-
-std::vector<std::byte> small_bf16(std::uint64_t seed, std::size_t n) {
-  std::vector<std::byte> v(n);
-  fill_small_bf16(seed, 0, v);
-  return v;
-}
-
-// Uniform bf16 values in [-1, 1].
-std::vector<std::byte> random_bf16(std::uint64_t seed, std::size_t elements) {
-  std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<float> value(-1.0f, 1.0f);
-  std::vector<std::byte> v(2 * elements);
-  for (std::size_t e = 0; e < elements; ++e) {
-    const std::uint16_t bits = float_to_bf16(value(rng));
-    v[2 * e] = static_cast<std::byte>(bits & 0xff);
-    v[2 * e + 1] = static_cast<std::byte>(bits >> 8);
-  }
-  return v;
-}
-
-// C of the host definition; empty (with a test failure) when it refuses the shape.
-std::vector<std::byte> host_gemm(const GemmShape& g, const std::vector<std::byte>& a,
-                                 const std::vector<std::byte>& b) {
-  std::vector<std::byte> c(g.c_bytes());
-  auto r = gemm_bf16(g, a, b, c);
-  EXPECT_TRUE(r.ok()) << r.error().message;
-  return r.ok() ? c : std::vector<std::byte>{};
-}
-
-// Where two bf16 matrices first differ, for a failure message.
-std::string first_difference(const GemmShape& g, const std::vector<std::byte>& got,
-                             const std::vector<std::byte>& expected) {
-  if (got.size() != expected.size()) return "sizes differ";
-  for (std::size_t e = 0; e + 1 < got.size(); e += 2) {
-    if (got[e] != expected[e] || got[e + 1] != expected[e + 1]) {
-      const auto bits = [](const std::vector<std::byte>& v, std::size_t at) {
-        return static_cast<std::uint16_t>(std::to_integer<unsigned>(v[at]) |
-                                          (std::to_integer<unsigned>(v[at + 1]) << 8));
-      };
-      std::ostringstream out;
-      out << g.text() << ": C[" << e / 2 / g.n << "][" << e / 2 % g.n << "] is "
-          << bf16_to_float(bits(got, e)) << ", the host has " << bf16_to_float(bits(expected, e))
-          << "; max error " << gemm_bf16_max_error(got, expected);
-      return out.str();
-    }
-  }
-  return "equal";
-}
 
 // The four combinations of transposes for one m x n x k.
 std::vector<GemmShape> all_transposes(std::uint32_t m, std::uint32_t n, std::uint32_t k) {
@@ -267,19 +216,21 @@ TEST_P(CudaBackendTest, MappingBeyondPhysicalMemoryIsOutOfMemory) {
 
 TEST_P(CudaBackendTest, FillWritesThePatternAndNothingElse) {
   const std::uint64_t buf = device_buffer(8 << 20);
-  for (const std::uint64_t offset : {0ull, 3ull}) {
-    for (const std::uint64_t n : {1ull, 7ull, 8ull, 9ull, 4099ull, (3ull << 20) + 5}) {
-      ASSERT_TRUE(run(0, FillOp{{buf, 8 << 20}, 1}));
-      ASSERT_TRUE(run(0, FillOp{{buf + offset, n}, 77}));
-      const auto got = read(buf, offset + n + 64);
-      const auto background = pattern(1, offset + n + 64);
-      const auto expected = pattern(77, n);
-      ASSERT_TRUE(std::equal(got.begin(), got.begin() + static_cast<std::ptrdiff_t>(offset),
-                             background.begin()));
-      ASSERT_TRUE(std::equal(expected.begin(), expected.end(),
-                             got.begin() + static_cast<std::ptrdiff_t>(offset)))
-          << "offset " << offset << " n " << n;
-      ASSERT_TRUE(std::equal(got.end() - 64, got.end(), background.end() - 64));
+  for (const Pattern p : {Pattern::bytes, Pattern::small_bf16}) {
+    for (const std::uint64_t offset : {0ull, 2ull, 3ull}) {
+      for (const std::uint64_t n : {1ull, 2ull, 7ull, 8ull, 9ull, 4099ull, (3ull << 20) + 5}) {
+        ASSERT_TRUE(run(0, FillOp{{buf, 8 << 20}, 1}));
+        ASSERT_TRUE(run(0, FillOp{{buf + offset, n}, 77, p}));
+        const auto got = read(buf, offset + n + 64);
+        const auto background = pattern(1, offset + n + 64);
+        const auto expected = p == Pattern::bytes ? pattern(77, n) : small_bf16(77, n);
+        ASSERT_TRUE(std::equal(got.begin(), got.begin() + static_cast<std::ptrdiff_t>(offset),
+                               background.begin()));
+        ASSERT_TRUE(std::equal(expected.begin(), expected.end(),
+                               got.begin() + static_cast<std::ptrdiff_t>(offset)))
+            << "pattern " << static_cast<int>(p) << " offset " << offset << " n " << n;
+        ASSERT_TRUE(std::equal(got.end() - 64, got.end(), background.end() - 64));
+      }
     }
   }
 }
@@ -560,25 +511,6 @@ TEST_P(CudaBackendTest, StreamsCanBeDrivenFromSeveralThreads) {
   EXPECT_EQ(wrong.load(), 0);
 }
 
-TEST_P(CudaBackendTest, FillWritesSmallBf16AsTheHostDoes) {
-  const std::uint64_t buf = device_buffer(8 << 20);
-  for (const std::uint64_t offset : {0ull, 2ull, 3ull}) {
-    for (const std::uint64_t n : {1ull, 2ull, 7ull, 8ull, 9ull, 4099ull, (3ull << 20) + 5}) {
-      ASSERT_TRUE(run(0, FillOp{{buf, 8 << 20}, 1}));
-      ASSERT_TRUE(run(0, FillOp{{buf + offset, n}, 78, Pattern::small_bf16}));
-      const auto got = read(buf, offset + n + 64);
-      const auto background = pattern(1, offset + n + 64);
-      const auto expected = small_bf16(78, n);
-      ASSERT_TRUE(std::equal(got.begin(), got.begin() + static_cast<std::ptrdiff_t>(offset),
-                             background.begin()));
-      ASSERT_TRUE(std::equal(expected.begin(), expected.end(),
-                             got.begin() + static_cast<std::ptrdiff_t>(offset)))
-          << "offset " << offset << " n " << n;
-      ASSERT_TRUE(std::equal(got.end() - 64, got.end(), background.end() - 64));
-    }
-  }
-}
-
 TEST_P(CudaBackendTest, ComputeWritesEitherPatternAndMayWriteOverAnInput) {
   const std::uint64_t buf = device_buffer(4 << 20);
   const DeviceRange in0{buf, 70000};
@@ -608,15 +540,6 @@ TEST_P(CudaBackendTest, ComputeWritesEitherPatternAndMayWriteOverAnInput) {
     ASSERT_TRUE(run(4, ComputeOp{{in0, in1}, part, 0, 0, p}));
     EXPECT_EQ(read(part.addr, part.bytes), tail) << static_cast<int>(p);
   }
-}
-
-// A zero result is +0 on the host (it sums from +0); cuBLAS may give -0 where
-// every product is -0. Both are the same value: compare them as equal.
-inline std::vector<std::byte> plus_zeros(std::vector<std::byte> v) {
-  for (std::size_t i = 0; i + 1 < v.size(); i += 2) {
-    if (v[i] == std::byte{0} && v[i + 1] == std::byte{0x80}) v[i + 1] = std::byte{0};
-  }
-  return v;
 }
 
 // small_bf16 operands sum exactly in FP32, so cuBLAS must match the host to the bit
@@ -649,8 +572,8 @@ TEST_P(CudaBackendTest, GemmOfRandomBf16IsCloseToTheHost) {
        std::vector<std::array<std::uint32_t, 3>>{{64, 48, 512}, {257, 129, 4096}, {3, 500, 9}}) {
     for (const GemmShape& g : all_transposes(m, n, k)) {
       const auto r = gemm_ranges(buf, g);
-      const auto a = random_bf16(++seed, g.a_bytes() / 2);
-      const auto b = random_bf16(++seed, g.b_bytes() / 2);
+      const auto a = random_bf16(++seed, g.a_bytes());
+      const auto b = random_bf16(++seed, g.b_bytes());
       ASSERT_TRUE(run(15, CopyToDeviceOp{r[0], a.data()}));
       ASSERT_TRUE(run(15, CopyToDeviceOp{r[1], b.data()}));
       ASSERT_TRUE(run(15, GemmOp{r[0], r[1], r[2], g}));

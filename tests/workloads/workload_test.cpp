@@ -49,6 +49,13 @@ WorkloadReport run_ok(WorkloadKind k, const WorkloadOptions& o) {
 
 class EachWorkload : public ::testing::TestWithParam<WorkloadKind> {};
 
+// Instance names: All/EachWorkload.Test/dense_stream.
+std::string kind_name(const ::testing::TestParamInfo<WorkloadKind>& info) {
+  std::string n(to_string(info.param));
+  for (char& c : n) c = c == '-' ? '_' : c;
+  return n;
+}
+
 TEST_P(EachWorkload, MatchesTheHostReference) {
   std::uint64_t last_done = 0, last_total = 0;
   WorkloadOptions o = small(GetParam());
@@ -134,11 +141,7 @@ TEST_P(EachWorkload, AWeightsFileReproducesTheSyntheticRun) {
 INSTANTIATE_TEST_SUITE_P(All, EachWorkload,
                          ::testing::Values(WorkloadKind::dense_stream, WorkloadKind::moe_offload,
                                            WorkloadKind::dequant_train),
-                         [](const auto& p) {
-                           std::string n(to_string(p.param));
-                           for (char& c : n) c = c == '-' ? '_' : c;
-                           return n;
-                         });
+                         kind_name);
 
 // --matmul gemm on sim: every weight matmul is a real bf16 GEMM (the host
 // definition), checked bit for bit against a reference that runs its own GEMMs.
@@ -190,11 +193,7 @@ TEST_P(EachWorkloadGemm, IntegrityOffLetsTheFaultThroughAndTheCheckCatchesIt) {
 INSTANTIATE_TEST_SUITE_P(All, EachWorkloadGemm,
                          ::testing::Values(WorkloadKind::dense_stream, WorkloadKind::moe_offload,
                                            WorkloadKind::dequant_train),
-                         [](const auto& p) {
-                           std::string n(to_string(p.param));
-                           for (char& c : n) c = c == '-' ? '_' : c;
-                           return n;
-                         });
+                         kind_name);
 
 // On a GPU: the same runs on the cuda backend, where a matmul is a cuBLAS GEMM
 // (MatmulKind::automatic) checked bit for bit against the host's GEMMs. SKIP
