@@ -27,7 +27,7 @@
 //                                probe_ratio / verify_ratio = time under it / time under off
 //   BM_FragmentationCuda*        pool_bench's fragmentation ratio (smallest capacity with
 //                                no OOM / peak live, to 1 %) on the same traces
-//                                (bench_traces.hpp), replayed with the cuda backend
+//                                (replay/synthetic_traces.hpp), replayed with the cuda backend
 //
 // Sized for about a minute on one H200, well inside the 120 s that tools/gpu-check gives
 // each benchmark binary (MinTime per case; the fragmentation searches run ~9 replays each).
@@ -43,7 +43,7 @@
 #include <string>
 #include <vector>
 
-#include "bench_traces.hpp"
+#include "replay/synthetic_traces.hpp"
 #include "ferry/content.hpp"
 #include "ferry/cuda_backend.hpp"
 #include "ferry/device_pool.hpp"
@@ -97,7 +97,7 @@ void BM_FerryPoolAllocFree(benchmark::State& state) {
   if (keep_all) options.release_threshold = std::numeric_limits<std::uint64_t>::max();
   DevicePool pool(order, options);
   if (!pool.status().ok()) return skip(state, "DevicePool", pool.status().error());
-  const auto sizes = bench::log_uniform_sizes(256, max_size, kSizes, 42);
+  const auto sizes = synthetic::log_uniform_sizes(256, max_size, kSizes, 42);
   std::vector<DeviceHandle> keep;
   for (std::size_t i = 0; i < kKeepLive; ++i) {
     auto h = pool.allocate(sizes[i], 0);
@@ -158,7 +158,7 @@ void BM_CudaMallocAsyncAllocFree(benchmark::State& state) {
                     "cudaMemPoolSetAttribute(ReleaseThreshold)") &&
             cuda_ok(state, cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking),
                     "cudaStreamCreateWithFlags");
-  const auto sizes = bench::log_uniform_sizes(256, max_size, kSizes, 42);
+  const auto sizes = synthetic::log_uniform_sizes(256, max_size, kSizes, 42);
   std::vector<void*> keep;
   for (std::size_t i = 0; ok && i < kKeepLive; ++i) {
     void* p = nullptr;
@@ -206,7 +206,7 @@ void BM_CudaMallocAllocFree(benchmark::State& state) {
   auto backend = open_cuda(state);
   if (!backend) return;
   if (!cuda_ok(state, cudaSetDevice(kDevice), "cudaSetDevice")) return;
-  const auto sizes = bench::log_uniform_sizes(256, max_size, kSizes, 42);
+  const auto sizes = synthetic::log_uniform_sizes(256, max_size, kSizes, 42);
   std::vector<void*> keep;
   bool ok = true;
   for (std::size_t i = 0; ok && i < kKeepLive; ++i) {
@@ -457,11 +457,11 @@ BENCHMARK(BM_VerifyOverhead)
 // pool_bench's fragmentation(), with the cuda backend.
 void fragmentation(benchmark::State& state, const std::string& trace) {
   if (!open_cuda(state)) return;  // the replays open their own backends
-  bench::MinCapacity found;
+  synthetic::MinCapacity found;
   for (auto _ : state) {
     ReplayOptions o;
-    o.backend = "cuda";
-    found = bench::min_capacity(trace, o);
+    o.backend.kind = BackendKind::cuda;
+    found = synthetic::min_capacity(trace, o);
     if (!found.error.empty()) {
       state.SkipWithError(found.error.c_str());
       return;
@@ -474,10 +474,10 @@ void fragmentation(benchmark::State& state, const std::string& trace) {
 }
 
 void BM_FragmentationCudaDequant(benchmark::State& state) {
-  fragmentation(state, bench::dequant_trace(1));
+  fragmentation(state, synthetic::dequant_trace(1));
 }
 void BM_FragmentationCudaMixed(benchmark::State& state) {
-  fragmentation(state, bench::mixed_trace(2));
+  fragmentation(state, synthetic::mixed_trace(2));
 }
 BENCHMARK(BM_FragmentationCudaDequant)->Iterations(1)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_FragmentationCudaMixed)->Iterations(1)->UseRealTime()->Unit(benchmark::kMillisecond);

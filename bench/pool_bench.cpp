@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "bench_traces.hpp"
+#include "replay/synthetic_traces.hpp"
 #include "ferry/device_pool.hpp"
 #include "ferry/replay.hpp"
 #include "ferry/sim_backend.hpp"
@@ -16,7 +16,7 @@
 namespace ferry {
 namespace {
 
-using bench::log_uniform_sizes;
+using synthetic::log_uniform_sizes;
 
 // One alloc+free pair per iteration, with a few blocks kept live so the
 // allocator is not trivially empty. Arg 0: max size, arg 1: streams.
@@ -50,13 +50,13 @@ BENCHMARK(BM_AllocFreePair)
 // --- fragmentation ratio ---------------------------------------------------
 
 // Smallest capacity (to 1%) at which `trace` replays with no OOM, over its peak
-// live bytes (the traces and the search: bench_traces.hpp, shared with cuda_bench).
+// live bytes (the traces and the search: replay/synthetic_traces.hpp, shared with cuda_bench).
 void fragmentation(benchmark::State& state, const std::string& trace) {
-  bench::MinCapacity found;
+  synthetic::MinCapacity found;
   for (auto _ : state) {
     ReplayOptions o;
-    o.profile = "h200";
-    found = bench::min_capacity(trace, o);
+    o.backend.profile = "h200";
+    found = synthetic::min_capacity(trace, o);
     if (!found.error.empty()) {
       state.SkipWithError(found.error.c_str());
       return;
@@ -68,9 +68,9 @@ void fragmentation(benchmark::State& state, const std::string& trace) {
 }
 
 void BM_FragmentationDequant(benchmark::State& state) {
-  fragmentation(state, bench::dequant_trace(1));
+  fragmentation(state, synthetic::dequant_trace(1));
 }
-void BM_FragmentationMixed(benchmark::State& state) { fragmentation(state, bench::mixed_trace(2)); }
+void BM_FragmentationMixed(benchmark::State& state) { fragmentation(state, synthetic::mixed_trace(2)); }
 BENCHMARK(BM_FragmentationDequant)->Iterations(1)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_FragmentationMixed)->Iterations(1)->Unit(benchmark::kMillisecond);
 

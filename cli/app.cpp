@@ -1,9 +1,9 @@
-#include "cli/app.hpp"
+#include "app.hpp"
 
 #include <ostream>
 #include <vector>
 
-#include "cli/subcommand.hpp"
+#include "subcommand.hpp"
 
 #ifndef FERRY_VERSION
 #define FERRY_VERSION "unknown"

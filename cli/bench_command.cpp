@@ -1,6 +1,6 @@
 // `ferry bench pool|fragmentation`: a quick measurement without Google Benchmark —
 // the same workloads as bench/pool_bench.cpp (sizes and capacity search shared
-// through bench/bench_traces.hpp, which needs only the library), timed with
+// through replay/synthetic_traces.hpp, the replay layer's), timed with
 // std::chrono::steady_clock. Figures for docs/performance.md still come from bench/.
 #include <algorithm>
 #include <chrono>
@@ -15,14 +15,14 @@
 #include <string>
 #include <vector>
 
-#include "bench/bench_traces.hpp"
-#include "cli/common_options.hpp"
-#include "cli/option_values.hpp"
-#include "cli/subcommand.hpp"
+#include "common_options.hpp"
+#include "option_values.hpp"
+#include "subcommand.hpp"
 #include "ferry/device_pool.hpp"
 #include "ferry/device_profile.hpp"
 #include "ferry/replay.hpp"
-#include "ferry/sim_backend.hpp"
+#include "replay/synthetic_traces.hpp"
+#include "ferry/make_backend.hpp"
 
 namespace ferry::cli {
 namespace {
@@ -34,7 +34,6 @@ constexpr std::size_t kLiveBlocks = 64;          // kept live so the pool is not
 constexpr std::size_t kSizeCount = 4096;         // sizes cycled through, seed 42
 constexpr int kRepetitions = 5;
 constexpr std::uint64_t kMaxIterations = 10'000'000;  // one 8-byte sample per pair
-constexpr std::uint64_t kMaxStreams = 64;
 
 void print_json(const Io& io, const ordered_json& j) {
   io.out << j.dump(-1, ' ', false, ordered_json::error_handler_t::replace) << '\n';
@@ -83,10 +82,16 @@ int run_pool(const PoolArgs& args, const Io& io) {
     return kExitUsage;
   }
 
-  auto sim = make_sim_backend({*profile, 1, {}});
-  StreamOrder order(*sim);
+  BackendSpec spec;
+  spec.custom_profile = *profile;
+  Result<std::unique_ptr<Backend>> sim = make_backend(spec);
+  if (!sim.ok()) {
+    io.err << "ferry bench pool: " << sim.error().message << '\n';
+    return kExitFailed;
+  }
+  StreamOrder order(**sim);
   DevicePool pool(order);
-  const auto sizes = bench::log_uniform_sizes(kMinSize, max_bytes, kSizeCount, 42);
+  const auto sizes = synthetic::log_uniform_sizes(kMinSize, max_bytes, kSizeCount, 42);
   std::vector<DeviceHandle> keep;
   auto release_kept = [&] {
     for (DeviceHandle h : keep) (void)pool.free(h);
@@ -148,7 +153,7 @@ int run_pool(const PoolArgs& args, const Io& io) {
   if (args.json) {
     ordered_json j;
     j["bench"] = "pool";
-    j["backend"] = "sim";
+    j["backend"] = to_string(BackendKind::sim);
     j["device"] = args.profile;
     j["streams"] = streams;
     j["min_bytes"] = kMinSize;
@@ -200,8 +205,8 @@ int run_fragmentation(const FragmentationArgs& args, const Io& io) {
     return kExitUsage;
   }
   ReplayOptions options;
-  options.profile = args.profile;
-  const bench::MinCapacity found = bench::min_capacity(text.str(), options);
+  options.backend.profile = args.profile;
+  const synthetic::MinCapacity found = synthetic::min_capacity(text.str(), options);
   if (!found.error.empty()) {
     // Replay once more under the file's name, to tell a malformed trace (usage)
     // from one that fails (a failed run) and to name the lines.
@@ -223,7 +228,7 @@ int run_fragmentation(const FragmentationArgs& args, const Io& io) {
     ordered_json j;
     j["bench"] = "fragmentation";
     j["trace"] = args.file;
-    j["backend"] = "sim";
+    j["backend"] = to_string(BackendKind::sim);
     j["device"] = args.profile;
     j["peak_live_bytes"] = found.peak_live;
     j["min_capacity_bytes"] = found.min_capacity;

@@ -1,8 +1,8 @@
-#include "cli/common_options.hpp"
+#include "common_options.hpp"
 
 #include <cstdio>
 
-#include "cli/option_values.hpp"
+#include "option_values.hpp"
 #include "ferry/device_profile.hpp"
 #include "ferry/fault_spec.hpp"
 
@@ -16,28 +16,22 @@ std::string bar_separated(const std::vector<std::string>& names) {
 
 std::string profile_list() { return bar_separated(profile_names()); }
 
-std::string human_bytes(std::uint64_t bytes, ByteUnit largest) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
-  const int last = static_cast<int>(largest);
-  double v = static_cast<double>(bytes);
-  int u = 0;
-  while (v >= 1024.0 && u < last) {
-    v /= 1024.0;
-    ++u;
-  }
-  char buf[48];
-  if (u == 0) {
-    std::snprintf(buf, sizeof buf, "%llu B", static_cast<unsigned long long>(bytes));
-  } else {
-    std::snprintf(buf, sizeof buf, "%.1f %s", v, units[u]);
-  }
-  return buf;
+std::string fault_refusal(BackendKind backend, const SimFaults& faults) {
+  const std::string injected = describe(faults);
+  if (backend == BackendKind::sim || injected == "none") return {};
+  return "fault injection needs --backend " + std::string(to_string(BackendKind::sim)) + " (the " +
+         std::string(to_string(backend)) + " backend runs on a real device)";
 }
 
-CLI::Option* add_backend_option(CLI::App& app, std::string& backend) {
-  return app.add_option("--backend", backend, "Device backend: sim|cuda")
-      ->check(CLI::IsMember({"sim", "cuda"}))
-      ->capture_default_str();
+CLI::Option* add_backend_option(CLI::App& app, BackendKind& backend) {
+  std::vector<std::string> names;
+  for (const NamedValue<BackendKind>& n : backend_kinds()) names.emplace_back(n.name);
+  return app
+      .add_option_function<std::string>(
+          "--backend", [&backend](const std::string& v) { backend = parse_backend_kind(v).value_or(backend); },
+          "Device backend: " + names_in(backend_kinds()))
+      ->check(CLI::IsMember(names))
+      ->default_str(std::string(to_string(backend)));
 }
 
 CLI::Option* add_profile_option(CLI::App& app, std::string& profile) {

@@ -10,6 +10,10 @@
 #include <utility>
 #include <vector>
 
+#include "core/text.hpp"
+#include "ferry/backend.hpp"
+#include "ferry/fault_spec.hpp"
+
 namespace ferry::cli {
 
 // A CLI11 validator from one of our Result-returning parsers: a value is
@@ -31,18 +35,21 @@ std::string bar_separated(const std::vector<std::string>& names);
 // The sim's device profiles, "h200|...".
 std::string profile_list();
 
-// The largest unit human_bytes may use.
-enum class ByteUnit { B, KiB, MiB, GiB, TiB, PiB, EiB };
-
 // "512 B" below 1 KiB, else one decimal in the largest unit (up to `largest`)
-// that leaves at least 1: "1.5 MiB".
-std::string human_bytes(std::uint64_t bytes, ByteUnit largest = ByteUnit::EiB);
+// that leaves at least 1: "1.5 MiB" (text.hpp's, with one decimal).
+using text::ByteUnit;
+inline std::string human_bytes(std::uint64_t bytes, ByteUnit largest = ByteUnit::EiB) {
+  return text::human_bytes(bytes, 1, largest);
+}
+
+// Empty when `backend` can run with `faults`; else why not, for "--inject X: ...".
+std::string fault_refusal(BackendKind backend, const SimFaults& faults);
 
 // Each adds one option to `app`, bound to the given variable, and returns it.
 // Values are checked while parsing (a bad one is a usage error, exit 2).
 
-// --backend sim|cuda (default shown).
-CLI::Option* add_backend_option(CLI::App& app, std::string& backend);
+// --backend, one of backend_kinds() (default shown).
+CLI::Option* add_backend_option(CLI::App& app, BackendKind& backend);
 
 // --profile NAME: one of profile_names() (default shown).
 CLI::Option* add_profile_option(CLI::App& app, std::string& profile);

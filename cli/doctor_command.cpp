@@ -8,17 +8,16 @@
 #include <string>
 #include <vector>
 
-#include "cli/common_options.hpp"
-#include "cli/option_values.hpp"
-#include "cli/subcommand.hpp"
+#include "common_options.hpp"
+#include "option_values.hpp"
+#include "subcommand.hpp"
 #include "ferry/churn_probe.hpp"
 #include "ferry/content.hpp"
-#include "ferry/cuda_backend.hpp"
+#include "ferry/make_backend.hpp"
 #include "ferry/device_pool.hpp"
 #include "ferry/device_profile.hpp"
 #include "ferry/fault_spec.hpp"
 #include "ferry/host_arena.hpp"
-#include "ferry/sim_backend.hpp"
 #include "ferry/stream_order.hpp"
 #include "ferry/transfer_engine.hpp"
 
@@ -26,7 +25,7 @@ namespace ferry::cli {
 namespace {
 
 struct DoctorArgs {
-  std::string backend = "sim";
+  BackendKind backend = BackendKind::sim;
   std::string profile = "h200";
   std::string seed = "1";
   std::vector<std::string> inject;
@@ -93,35 +92,24 @@ int run_doctor(const DoctorArgs& args, const Io& io) {
     return kExitUsage;
   }
   const std::string injected = describe(*faults);
-  if (args.backend != "sim" && injected != "none") {
-    io.err << me << "--inject " << injected << ": fault injection needs --backend sim (the "
-           << args.backend << " backend runs on a real device)\n";
+  if (const std::string why = fault_refusal(args.backend, *faults); !why.empty()) {
+    io.err << me << "--inject " << injected << ": " << why << '\n';
     return kExitUsage;
   }
   const std::uint64_t seed = parse_u64(args.seed).value_or(1);
 
   // Declared in construction order: destroyed engine first, backend last.
-  std::unique_ptr<Backend> backend;
-  if (args.backend == "sim") {
-    std::optional<DeviceProfile> profile = find_profile(args.profile);
-    if (!profile) {
-      io.err << me << "unknown profile \"" << args.profile << "\" (profiles: " << profile_list() << ")\n";
-      return kExitUsage;
-    }
-    std::unique_ptr<SimBackend> sim = make_sim_backend({*profile, seed, *faults});
-    if (!sim) {
-      io.err << me << "the sim backend could not be created\n";
-      return kExitUsage;
-    }
-    backend = std::move(sim);
-  } else {
-    auto cuda = make_cuda_backend(CudaOptions{});
-    if (!cuda.ok()) {
-      io.err << me << "the cuda backend is not available: " << cuda.error().message << '\n';
-      return kExitUsage;
-    }
-    backend = std::move(cuda).value();
+  BackendSpec spec;
+  spec.kind = args.backend;
+  spec.profile = args.profile;
+  spec.seed = seed;
+  spec.faults = *faults;
+  Result<std::unique_ptr<Backend>> made = make_backend(spec);
+  if (!made.ok()) {
+    io.err << me << "the " << to_string(spec.kind) << " backend is not available: " << made.error().message << '\n';
+    return kExitUsage;
   }
+  std::unique_ptr<Backend> backend = std::move(made).value();
   const DeviceInfo& info = backend->info();
   StreamOrder order(*backend);
   DevicePool pool(order);
@@ -172,9 +160,9 @@ int run_doctor(const DoctorArgs& args, const Io& io) {
   if (args.json) {
     using nlohmann::ordered_json;
     ordered_json j;
-    j["backend"] = info.backend;
+    j["backend"] = to_string(info.backend);
     j["device"] = info.device;
-    if (info.backend == "sim") {
+    if (info.modeled_time) {
       j["seed"] = seed;
       j["faults"] = injected;
     }
@@ -222,8 +210,8 @@ int run_doctor(const DoctorArgs& args, const Io& io) {
       s += value + '\n';
     };
     s += "ferry doctor\n";
-    std::string device = info.backend + " " + info.device;
-    if (info.backend == "sim") {
+    std::string device = std::string(to_string(info.backend)) + " " + info.device;
+    if (info.modeled_time) {
       device += " (simulated, seed " + std::to_string(seed) + ")";
       if (injected != "none") device += ", injecting " + injected;
     }

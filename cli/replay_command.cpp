@@ -6,9 +6,9 @@
 #include <string>
 #include <vector>
 
-#include "cli/common_options.hpp"
-#include "cli/option_values.hpp"
-#include "cli/subcommand.hpp"
+#include "common_options.hpp"
+#include "option_values.hpp"
+#include "subcommand.hpp"
 #include "ferry/fault_spec.hpp"
 #include "ferry/integrity.hpp"
 #include "ferry/replay.hpp"
@@ -18,7 +18,7 @@ namespace {
 
 struct ReplayArgs {
   std::string file;
-  std::string backend = "sim";
+  BackendKind backend = BackendKind::sim;
   std::string profile = "h200";
   std::string capacity;  // empty: the device's
   std::string seed = "1";
@@ -30,22 +30,20 @@ struct ReplayArgs {
 
 int run_replay(const ReplayArgs& args, const Io& io) {
   ReplayOptions options;
-  options.backend = args.backend;
-  options.profile = args.profile;
+  options.backend.kind = args.backend;
+  options.backend.profile = args.profile;
   // The validators already accepted both values.
   if (!args.capacity.empty()) options.capacity = parse_byte_size(args.capacity).value_or(0);
-  options.seed = parse_u64(args.seed).value_or(1);
+  options.backend.seed = parse_u64(args.seed).value_or(1);
   options.integrity = parse_integrity_policy(args.integrity).value_or(IntegrityPolicy::verify);
   Result<SimFaults> faults = parse_fault_specs(args.inject);
   if (!faults.ok()) {  // the validator accepted each spec; kept for safety
     io.err << "ferry replay: " << faults.error().message << '\n';
     return kExitUsage;
   }
-  options.faults = *faults;
-  if (options.backend != "sim" && describe(options.faults) != "none") {
-    io.err << "ferry replay: --inject " << describe(options.faults)
-           << ": fault injection needs --backend sim (the " << options.backend
-           << " backend runs on a real device)\n";
+  options.backend.faults = *faults;
+  if (const std::string why = fault_refusal(args.backend, *faults); !why.empty()) {
+    io.err << "ferry replay: --inject " << describe(*faults) << ": " << why << '\n';
     return kExitUsage;
   }
 

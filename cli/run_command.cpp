@@ -11,10 +11,10 @@
 #include <string>
 #include <vector>
 
-#include "cli/common_options.hpp"
-#include "cli/option_values.hpp"
-#include "cli/subcommand.hpp"
-#include "ferry/cuda_backend.hpp"
+#include "common_options.hpp"
+#include "option_values.hpp"
+#include "subcommand.hpp"
+#include "ferry/make_backend.hpp"
 #include "ferry/fault_spec.hpp"
 #include "ferry/integrity.hpp"
 #include "ferry/workload.hpp"
@@ -24,7 +24,7 @@ namespace {
 
 struct RunArgs {
   std::string workload;
-  std::string backend = "sim";
+  BackendKind backend = BackendKind::sim;
   std::string profile = "h200";
   double scale = 0;
   std::string capacity;
@@ -114,16 +114,16 @@ int run_run(const RunArgs& args, const Io& io) {
     return kExitUsage;
   }
   o.faults = *faults;
-  if (args.backend != "sim" && !args.inject.empty()) {
-    io.err << me << "--inject needs the sim backend (faults are injected into the simulated device)\n";
+  if (const std::string why = fault_refusal(args.backend, *faults); !why.empty()) {
+    io.err << me << "--inject " << describe(*faults) << ": " << why << '\n';
     return kExitUsage;
   }
   if (args.host_exec && *kind != WorkloadKind::moe_offload) {
     io.err << me << "--host-exec applies to moe-offload only\n";
     return kExitUsage;
   }
-  if (args.backend == "cuda" && !cuda_backend_built()) {
-    io.err << me << "backend cuda is not available: this ferry was built without the CUDA backend\n";
+  if (!backend_built(args.backend)) {
+    io.err << me << "backend " << to_string(args.backend) << " is not available: this ferry was built without it\n";
     return kExitUsage;
   }
 

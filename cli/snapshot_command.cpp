@@ -9,9 +9,9 @@
 #include <ostream>
 #include <string>
 
-#include "cli/common_options.hpp"
-#include "cli/option_values.hpp"
-#include "cli/subcommand.hpp"
+#include "common_options.hpp"
+#include "option_values.hpp"
+#include "subcommand.hpp"
 #include "ferry/device_profile.hpp"
 #include "ferry/pool_timeline.hpp"
 #include "ferry/replay.hpp"
@@ -54,11 +54,11 @@ bool write_file(const std::string& path, const std::string& text) {
 
 int run_snapshot(const SnapshotArgs& args, const Io& io) {
   TimelineOptions options;
-  options.replay.backend = "sim";
-  options.replay.profile = args.profile;
+  options.replay.backend.kind = BackendKind::sim;
+  options.replay.backend.profile = args.profile;
   // The validators already accepted these.
   if (!args.capacity.empty()) options.replay.capacity = parse_byte_size(args.capacity).value_or(0);
-  options.replay.seed = parse_u64(args.seed).value_or(1);
+  options.replay.backend.seed = parse_u64(args.seed).value_or(1);
   if (!args.at.empty()) {
     const std::uint64_t line = parse_u64(args.at).value_or(0);
     if (line == 0) {

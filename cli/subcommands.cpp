@@ -1,5 +1,5 @@
 // The subcommands of `ferry`, in help order: one line each.
-#include "cli/subcommand.hpp"
+#include "subcommand.hpp"
 
 #include <array>
 

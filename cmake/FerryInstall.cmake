@@ -2,11 +2,12 @@
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
-install(TARGETS ferry EXPORT ferryTargets
+install(TARGETS ferry ferry_observe ferry_replay EXPORT ferryTargets
   ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
   INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
-install(DIRECTORY include/ferry DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+# workload.hpp is the CLI's (an internal layer): not installed.
+install(DIRECTORY include/ferry DESTINATION ${CMAKE_INSTALL_INCLUDEDIR} PATTERN workload.hpp EXCLUDE)
 install(TARGETS ferry_cli RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 install(EXPORT ferryTargets NAMESPACE ferry:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/ferry)
 configure_package_config_file(cmake/ferryConfig.cmake.in

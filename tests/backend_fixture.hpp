@@ -9,23 +9,32 @@
 #include <string>
 
 #include "ferry/backend.hpp"
-#include "ferry/cuda_backend.hpp"
-#include "ferry/sim_backend.hpp"
+#include "ferry/make_backend.hpp"
 
 namespace ferry::testing {
 
+// The spec of the backend named `name` (a test parameter: "sim" or "cuda").
+inline BackendSpec backend_spec(const std::string& name, SimFaults faults = {}, std::uint64_t seed = 1,
+                                const char* profile = "tiny") {
+  BackendSpec spec;
+  spec.kind = parse_backend_kind(name).value_or(BackendKind::sim);
+  spec.profile = profile;
+  spec.seed = seed;
+  if (spec.kind == BackendKind::sim) spec.faults = faults;
+  return spec;
+}
+
+// Null when this machine cannot run the backend (cuda without a GPU).
 inline std::unique_ptr<Backend> make_backend(const std::string& name, SimFaults faults = {},
                                              std::uint64_t seed = 1, const char* profile = "tiny") {
-  if (name == "sim") return make_sim_backend({*find_profile(profile), seed, faults});
-  auto cuda = make_cuda_backend({});
-  if (!cuda.ok()) return nullptr;
-  return std::move(cuda).value();
+  auto made = ::ferry::make_backend(backend_spec(name, faults, seed, profile));
+  if (!made.ok()) return nullptr;
+  return std::move(made).value();
 }
 
 inline std::string backend_skip_reason(const std::string& name) {
-  if (name == "sim") return {};
-  auto cuda = make_cuda_backend({});
-  return cuda.ok() ? std::string{} : cuda.error().message;
+  auto made = ::ferry::make_backend(backend_spec(name));
+  return made.ok() ? std::string{} : made.error().message;
 }
 
 #define FERRY_BACKENDS ::testing::Values(std::string("sim"), std::string("cuda"))

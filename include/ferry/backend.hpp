@@ -11,16 +11,25 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <string>
+#include <string_view>
 #include <variant>
 #include <vector>
 
 #include "ferry/content.hpp"
 #include "ferry/gemm.hpp"
+#include "ferry/names.hpp"
 #include "ferry/result.hpp"
 #include "ferry/stream.hpp"
 
 namespace ferry {
+
+// The backends this project has. Their names ("sim", "cuda") live in one table.
+enum class BackendKind : std::uint8_t { sim, cuda };
+std::string_view to_string(BackendKind kind) noexcept;
+Result<BackendKind> parse_backend_kind(std::string_view text);
+std::span<const NamedValue<BackendKind>> backend_kinds() noexcept;
 
 struct DeviceRange {
   std::uint64_t addr = 0;
@@ -87,7 +96,7 @@ using Op = std::variant<FillOp, CopyToDeviceOp, CopyToHostOp, CopyOnDeviceOp,
                         BatchCopyToDeviceOp, ComputeOp, GemmOp, HashOp, WaitOp, NopOp>;
 
 struct DeviceInfo {
-  std::string backend;       // "sim" or "cuda"
+  BackendKind backend = BackendKind::sim;
   std::string device;        // profile name on sim, GPU name on cuda
   std::uint64_t capacity = 0;      // physical device memory, bytes
   std::uint64_t granularity = 0;   // unit of map()/unmap(), a power of two
@@ -97,6 +106,17 @@ struct DeviceInfo {
   double h2d_bytes_per_s = 0;      // nominal host->device bandwidth (pinned)
   double mem_bytes_per_s = 0;      // nominal device memory bandwidth
   double flops_per_s = 0;          // nominal compute rate (bf16)
+  bool modeled_time = false;       // the clock is virtual: durations are modeled, not measured
+};
+
+// What a backend counted of the faults it injected or saw (all 0 on a real device,
+// whose faults surface as backend_error instead).
+struct FaultCounters {
+  // Device operations that touched unmapped memory (the sim then fails from then
+  // on, like a CUDA illegal address). A correct runtime keeps it 0.
+  std::uint64_t illegal_accesses = 0;
+  // Copies out of pinned memory that the injected pinned-noop fault swallowed.
+  std::uint64_t swallowed_copies = 0;
 };
 
 struct HostMemoryStats {
@@ -163,6 +183,11 @@ class Backend {
 
   // --- Time: virtual nanoseconds on sim, steady-clock nanoseconds on cuda.
   virtual std::uint64_t now_ns() const = 0;
+  // Lets `ns` of host time pass: a modeled clock moves forward (completing what
+  // finishes by then); a real device's host thread sleeps. Blocks on a real device.
+  virtual void advance(std::uint64_t ns);
+
+  virtual FaultCounters fault_counters() const { return {}; }
 };
 
 }  // namespace ferry

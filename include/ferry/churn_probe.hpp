@@ -10,7 +10,7 @@
 //   3. `copies` times: wait a growing delay, fill the device destination with a
 //      different pattern, copy the buffer to it, read it back and compare
 //
-// On sim the delay advances the virtual clock (SimBackend::advance); on any
+// On sim the delay advances the virtual clock (Backend::advance); on any
 // other backend it is a real sleep — acceptable in this diagnostic only, never
 // in tests. The probe deliberately bypasses the host arena: it measures the raw
 // driver behaviour the arena exists to avoid.

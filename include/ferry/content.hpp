@@ -27,6 +27,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <string_view>
 #include <vector>
 
 namespace ferry {
@@ -42,6 +43,8 @@ constexpr std::uint64_t splitmix64(std::uint64_t x) noexcept {
 }
 
 enum class Pattern : std::uint8_t { bytes, small_bf16 };
+std::string_view to_string(Pattern pattern) noexcept;  // "bytes", "small_bf16"
+bool known_pattern(Pattern pattern) noexcept;           // a value the enum names
 
 // Writes bytes [offset, offset + out.size()) of fill_pattern(seed).
 void fill_pattern(std::uint64_t seed, std::uint64_t offset, std::span<std::byte> out) noexcept;

@@ -36,6 +36,7 @@
 #include "ferry/result.hpp"
 #include "ferry/stream.hpp"
 #include "ferry/stream_order.hpp"
+#include "ferry/validation.hpp"
 
 namespace ferry {
 
@@ -56,8 +57,8 @@ struct PoolOptions {
   std::uint64_t release_threshold = std::uint64_t{256} << 20;
   // Requests up to this size are sliced from the shared small-block range.
   std::uint64_t small_limit = std::uint64_t{1} << 20;
-  // Run validate() after every operation (the debug preset turns this on).
-  bool validate_each_op = false;
+  // Run validate() after every operation (validation.hpp; the dev preset's default).
+  bool validate_each_op = heavy_validation_default();
 };
 
 struct PoolStats {

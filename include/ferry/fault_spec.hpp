@@ -1,4 +1,4 @@
-// ferry — fault injection specs for the sim backend (`--inject ...`).
+// ferry — the faults the sim backend injects, and their specs (`--inject ...`).
 //
 // Grammar (comma-separated items; the option may also be repeated):
 //
@@ -15,14 +15,32 @@
 // the grammar.
 #pragma once
 
+#include <cstdint>
 #include <span>
 #include <string>
 #include <string_view>
 
 #include "ferry/result.hpp"
-#include "ferry/sim_backend.hpp"
 
 namespace ferry {
+
+// The faults the sim injects (SimOptions::faults). A real device injects none.
+struct SimFaults {
+  // Report 000: each pinned buffer goes stale with this probability at a seeded
+  // virtual time after it is pinned (sooner after heavy pinned churn and after a
+  // delay between pinning and its first copy); from then on copies out of it
+  // leave the destination unchanged and still report success.
+  double pinned_noop = 0.0;
+  // The batched copy silently applies only the first copy of each batch.
+  bool batch_broken = false;
+  // The batched copy is absent (DeviceInfo::batched_copy = false).
+  bool batch_missing = false;
+  // map() call number N (1-based) fails with out_of_memory; 0 = never.
+  std::uint64_t fail_map_call = 0;
+  // Every operation's completion is delayed by a seeded amount in [0, max].
+  std::uint64_t max_completion_delay_ns = 0;
+};
+
 
 // Applies one spec string (possibly comma-separated) to *faults. On error *faults
 // keeps the items applied before the bad one.

@@ -56,6 +56,7 @@
 #include "ferry/result.hpp"
 #include "ferry/stream.hpp"
 #include "ferry/stream_order.hpp"
+#include "ferry/validation.hpp"
 
 namespace ferry {
 
@@ -77,12 +78,8 @@ struct ArenaOptions {
   // With the budget exhausted, allocate() waits (bounded) for pending blocks
   // before answering out_of_memory.
   bool wait_for_pending = true;
-  // Run validate() after every operation (FERRY_HEAVY_VALIDATE turns it on).
-#ifdef FERRY_HEAVY_VALIDATE
-  bool validate_each_op = true;
-#else
-  bool validate_each_op = false;
-#endif
+  // Run validate() after every operation (validation.hpp; the dev preset's default).
+  bool validate_each_op = heavy_validation_default();
 };
 
 // A value handle to a live block. The null block has serial 0. Copying the
@@ -214,6 +211,8 @@ class HostArena {
 
  private:
   struct Impl;
+  // With validate_each_op, validate_locked() after an operation; aborts with the reason.
+  void check() const;
   bool validate_locked(std::string* why) const;
 
   StreamOrder& order_;

@@ -48,7 +48,7 @@
 #include "ferry/device_pool.hpp"
 #include "ferry/integrity.hpp"
 #include "ferry/result.hpp"
-#include "ferry/sim_backend.hpp"
+#include "ferry/make_backend.hpp"
 
 namespace ferry {
 
@@ -72,14 +72,11 @@ struct ReplayStep {
 };
 
 struct ReplayOptions {
-  std::string backend = "sim";   // "sim" or "cuda"
-  std::string profile = "h200";  // device profile of the sim backend (ignored by cuda)
+  // The backend (make_backend.hpp): its kind, the sim's profile, seed and
+  // injected faults (sim only: any fault with cuda is invalid_argument).
+  BackendSpec backend;
   std::uint64_t capacity = 0;    // pool capacity in bytes; 0 = the device's capacity
-  std::uint64_t seed = 1;        // sim schedule seed
   IntegrityPolicy integrity = IntegrityPolicy::verify;  // of every upload
-  // Faults the sim backend injects (fault_spec.hpp). Sim only: any fault with
-  // the cuda backend is invalid_argument.
-  SimFaults faults{};
   // Called on the replaying thread before the first op, after every op, and
   // after the final synchronize and frees ("end"). Empty: never called.
   // An exception it throws stops the calls and counts as an unexpected
@@ -136,6 +133,7 @@ struct ReplayReport {
   ReplayIntegrity integrity;
 
   std::uint64_t device_time_ns = 0;    // backend clock (virtual on sim) spent
+  bool modeled_time = false;           // that clock is virtual (DeviceInfo::modeled_time)
   std::uint64_t illegal_accesses = 0;  // sim only: device ops on unmapped memory
   std::vector<ReplayProblem> problems;  // the first kMaxProblems, in trace order
 

@@ -72,7 +72,7 @@
 #include "ferry/integrity.hpp"
 #include "ferry/offload_cache.hpp"
 #include "ferry/result.hpp"
-#include "ferry/sim_backend.hpp"
+#include "ferry/make_backend.hpp"
 #include "ferry/weight_bank.hpp"
 
 namespace ferry {
@@ -100,8 +100,8 @@ struct WorkloadProgress {
 };
 
 struct WorkloadOptions {
-  std::string backend = "sim";      // "sim" | "cuda"
-  std::string profile = "h200";     // sim device profile
+  BackendKind backend = BackendKind::sim;
+  std::string profile = "h200";     // sim device profile (scaled, see above)
   double scale = 0;                 // 0: default_scale(kind)
   std::uint64_t capacity = 0;       // pool bytes; 0: planned peak live / target_pressure
   double target_pressure = 0.83;    // used only when capacity == 0
@@ -129,6 +129,7 @@ struct WorkloadReport {
   std::string integrity_policy, eviction_policy, faults;
   bool prefetch = true, host_exec = false;
   std::string matmul;  // "gemm" or "mix", as it ran
+  bool modeled_time = false;  // the backend's clock is virtual: figures are modeled
 
   // Time (virtual on sim), from the first operation of the run to the digest's download.
   std::uint64_t wall_ns = 0;

@@ -1,5 +1,8 @@
 #include "ferry/offload_cache.hpp"
 
+#include "core/invariant.hpp"
+#include "ferry/validation.hpp"
+
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -21,38 +24,11 @@ std::string key_text(CacheKey key) { return "cache entry " + std::to_string(key)
 
 }  // namespace
 
-// The debug preset checks the bookkeeping after every mutating call.
-#if FERRY_HEAVY_VALIDATE
-#define FERRY_CACHE_CHECK(cache)                                                  \
-  do {                                                                            \
-    std::string why_;                                                             \
-    if (!(cache).validate(&why_)) {                                               \
-      std::fprintf(stderr, "ferry: OffloadCache invariant broken: %s\n", why_.c_str()); \
-      std::abort();                                                               \
-    }                                                                             \
-  } while (0)
-#else
-#define FERRY_CACHE_CHECK(cache) \
-  do {                           \
-  } while (0)
-#endif
-
-std::string_view to_string(EvictionPolicy policy) noexcept {
-  switch (policy) {
-    case EvictionPolicy::lru: return "lru";
-    case EvictionPolicy::lfu: return "lfu";
-    case EvictionPolicy::optimal: return "optimal";
-  }
-  return "?";
-}
-
-Result<EvictionPolicy> parse_eviction_policy(std::string_view text) {
-  if (text == "lru") return EvictionPolicy::lru;
-  if (text == "lfu") return EvictionPolicy::lfu;
-  if (text == "optimal") return EvictionPolicy::optimal;
-  return make_error(ErrorCode::invalid_argument,
-                    "unknown eviction policy \"" + std::string(text) + "\" (lru|lfu|optimal)");
-}
+// With heavy validation on (validation.hpp), the bookkeeping is checked after
+// every mutating call.
+#define FERRY_CACHE_CHECK(cache)                                                           \
+  detail::check_invariants(heavy_validation_default(), "OffloadCache",                     \
+                           [&](std::string* why) { return (cache).validate(why); })
 
 struct OffloadCache::Impl {
   // absent -> filling -> resident            (demand fetch, by one thread)

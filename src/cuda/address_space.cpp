@@ -7,34 +7,15 @@
 #include <string>
 #include <utility>
 
+#include "core/text.hpp"
 #include "cuda/cuda_error.hpp"
 
 namespace ferry::cuda_detail {
 namespace {
 
-std::string hex(std::uint64_t v) {
-  static constexpr char kDigits[] = "0123456789abcdef";
-  std::string s = "0x";
-  bool started = false;
-  for (int shift = 60; shift >= 0; shift -= 4) {
-    const auto d = static_cast<unsigned>((v >> shift) & 0xf);
-    if (d != 0 || started || shift == 0) {
-      s += kDigits[d];
-      started = true;
-    }
-  }
-  return s;
-}
+using text::hex;
+using text::range;
 
-std::string range(std::uint64_t addr, std::uint64_t bytes) {
-  // Appended piecewise: `"literal" + std::string&&` trips GCC 12's -Wrestrict.
-  std::string s = "[";
-  s += hex(addr);
-  s += ", +";
-  s += std::to_string(bytes);
-  s += ")";
-  return s;
-}
 
 }  // namespace
 

@@ -2,42 +2,14 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
+#include "core/text.hpp"
 #include "ferry/replay.hpp"
 
 namespace ferry {
 namespace {
 
-std::string human_bytes(std::uint64_t b) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
-  double v = static_cast<double>(b);
-  int u = 0;
-  while (v >= 1024.0 && u < 6) {
-    v /= 1024.0;
-    ++u;
-  }
-  char buf[48];
-  if (u == 0) {
-    std::snprintf(buf, sizeof buf, "%llu B", static_cast<unsigned long long>(b));
-  } else {
-    std::snprintf(buf, sizeof buf, "%.1f %s", v, units[u]);
-  }
-  return buf;
-}
-
-std::string human_ns(std::uint64_t ns) {
-  char buf[48];
-  const double v = static_cast<double>(ns);
-  if (ns < 1000) {
-    std::snprintf(buf, sizeof buf, "%llu ns", static_cast<unsigned long long>(ns));
-  } else if (ns < 1'000'000) {
-    std::snprintf(buf, sizeof buf, "%.1f us", v / 1e3);
-  } else if (ns < 1'000'000'000) {
-    std::snprintf(buf, sizeof buf, "%.1f ms", v / 1e6);
-  } else {
-    std::snprintf(buf, sizeof buf, "%.2f s", v / 1e9);
-  }
-  return buf;
-}
+using text::human_bytes;
+using text::human_ns;
 
 }  // namespace
 
@@ -147,7 +119,7 @@ std::string report_summary(const ReplayReport& r) {
   }
   line("integrity", integrity);
   line("batching", in.batched_disabled ? "off - " + in.batching_note : "on - probe " + in.batch_probe);
-  line("device time", human_ns(r.device_time_ns) + (r.backend == "sim" ? " (virtual)" : ""));
+  line("device time", human_ns(r.device_time_ns) + (r.modeled_time ? " (virtual)" : ""));
   if (r.illegal_accesses) {
     line("illegal", std::to_string(r.illegal_accesses) + " device ops touched unmapped memory");
   }

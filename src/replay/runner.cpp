@@ -11,13 +11,12 @@
 #include <vector>
 
 #include "ferry/content.hpp"
-#include "ferry/cuda_backend.hpp"
 #include "ferry/device_pool.hpp"
 #include "ferry/device_profile.hpp"
 #include "ferry/fault_spec.hpp"
+#include "ferry/make_backend.hpp"
 #include "ferry/host_arena.hpp"
 #include "ferry/replay.hpp"
-#include "ferry/sim_backend.hpp"
 #include "ferry/stream_order.hpp"
 #include "ferry/transfer_engine.hpp"
 #include "replay/reference.hpp"
@@ -46,16 +45,13 @@ struct Buffer {
 
 class Replayer {
  public:
-  Replayer(const Trace& trace, Backend& backend, SimBackend* sim, ReplayReport& report)
-      : trace_(trace), backend_(backend), sim_(sim), order_(backend), report_(report),
+  Replayer(const Trace& trace, Backend& backend, ReplayReport& report)
+      : trace_(trace), backend_(backend), order_(backend), report_(report),
         buffers_(trace.ids.size()) {}
 
   Result<void> setup(std::uint64_t capacity, IntegrityPolicy policy) {
     PoolOptions po;
     po.capacity = capacity;
-#ifdef FERRY_HEAVY_VALIDATE
-    po.validate_each_op = true;
-#endif
     pool_ = std::make_unique<DevicePool>(order_, po);
     if (!pool_->status().ok()) {
       Error e = pool_->status().error();
@@ -123,7 +119,7 @@ class Replayer {
     report_.reclaims = st.reclaims;
     report_.recoveries = st.recoveries;
     fill_integrity();
-    if (sim_ != nullptr) report_.illegal_accesses = sim_->illegal_accesses();
+    report_.illegal_accesses = backend_.fault_counters().illegal_accesses;
     if (report_.illegal_accesses > 0) {
       add_problem(0, "end", "illegal_access",
                   std::to_string(report_.illegal_accesses) +
@@ -419,7 +415,6 @@ class Replayer {
 
   const Trace& trace_;
   Backend& backend_;
-  SimBackend* sim_;
   StreamOrder order_;
   ReplayReport& report_;
   std::unique_ptr<DevicePool> pool_;
@@ -431,44 +426,22 @@ class Replayer {
 Result<ReplayReport> run(const Trace& trace, const ReplayOptions& options) {
   ReplayReport report;
   report.trace = trace.name;
-  report.seed = options.seed;
-  report.faults = describe(options.faults);
+  report.seed = options.backend.seed;
+  report.faults = describe(options.backend.faults);
 
-  std::unique_ptr<Backend> backend;
-  SimBackend* sim = nullptr;
-  if (options.backend == "sim") {
-    std::optional<DeviceProfile> profile = find_profile(options.profile);
-    if (!profile) {
-      std::string known;
-      for (const std::string& n : profile_names()) known += (known.empty() ? "" : ", ") + n;
-      return make_error(ErrorCode::invalid_argument,
-                        "unknown profile \"" + options.profile + "\" (profiles: " + known + ")");
-    }
-    SimOptions so;
-    so.profile = *profile;
-    so.seed = options.seed;
-    so.faults = options.faults;
-    std::unique_ptr<SimBackend> s = make_sim_backend(so);
-    if (!s) return make_error(ErrorCode::backend_error, "the sim backend could not be created");
-    sim = s.get();
-    backend = std::move(s);
-  } else if (options.backend == "cuda") {
-    Result<std::unique_ptr<Backend>> c = make_cuda_backend(CudaOptions{});
-    if (!c.ok()) {
-      Error e = std::move(c).error();
-      e.message = "the cuda backend is not available: " + e.message;
-      return e;
-    }
-    backend = std::move(c).value();
-  } else {
-    return make_error(ErrorCode::invalid_argument,
-                      "unknown backend \"" + options.backend + "\" (backends: sim, cuda)");
+  Result<std::unique_ptr<Backend>> made = make_backend(options.backend);
+  if (!made.ok()) {
+    Error e = std::move(made).error();
+    e.message = "the " + std::string(to_string(options.backend.kind)) + " backend is not available: " + e.message;
+    return e;
   }
-  report.backend = backend->info().backend;
+  std::unique_ptr<Backend> backend = std::move(made).value();
+  report.backend = std::string(to_string(backend->info().backend));
+  report.modeled_time = backend->info().modeled_time;
   report.device = backend->info().device;
 
   {
-    Replayer r(trace, *backend, sim, report);
+    Replayer r(trace, *backend, report);
     if (Result<void> s = r.setup(options.capacity, options.integrity); !s.ok()) {
       return std::move(s).error();
     }
@@ -477,22 +450,13 @@ Result<ReplayReport> run(const Trace& trace, const ReplayOptions& options) {
   return report;
 }
 
+// Refuses what make_backend would, before anything is parsed or run.
 Result<void> check_options(const ReplayOptions& options) {
-  if (options.backend != "sim" && options.backend != "cuda") {
+  if (options.backend.kind == BackendKind::sim) FERRY_TRY(spec_profile(options.backend));
+  if (options.backend.kind != BackendKind::sim && describe(options.backend.faults) != "none") {
     return make_error(ErrorCode::invalid_argument,
-                      "unknown backend \"" + options.backend + "\" (backends: sim, cuda)");
-  }
-  if (options.backend == "sim" && !find_profile(options.profile)) {
-    std::string known;
-    for (const std::string& n : profile_names()) known += (known.empty() ? "" : ", ") + n;
-    return make_error(ErrorCode::invalid_argument,
-                      "unknown profile \"" + options.profile + "\" (profiles: " + known + ")");
-  }
-  if (options.backend != "sim" && describe(options.faults) != "none") {
-    return make_error(ErrorCode::invalid_argument,
-                      "fault injection (" + describe(options.faults) +
-                          ") needs the sim backend; the " + options.backend +
-                          " backend runs on a real device");
+                      "fault injection (" + describe(options.backend.faults) + ") needs the sim backend; the " +
+                          std::string(to_string(options.backend.kind)) + " backend runs on a real device");
   }
   return {};
 }

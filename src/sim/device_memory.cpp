@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "sim/diagnostics.hpp"
+#include "core/text.hpp"
 
 namespace ferry::sim {
 namespace {
@@ -35,8 +35,8 @@ Result<std::uint64_t> DeviceMemory::reserve(std::uint64_t bytes) {
   const std::uint64_t limit_left = kAddressLimit - next_base_;
   if (bytes > limit_left || round_up(bytes, granularity_) + granularity_ > limit_left) {
     return make_error(ErrorCode::out_of_memory,
-                      "reserve_address of " + bytes_text(bytes) + ": the simulated virtual "
-                          "address space has " + bytes_text(limit_left) + " left");
+                      "reserve_address of " + text::exact_bytes(bytes) + ": the simulated virtual "
+                          "address space has " + text::exact_bytes(limit_left) + " left");
   }
   const std::uint64_t size = round_up(bytes, granularity_);
   const std::uint64_t base = next_base_;
@@ -49,17 +49,17 @@ Result<void> DeviceMemory::release(std::uint64_t base, std::uint64_t bytes) {
   const auto it = reservations_.find(base);
   if (it == reservations_.end()) {
     return make_error(ErrorCode::invalid_argument,
-                      "release_address(" + hex(base) + "): not the base of a reservation");
+                      "release_address(" + text::hex(base) + "): not the base of a reservation");
   }
   if (bytes != it->second.bytes &&
       (bytes == 0 || bytes > it->second.bytes || round_up(bytes, granularity_) != it->second.bytes)) {
     return make_error(ErrorCode::invalid_argument,
-                      "release_address(" + hex(base) + ", " + bytes_text(bytes) +
-                          "): the reservation there is " + bytes_text(it->second.bytes));
+                      "release_address(" + text::hex(base) + ", " + text::exact_bytes(bytes) +
+                          "): the reservation there is " + text::exact_bytes(it->second.bytes));
   }
   if (it->second.mapped_granules != 0) {
     return make_error(ErrorCode::invalid_argument,
-                      "release_address(" + hex(base) + "): " +
+                      "release_address(" + text::hex(base) + "): " +
                           std::to_string(it->second.mapped_granules) +
                           " granules are still mapped inside; unmap them first");
   }
@@ -79,12 +79,12 @@ std::map<std::uint64_t, DeviceMemory::Reservation>::iterator DeviceMemory::find_
 
 Result<std::map<std::uint64_t, DeviceMemory::Reservation>::iterator>
 DeviceMemory::check_granule_range(const char* what, std::uint64_t addr, std::uint64_t bytes) {
-  const std::string request = std::string(what) + "(" + hex(addr) + ", " + bytes_text(bytes) + ")";
+  const std::string request = std::string(what) + "(" + text::hex(addr) + ", " + text::exact_bytes(bytes) + ")";
   if (bytes == 0) return make_error(ErrorCode::invalid_argument, request + ": 0 bytes");
   if (addr % granularity_ != 0 || bytes % granularity_ != 0) {
     return make_error(ErrorCode::invalid_argument,
                       request + ": address and size must be multiples of the granularity " +
-                          bytes_text(granularity_));
+                          text::exact_bytes(granularity_));
   }
   const auto it = find_reservation(addr, bytes);
   if (it == reservations_.end()) {
@@ -101,15 +101,15 @@ Result<void> DeviceMemory::map(std::uint64_t addr, std::uint64_t bytes) {
   for (std::uint64_t g = first; g < first + count; ++g) {
     if (granules_.contains(g)) {
       return make_error(ErrorCode::invalid_argument,
-                        "map(" + hex(addr) + ", " + bytes_text(bytes) + "): granule at " +
-                            hex(g * granularity_) + " is already mapped");
+                        "map(" + text::hex(addr) + ", " + text::exact_bytes(bytes) + "): granule at " +
+                            text::hex(g * granularity_) + " is already mapped");
     }
   }
   if (bytes > capacity_ - mapped_bytes_) {
     return make_error(ErrorCode::out_of_memory,
-                      "map(" + hex(addr) + ", " + bytes_text(bytes) + "): " +
-                          bytes_text(mapped_bytes_) + " of the device's " +
-                          bytes_text(capacity_) + " are already mapped");
+                      "map(" + text::hex(addr) + ", " + text::exact_bytes(bytes) + "): " +
+                          text::exact_bytes(mapped_bytes_) + " of the device's " +
+                          text::exact_bytes(capacity_) + " are already mapped");
   }
   for (std::uint64_t g = first; g < first + count; ++g) granules_.emplace(g, nullptr);
   (*checked)->second.mapped_granules += count;
@@ -125,8 +125,8 @@ Result<void> DeviceMemory::unmap(std::uint64_t addr, std::uint64_t bytes) {
   for (std::uint64_t g = first; g < first + count; ++g) {
     if (!granules_.contains(g)) {
       return make_error(ErrorCode::invalid_argument,
-                        "unmap(" + hex(addr) + ", " + bytes_text(bytes) + "): granule at " +
-                            hex(g * granularity_) + " is not mapped");
+                        "unmap(" + text::hex(addr) + ", " + text::exact_bytes(bytes) + "): granule at " +
+                            text::hex(g * granularity_) + " is not mapped");
     }
   }
   for (std::uint64_t g = first; g < first + count; ++g) granules_.erase(g);

@@ -5,7 +5,7 @@
 #include <iterator>
 #include <string>
 
-#include "sim/diagnostics.hpp"
+#include "core/text.hpp"
 
 namespace ferry::sim {
 
@@ -19,7 +19,7 @@ Result<std::byte*> PinnedHostMemory::allocate(std::uint64_t bytes, std::uint64_t
   if (bytes == 0 || bytes > kMaxBytes) {
     return make_error(ErrorCode::invalid_argument,
                       "allocate_pinned(" + std::to_string(bytes) + " bytes): size must be 1 B.." +
-                          bytes_text(kMaxBytes));
+                          text::exact_bytes(kMaxBytes));
   }
   // mmap rather than operator new: a refused request comes back as a value,
   // whereas a sanitizer's allocator aborts the process on a huge failed new.
@@ -27,8 +27,8 @@ Result<std::byte*> PinnedHostMemory::allocate(std::uint64_t bytes, std::uint64_t
                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (p == MAP_FAILED) {
     return make_error(ErrorCode::out_of_memory,
-                      "allocate_pinned(" + bytes_text(bytes) + "): the host refused; " +
-                          bytes_text(stats_.pinned_bytes) + " pinned already");
+                      "allocate_pinned(" + text::exact_bytes(bytes) + "): the host refused; " +
+                          text::exact_bytes(stats_.pinned_bytes) + " pinned already");
   }
   auto* ptr = static_cast<std::byte*>(p);
   ranges_.emplace(key(ptr), PinnedRange{bytes, false, stale_at_ns});
@@ -41,7 +41,7 @@ Result<void> PinnedHostMemory::free(std::byte* ptr) {
   const auto it = ranges_.find(key(ptr));
   if (it == ranges_.end() || it->second.registered) {
     return make_error(ErrorCode::invalid_argument,
-                      "free_pinned(" + hex(ptr) + "): not a live buffer from allocate_pinned");
+                      "free_pinned(" + text::hex(ptr) + "): not a live buffer from allocate_pinned");
   }
   ::munmap(ptr, it->second.bytes);
   ++stats_.pinned_frees;
@@ -52,10 +52,10 @@ Result<void> PinnedHostMemory::free(std::byte* ptr) {
 
 Result<void> PinnedHostMemory::register_range(std::byte* ptr, std::uint64_t bytes,
                                               std::uint64_t stale_at_ns) {
-  const std::string request = "register_host(" + hex(ptr) + ", " + std::to_string(bytes) + " bytes)";
+  const std::string request = "register_host(" + text::hex(ptr) + ", " + std::to_string(bytes) + " bytes)";
   if (ptr == nullptr || bytes == 0 || bytes > kMaxBytes || key(ptr) > UINTPTR_MAX - bytes) {
     return make_error(ErrorCode::invalid_argument,
-                      request + ": needs a non-null range of 1 B.." + bytes_text(kMaxBytes));
+                      request + ": needs a non-null range of 1 B.." + text::exact_bytes(kMaxBytes));
   }
   if (overlaps_any(key(ptr), bytes)) {
     return make_error(ErrorCode::invalid_argument,
@@ -70,7 +70,7 @@ Result<void> PinnedHostMemory::unregister(std::byte* ptr) {
   const auto it = ranges_.find(key(ptr));
   if (it == ranges_.end() || !it->second.registered) {
     return make_error(ErrorCode::invalid_argument,
-                      "unregister_host(" + hex(ptr) + "): not the start of a registered range");
+                      "unregister_host(" + text::hex(ptr) + "): not the start of a registered range");
   }
   ranges_.erase(it);
   ++stats_.unregistrations;

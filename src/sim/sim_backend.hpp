@@ -1,9 +1,9 @@
 // SimGpu: the discrete-event model behind make_sim_backend().
 //
-// Model. Each stream keeps every operation that has not completed, in ticket
-// order; the first `dispatched - completed` of them are on the device, the rest
-// are held in the host-side queue. Only a stream's front operation can be
-// running (streams are FIFOs). There is one compute engine (fill, compute, gemm,
+// Model. Each stream keeps every issued operation that has not completed, in
+// ticket order (held streams are the HoldingBackend layer's: only issued work
+// reaches the model). Only a stream's front operation can be running (streams
+// are FIFOs). There is one compute engine (fill, compute, gemm,
 // hash, device-to-device copy) and profile.copy_engines copy engines
 // (host<->device); waits and no-ops need none.
 //
@@ -21,17 +21,21 @@
 // alternates "start whatever is ready now" and "jump to the next completion and
 // apply its bytes", so an operation's bytes change exactly at its completion.
 //
-// Between calls every dispatched op that can start at now_ has started
-// (dispatching starts work at once, as a real submission does, so a free engine
+// Durations come from the one cost model (cost_model.hpp).
+//
+// Between calls every issued op that can start at now_ has started
+// (issuing starts work at once, as a real submission does, so a free engine
 // goes to the first op submitted). Completions, even of zero-length work, happen
 // only when wait, synchronize or advance runs the clock, so polling (completed,
 // peek, now_ns) never changes the schedule it observes.
 //
 // Thread safety: every public method takes mutex_; the model runs entirely under
-// it (a "blocking" wait costs no real time, only virtual time).
+// it (a "blocking" wait costs no real time, only virtual time). Lock order: the
+// hold layer's lock, then mutex_.
 #pragma once
 
 #include <array>
+#include <chrono>
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -41,6 +45,8 @@
 #include <vector>
 
 #include "ferry/content.hpp"
+#include "ferry/cost_model.hpp"
+#include "ferry/holding_backend.hpp"
 #include "ferry/sim_backend.hpp"
 #include "sim/device_memory.hpp"
 #include "sim/fault_model.hpp"
@@ -48,7 +54,7 @@
 
 namespace ferry::sim {
 
-class SimGpu final : public SimBackend {
+class SimGpu final : public HoldingBackend<SimBackend> {
  public:
   explicit SimGpu(const SimOptions& options);
 
@@ -60,15 +66,6 @@ class SimGpu final : public SimBackend {
   Result<void> unmap(std::uint64_t addr, std::uint64_t bytes) override;
   std::uint64_t mapped_bytes() const override;
 
-  Result<Ticket> enqueue(StreamId stream, Op op) override;
-  Ticket submitted(StreamId stream) const override;
-  Ticket completed(StreamId stream) override;
-  void set_hold(StreamId stream, bool hold) override;
-  bool held(StreamId stream) const override;
-  Result<void> flush(StreamId stream) override;
-  Result<void> flush_all() override;
-  Result<void> wait(StreamPoint point, std::chrono::nanoseconds timeout) override;
-  Result<void> synchronize() override;
 
   Result<std::byte*> allocate_pinned(std::uint64_t bytes) override;
   Result<void> free_pinned(std::byte* ptr) override;
@@ -79,40 +76,39 @@ class SimGpu final : public SimBackend {
   std::uint64_t now_ns() const override;
 
   void advance(std::uint64_t ns) override;
-  std::uint64_t illegal_accesses() const override;
+  FaultCounters fault_counters() const override;
   Result<void> peek(std::uint64_t addr, std::span<std::byte> out) const override;
-  std::uint64_t swallowed_copies() const override;
   bool validate(std::string* why = nullptr) const override;
-  bool validate_locked(std::string* why) const;
-  // Under FERRY_HEAVY_VALIDATE (the dev preset), validate() after every
-  // operation; a broken invariant is our bug, so it aborts.
-  void heavy_check() const;
+
+ protected:
+  // HoldQueues::Device: the primitives under the hold layer.
+  Result<void> admit(StreamId stream, const Op& op) override;
+  Result<Ticket> issue(StreamId stream, Op op) override;
+  Ticket issued_completed(StreamId stream) override;
+  Result<void> wait_issued(StreamPoint point, std::chrono::nanoseconds timeout) override;
+  Result<void> synchronize_issued() override;
 
  private:
-  enum class EngineKind : std::uint8_t { none, compute, copy };
-  // Which direction of the host link a copy occupies (index into link_).
-  enum class LinkDir : std::uint8_t { h2d = 0, d2h = 1 };
+  bool validate_locked(std::string* why) const;
+  // With heavy validation on (validation.hpp), validate() after every operation.
+  void heavy_check() const;
+
   static constexpr std::uint32_t kNoUnit = UINT32_MAX;
 
   struct PendingOp {
     Ticket ticket = 0;
     Op op;
-    EngineKind engine = EngineKind::none;
-    LinkDir link = LinkDir::h2d;   // meaningful only when engine == copy
-    bool dispatched = false;
-    std::uint64_t dispatched_ns = 0;
+    Engine engine = Engine::none;  // cost_model.hpp; copies also own their link direction
+    std::uint64_t issued_ns = 0;
     bool started = false;
     std::uint32_t unit = kNoUnit;  // index into compute_/copy_ owners while started
     std::uint64_t finish_ns = 0;
   };
 
-  // completed <= dispatched <= submitted; ops.size() == submitted - completed;
-  // ops[i].ticket == completed + 1 + i; ops[i].dispatched == (ops[i].ticket <= dispatched);
-  // only ops.front() may have started.
+  // completed <= submitted; ops.size() == submitted - completed;
+  // ops[i].ticket == completed + 1 + i; only ops.front() may have started.
   struct StreamState {
-    bool held = false;
     Ticket submitted = 0;
-    Ticket dispatched = 0;
     Ticket completed = 0;
     std::uint64_t last_completion_ns = 0;
     std::deque<PendingOp> ops;
@@ -121,9 +117,7 @@ class SimGpu final : public SimBackend {
   enum class RunEnd { done, reached, stuck };
 
   // Everything below runs with mutex_ held.
-  Result<void> check_op(StreamId stream, const Op& op) const;
   Result<void> check_healthy() const;
-  void dispatch_through(StreamId stream, Ticket ticket);
   bool point_complete(StreamPoint point) const;
   // Starts what is ready at now_ and completes what is due at now_, until neither
   // changes anything.
@@ -137,9 +131,6 @@ class SimGpu final : public SimBackend {
   std::optional<std::uint64_t> next_completion() const;
   void complete_ops_at(std::uint64_t t);
   std::uint64_t duration_ns(const Op& op) const;
-  // Time to move `bytes` across the link: pinned bandwidth when [ptr, ptr + bytes)
-  // is pinned or registered, pageable bandwidth otherwise.
-  double host_link_ns(const std::byte* ptr, std::uint64_t bytes) const;
   void apply(StreamId stream, const PendingOp& pending);
   std::optional<std::string> find_unmapped(const Op& op) const;
   bool swallowed(const CopyToDeviceOp& copy) const;

@@ -5,7 +5,8 @@
 #include <charconv>
 #include <cmath>
 
-#include "ferry/cuda_backend.hpp"
+#include "ferry/cost_model.hpp"
+#include "ferry/make_backend.hpp"
 
 namespace ferry::workloads {
 
@@ -16,7 +17,7 @@ std::uint64_t scaled(std::uint64_t full, double s) {
 
 bool uses_gemm(const WorkloadOptions& options) noexcept {
   return options.matmul == MatmulKind::gemm ||
-         (options.matmul == MatmulKind::automatic && options.backend == "cuda");
+         (options.matmul == MatmulKind::automatic && options.backend == BackendKind::cuda);
 }
 
 std::uint64_t fnv1a(std::string_view text) {
@@ -45,63 +46,21 @@ Result<std::vector<std::size_t>> resolve_tensors(const WeightBank& bank,
   return index;
 }
 
-double BusyMeter::copy_ns(const std::byte* host, std::uint64_t bytes) const {
-  bool pinned = false;
-  if (bytes > 0) {
-    const auto p = reinterpret_cast<std::uintptr_t>(host);
-    auto it = pinned_.upper_bound(p);
-    if (it != pinned_.begin()) {
-      --it;
-      pinned = p - it->first <= it->second && bytes <= it->second - (p - it->first);
-    }
-  }
-  const double bw = pinned ? profile_.h2d_bytes_per_s : profile_.pageable_bytes_per_s;
-  return bw > 0 ? static_cast<double>(bytes) / bw * 1e9 : 0;
-}
-
-double BusyMeter::duration_ns(const Op& op) const {
-  const double link = profile_.link_latency_ns;
-  const double kernel = profile_.kernel_latency_ns;
-  const auto mem = [&](std::uint64_t bytes) {
-    return profile_.mem_bytes_per_s > 0 ? static_cast<double>(bytes) / profile_.mem_bytes_per_s * 1e9 : 0;
-  };
-  if (const auto* f = std::get_if<FillOp>(&op)) return kernel + mem(f->dst.bytes);
-  if (const auto* c = std::get_if<CopyToDeviceOp>(&op)) return link + copy_ns(c->src, c->dst.bytes);
-  if (const auto* c = std::get_if<CopyToHostOp>(&op)) return link + copy_ns(c->dst, c->src.bytes);
-  if (const auto* c = std::get_if<CopyOnDeviceOp>(&op)) return kernel + 2 * mem(c->dst.bytes);
-  if (const auto* b = std::get_if<BatchCopyToDeviceOp>(&op)) {
-    double ns = link;
-    for (const CopyToDeviceOp& c : b->copies) ns += copy_ns(c.src, c.dst.bytes);
-    return ns;
-  }
-  if (const auto* c = std::get_if<ComputeOp>(&op)) {
-    if (c->flops == 0 && c->mem_bytes == 0) {
-      std::uint64_t touched = c->output.bytes;
-      for (const DeviceRange& in : c->inputs) touched += in.bytes;
-      return kernel + mem(touched);
-    }
-    const double math = profile_.flops_per_s > 0 ? c->flops / profile_.flops_per_s * 1e9 : 0;
-    return kernel + std::max(math, mem(c->mem_bytes));
-  }
-  if (const auto* g = std::get_if<GemmOp>(&op)) {
-    const double flops = g->flops != 0 ? g->flops : g->shape.flops();
-    const std::uint64_t bytes =
-        g->mem_bytes != 0 ? g->mem_bytes : g->shape.a_bytes() + g->shape.b_bytes() + g->shape.c_bytes();
-    const double math = profile_.flops_per_s > 0 ? flops / profile_.flops_per_s * 1e9 : 0;
-    return kernel + std::max(math, mem(bytes));
-  }
-  if (const auto* h = std::get_if<HashOp>(&op)) return kernel + mem(h->src.bytes);
-  return 0;
+bool BusyMeter::pinned(const std::byte* host, std::uint64_t bytes) const {
+  const auto p = reinterpret_cast<std::uintptr_t>(host);
+  auto it = pinned_.upper_bound(p);
+  if (it == pinned_.begin()) return false;
+  --it;
+  return p - it->first <= it->second && bytes <= it->second - (p - it->first);
 }
 
 Result<Ticket> BusyMeter::enqueue(StreamId stream, Op op) {
-  double ns;
+  std::uint64_t ns;
   bool copy;
   {
     std::lock_guard lock(mu_);
-    ns = std::ceil(duration_ns(op));
-    copy = std::holds_alternative<CopyToDeviceOp>(op) || std::holds_alternative<CopyToHostOp>(op) ||
-           std::holds_alternative<BatchCopyToDeviceOp>(op);
+    ns = modeled_ns(op, profile_, [&](const std::byte* p, std::uint64_t n) { return pinned(p, n); });
+    copy = engine_of(op) == Engine::copy_h2d || engine_of(op) == Engine::copy_d2h;
   }
   Result<Ticket> t = inner_.enqueue(stream, std::move(op));
   if (t.ok()) {
@@ -186,23 +145,29 @@ DeviceProfile scaled_profile(DeviceProfile profile, double s) {
 Result<std::unique_ptr<Env>> make_env(const WorkloadOptions& options, double scale, std::uint64_t capacity,
                                       std::uint64_t arena_budget) {
   auto env = std::make_unique<Env>();
+  BackendSpec spec;
+  spec.kind = options.backend;
+  spec.profile = options.profile;
+  spec.seed = options.seed;
+  spec.faults = options.faults;
   DeviceProfile profile;
-  if (options.backend == "sim") {
-    auto p = find_profile(options.profile);
-    if (!p) {
-      return make_error(ErrorCode::invalid_argument, "unknown profile \"" + options.profile + "\"");
+  if (spec.kind == BackendKind::sim) {
+    Result<DeviceProfile> named = spec_profile(spec);
+    if (!named.ok()) return std::move(named).error();
+    profile = scaled_profile(*named, scale);
+    spec.custom_profile = profile;
+  }
+  Result<std::unique_ptr<Backend>> made = make_backend(spec);
+  if (!made.ok()) {
+    Error e = std::move(made).error();
+    if (e.code == ErrorCode::unsupported) {
+      e.message = "backend " + std::string(to_string(spec.kind)) + " is not available: " + e.message;
     }
-    profile = scaled_profile(*p, scale);
-    auto sim = make_sim_backend({profile, options.seed, options.faults});
-    env->sim = sim.get();
-    env->owned = std::move(sim);
-  } else if (options.backend == "cuda") {
-    auto cuda = make_cuda_backend({});
-    if (!cuda.ok()) {
-      return make_error(ErrorCode::unsupported, "backend cuda is not available: " + cuda.error().message);
-    }
-    env->owned = std::move(cuda).value();
-    // No latencies known: the meter charges bandwidth and rate only.
+    return e;
+  }
+  env->owned = std::move(made).value();
+  if (!env->owned->info().modeled_time) {
+    // A real device: no latencies known, the meter charges bandwidth and rate only.
     const DeviceInfo& info = env->owned->info();
     profile.name = info.device;
     profile.capacity = info.capacity;
@@ -210,14 +175,12 @@ Result<std::unique_ptr<Env>> make_env(const WorkloadOptions& options, double sca
     profile.h2d_bytes_per_s = info.h2d_bytes_per_s;
     profile.pageable_bytes_per_s = info.h2d_bytes_per_s;
     profile.flops_per_s = info.flops_per_s;
-  } else {
-    return make_error(ErrorCode::invalid_argument, "unknown backend \"" + options.backend + "\" (sim|cuda)");
   }
   env->meter = std::make_unique<BusyMeter>(*env->owned, profile);
   env->order = std::make_unique<StreamOrder>(*env->meter);
   PoolOptions pool_options;
   pool_options.capacity = capacity;
-  if (options.backend == "sim") {
+  if (spec.kind == BackendKind::sim) {
     const double s2 = scale * scale;
     pool_options.small_limit =
         std::max<std::uint64_t>(4096, static_cast<std::uint64_t>(static_cast<double>(pool_options.small_limit) * s2));
@@ -397,7 +360,7 @@ Result<std::vector<std::byte>> Exec::download(StreamId stream, DeviceHandle src)
 void Exec::host_busy(std::uint64_t ns) {
   if (env_ == nullptr) return;
   host_busy_ns_ += ns;
-  if (env_->sim != nullptr) env_->sim->advance(ns);
+  if (env_->owned->info().modeled_time) env_->owned->advance(ns);  // real host work took real time
 }
 
 void Exec::progress(std::string_view phase, std::uint64_t done, std::uint64_t total) const {

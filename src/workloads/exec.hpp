@@ -27,7 +27,6 @@
 #include "ferry/device_profile.hpp"
 #include "ferry/host_arena.hpp"
 #include "ferry/offload_cache.hpp"
-#include "ferry/sim_backend.hpp"
 #include "ferry/stream_order.hpp"
 #include "ferry/transfer_engine.hpp"
 #include "ferry/workload.hpp"
@@ -57,8 +56,8 @@ std::uint64_t fnv1a(std::string_view text);
 // --- Busy time ---------------------------------------------------------------
 
 // A Backend adaptor that forwards everything and adds each enqueued operation's
-// modeled duration to its engine's busy time (the sim's formula, see
-// workload.hpp). It tracks pinned and registered host ranges itself, since copy
+// modeled duration to its engine's busy time (the one cost model, cost_model.hpp,
+// that the sim's clock runs on). It tracks pinned and registered host ranges itself, since copy
 // bandwidth depends on them.
 class BusyMeter final : public ForwardingBackend {
  public:
@@ -74,20 +73,18 @@ class BusyMeter final : public ForwardingBackend {
   std::uint64_t compute_ns() const;
 
  private:
-  double copy_ns(const std::byte* host, std::uint64_t bytes) const;
-  double duration_ns(const Op& op) const;
+  bool pinned(const std::byte* host, std::uint64_t bytes) const;  // under mu_
 
   DeviceProfile profile_;
   mutable std::mutex mu_;
   std::map<std::uintptr_t, std::uint64_t> pinned_;  // start -> bytes
-  double transfer_ns_ = 0, compute_ns_ = 0;
+  std::uint64_t transfer_ns_ = 0, compute_ns_ = 0;
 };
 
 // --- The run environment -------------------------------------------------------
 
 struct Env {
   std::unique_ptr<Backend> owned;  // the real backend
-  SimBackend* sim = nullptr;       // when it is the sim
   std::unique_ptr<BusyMeter> meter;
   std::unique_ptr<StreamOrder> order;
   std::unique_ptr<DevicePool> pool;

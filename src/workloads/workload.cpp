@@ -9,6 +9,7 @@
 
 #include "ferry/device_profile.hpp"
 #include "ferry/fault_spec.hpp"
+#include "core/text.hpp"
 #include "workloads/exec.hpp"
 
 namespace ferry {
@@ -37,34 +38,10 @@ Result<double> effective_scale(WorkloadKind kind, const WorkloadOptions& options
   return s;
 }
 
-std::string hex64(std::uint64_t v) {
-  char buf[24];
-  std::snprintf(buf, sizeof buf, "0x%016" PRIx64, v);
-  return buf;
-}
+using text::fixed;
 
-std::string bytes_text(std::uint64_t b) {
-  char buf[48];
-  if (b >= kGiB) std::snprintf(buf, sizeof buf, "%.2f GiB", double(b) / double(kGiB));
-  else if (b >= (1u << 20)) std::snprintf(buf, sizeof buf, "%.2f MiB", double(b) / double(1u << 20));
-  else if (b >= 1024) std::snprintf(buf, sizeof buf, "%.1f KiB", double(b) / 1024.0);
-  else std::snprintf(buf, sizeof buf, "%" PRIu64 " B", b);
-  return buf;
-}
-
-std::string time_text(std::uint64_t ns) {
-  char buf[48];
-  if (ns >= 1'000'000'000) std::snprintf(buf, sizeof buf, "%.3f s", double(ns) / 1e9);
-  else if (ns >= 1'000'000) std::snprintf(buf, sizeof buf, "%.3f ms", double(ns) / 1e6);
-  else std::snprintf(buf, sizeof buf, "%.1f us", double(ns) / 1e3);
-  return buf;
-}
-
-std::string fixed(double v, int digits) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.*f", digits, v);
-  return buf;
-}
+std::string bytes_text(std::uint64_t b) { return text::human_bytes(b, 2); }
+std::string time_text(std::uint64_t ns) { return text::human_ns(ns, 3); }
 
 }  // namespace
 
@@ -130,12 +107,10 @@ Result<WorkloadReport> run_workload(WorkloadKind kind, const WorkloadOptions& op
   if (!(options.target_pressure > 0 && options.target_pressure <= 1)) {
     return make_error(ErrorCode::invalid_argument, "target pressure must lie in (0, 1]");
   }
-  if (options.backend == "sim" && !find_profile(options.profile)) {
-    return make_error(ErrorCode::invalid_argument, "unknown profile \"" + options.profile + "\"");
-  }
-  if (options.backend != "sim" && options.backend != "cuda") {
-    return make_error(ErrorCode::invalid_argument, "unknown backend \"" + options.backend + "\" (sim|cuda)");
-  }
+  BackendSpec named;
+  named.profile = options.profile;
+  Result<DeviceProfile> profile = spec_profile(named);
+  if (options.backend == BackendKind::sim && !profile.ok()) return std::move(profile).error();
   if (!(options.host_flops_per_s > 0) || !(options.host_bytes_per_s > 0)) {
     return make_error(ErrorCode::invalid_argument, "host model rates must be > 0");
   }
@@ -163,7 +138,7 @@ Result<WorkloadReport> run_workload(WorkloadKind kind, const WorkloadOptions& op
   if (capacity == 0) {
     // Rounded up to whole granules (the pool rounds down).
     const std::uint64_t granule =
-        options.backend == "sim" ? workloads::scaled_profile(*find_profile(options.profile), s).granularity : 1;
+        options.backend == BackendKind::sim ? workloads::scaled_profile(*profile, s).granularity : 1;
     capacity = static_cast<std::uint64_t>(std::ceil(double(planned) / options.target_pressure));
     capacity = (capacity + granule - 1) / granule * granule;
   }
@@ -183,7 +158,8 @@ Result<WorkloadReport> run_workload(WorkloadKind kind, const WorkloadOptions& op
 
   WorkloadReport r;
   r.workload = std::string(to_string(kind));
-  r.backend = options.backend;
+  r.backend = std::string(to_string(options.backend));
+  r.modeled_time = env->owned->info().modeled_time;
   r.device = env->owned->info().device;
   r.shape = w->shape();
   r.weights = bank.source();
@@ -191,7 +167,7 @@ Result<WorkloadReport> run_workload(WorkloadKind kind, const WorkloadOptions& op
   r.seed = options.seed;
   r.integrity_policy = std::string(to_string(options.integrity));
   r.eviction_policy = std::string(to_string(options.policy));
-  r.faults = options.backend == "sim" ? describe(options.faults) : "none";
+  r.faults = describe(options.faults);
   r.prefetch = options.prefetch;
   r.host_exec = options.host_exec;
   r.matmul = gemm ? "gemm" : "mix";
@@ -229,10 +205,9 @@ Result<WorkloadReport> run_workload(WorkloadKind kind, const WorkloadOptions& op
   r.reclaims = ps.reclaims;
   r.prefetch_skipped = w->prefetch_skipped;
   r.integrity = env->engine->counters();
-  if (env->sim != nullptr) {
-    r.swallowed_copies = env->sim->swallowed_copies();
-    r.illegal_accesses = env->sim->illegal_accesses();
-  }
+  const FaultCounters faults = env->owned->fault_counters();
+  r.swallowed_copies = faults.swallowed_copies;
+  r.illegal_accesses = faults.illegal_accesses;
   if (w->cache_stats) {
     r.has_cache = true;
     r.cache = *w->cache_stats;
@@ -242,9 +217,9 @@ Result<WorkloadReport> run_workload(WorkloadKind kind, const WorkloadOptions& op
 
   std::vector<std::byte> expected(workloads::kDigestBytes);
   fill_with(workloads::kPattern, expected_seed, 0, expected);
-  r.expected_digest = hex64(content_hash(expected));
+  r.expected_digest = text::hex16(content_hash(expected));
   if (got.ok()) {
-    r.actual_digest = hex64(content_hash(*got));
+    r.actual_digest = text::hex16(content_hash(*got));
     r.matched = *got == expected && r.illegal_accesses == 0;
     if (r.illegal_accesses != 0) r.error = "the device touched unmapped memory";
   } else {
@@ -279,7 +254,7 @@ std::string workload_report_json(const WorkloadReport& r) {
                      {"tokens_per_s", r.tokens_per_s},
                      {"units", r.units},
                      {"unit", r.unit_name},
-                     {"modeled", r.backend == "sim"},
+                     {"modeled", r.modeled_time},
                      {"at", "full shape (virtual wall / scale^2)"}};
   j["time"] = {{"wall_ns", r.wall_ns},
                {"transfer_busy_ns", r.transfer_busy_ns},
@@ -334,16 +309,16 @@ std::string workload_report_summary(const WorkloadReport& r) {
     s += "  " + key + std::string(key.size() < 12 ? 12 - key.size() : 1, ' ') + value + "\n";
   };
   s += "ferry run " + r.workload + " on " + r.backend + " " + r.device + ", scale " + fixed(r.scale, 4) + "\n";
-  line("shape", r.shape + "; matmuls: " + (r.matmul == "gemm" ? (r.backend == "cuda" ? "cuBLAS GEMM" : "host GEMM")
+  line("shape", r.shape + "; matmuls: " + (r.matmul == "gemm" ? (r.modeled_time ? "host GEMM" : "cuBLAS GEMM")
                                                                    : "mix kernels"));
   line("weights", r.weights);
   line("output", r.matched ? "matched the host reference (digest " + r.actual_digest + ")"
                            : "DID NOT MATCH (expected digest " + r.expected_digest + ", got " +
                                  (r.actual_digest.empty() ? "none" : r.actual_digest) + ")");
   if (!r.error.empty()) line("error", r.error);
-  line("throughput", fixed(r.tokens_per_s, 0) + " tokens/s " + (r.backend == "sim" ? "modeled" : "measured") +
+  line("throughput", fixed(r.tokens_per_s, 0) + " tokens/s " + (r.modeled_time ? "modeled" : "measured") +
                          " at full shape (" + std::to_string(r.tokens) + " tokens, " + std::to_string(r.units) +
-                         " " + r.unit_name + " in " + time_text(r.wall_ns) + (r.backend == "sim" ? " virtual" : "") +
+                         " " + r.unit_name + " in " + time_text(r.wall_ns) + (r.modeled_time ? " virtual" : "") +
                          " at this scale)");
   line("overlap", fixed(r.overlap_efficiency, 3) + " = max(transfer " + time_text(r.transfer_busy_ns) +
                       ", compute " + time_text(r.compute_busy_ns) + ") / wall; prefetch " +

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "cli/app.hpp"
+#include "app.hpp"
 
 namespace ferry::cli::testing {
 

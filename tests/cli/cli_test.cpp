@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "cli/app.hpp"
+#include "app.hpp"
 #include "cli/cli_run.hpp"
 #include "ferry/cuda_backend.hpp"
 

@@ -164,8 +164,8 @@ TEST(ReplayIntegrity, BadInjectOrIntegrityIsBadUsageBeforeAnythingRuns) {
 // The library refuses faults outside the sim too, whatever the CLI checks.
 TEST(ReplayIntegrity, TheLibraryRefusesFaultsOnAnotherBackend) {
   ReplayOptions o;
-  o.backend = "cuda";
-  o.faults = *parse_fault_spec("pinned-noop:0.5");
+  o.backend.kind = BackendKind::cuda;
+  o.backend.faults = *parse_fault_spec("pinned-noop:0.5");
   Result<ReplayReport> r = replay_trace_text("{\"op\":\"trim\"}", "t.jsonl", o);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.error().code, ErrorCode::invalid_argument);

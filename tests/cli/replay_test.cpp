@@ -46,7 +46,8 @@ TEST_P(CommittedTrace, ReplaysWithEveryCheckMatching) {
     GTEST_SKIP() << "backend " << backend << " unavailable: " << why;
   }
   ReplayOptions options = with_capacity(c.capacity);
-  options.backend = backend;
+  options.backend = testing::backend_spec(backend);
+  options.backend.profile = "h200";
   Result<ReplayReport> r = replay_trace_file(trace_path(c.file), options);
   ASSERT_TRUE(r.ok()) << r.error().message;
   EXPECT_TRUE(r->passed()) << report_summary(*r);
@@ -107,7 +108,7 @@ TEST(OomExpectedTrace, CountsTheExpectedErrorsAndSkipsTheFailedIds) {
 
 TEST(Replay, IsDeterministicForASeed) {
   ReplayOptions o = with_capacity(64 * kMiB);
-  o.seed = 7;
+  o.backend.seed = 7;
   Result<ReplayReport> a = replay_trace_file(trace_path("report003.jsonl"), o);
   Result<ReplayReport> b = replay_trace_file(trace_path("report003.jsonl"), o);
   ASSERT_TRUE(a.ok() && b.ok());
@@ -273,23 +274,23 @@ TEST(Replay, ReportJsonHasEverySpecKey) {
 
 TEST(Replay, UnknownProfileOrBackendIsABadOption) {
   ReplayOptions o;
-  o.profile = "gtx480";
+  o.backend.profile = "gtx480";
   Result<ReplayReport> r = replay_trace_text("", "t", o);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.error().code, ErrorCode::invalid_argument);
   EXPECT_NE(r.error().message.find("gtx480"), std::string::npos);
 
-  o = ReplayOptions{};
-  o.backend = "opencl";
-  r = replay_trace_text("", "t", o);
-  ASSERT_FALSE(r.ok());
-  EXPECT_EQ(r.error().code, ErrorCode::invalid_argument);
+  // A backend is a BackendKind: an unknown name is refused where it is parsed.
+  Result<BackendKind> opencl = parse_backend_kind("opencl");
+  ASSERT_FALSE(opencl.ok());
+  EXPECT_EQ(opencl.error().code, ErrorCode::invalid_argument);
+  EXPECT_NE(opencl.error().message.find("sim or cuda"), std::string::npos) << opencl.error().message;
 }
 
 TEST(Replay, CudaWithoutCudaIsUnsupported) {
   if (cuda_backend_built()) GTEST_SKIP() << "this build has the CUDA backend";
   ReplayOptions o;
-  o.backend = "cuda";
+  o.backend.kind = BackendKind::cuda;
   Result<ReplayReport> r = replay_trace_text("{\"op\":\"trim\"}", "t", o);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.error().code, ErrorCode::unsupported);

@@ -147,7 +147,7 @@ constexpr const char* kTrace =
 
 TimelineOptions at_64mib() {
   TimelineOptions o;
-  o.replay.profile = "h200";
+  o.replay.backend.profile = "h200";
   o.replay.capacity = 64 * kMiB;
   return o;
 }

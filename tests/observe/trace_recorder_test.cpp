@@ -34,7 +34,7 @@ RigOptions h200_at(std::uint64_t capacity) {
 }
 ReplayOptions replay_at(std::uint64_t capacity) {
   ReplayOptions o;
-  o.profile = "h200";
+  o.backend.profile = "h200";
   o.capacity = capacity;
   return o;
 }

@@ -365,7 +365,7 @@ INSTANTIATE_TEST_SUITE_P(Backends, DevicePoolTest, FERRY_BACKENDS);
 
 // Sim-only: the model's own detectors stay quiet.
 TEST(DevicePoolSim, PressureWithHeldWorkNeverTouchesUnmappedMemory) {
-  auto sim = make_sim_backend({*find_profile("tiny"), 5, {}});
+  auto sim = testing::make_backend("sim", {}, 5);
   StreamOrder order(*sim);
   PoolOptions o;
   o.capacity = 2 * MiB;
@@ -384,7 +384,7 @@ TEST(DevicePoolSim, PressureWithHeldWorkNeverTouchesUnmappedMemory) {
   }
   sim->set_hold(0, false);
   ASSERT_TRUE(sim->synchronize().ok());
-  EXPECT_EQ(sim->illegal_accesses(), 0u);
+  EXPECT_EQ(sim->fault_counters().illegal_accesses, 0u);
 }
 
 }  // namespace
@@ -396,7 +396,7 @@ namespace {
 // I2 at teardown: a pool destroyed with work in flight waits for it before it
 // unmaps, so the device never touches unmapped memory.
 TEST(DevicePoolSim, DestructionWaitsForWorkInFlight) {
-  auto sim = make_sim_backend({*find_profile("tiny"), 3, {}});
+  auto sim = testing::make_backend("sim", {}, 3);
   StreamOrder order(*sim);
   {
     DevicePool p(order);
@@ -407,7 +407,7 @@ TEST(DevicePoolSim, DestructionWaitsForWorkInFlight) {
   }
   sim->set_hold(0, false);
   ASSERT_TRUE(sim->synchronize().ok());
-  EXPECT_EQ(sim->illegal_accesses(), 0u);
+  EXPECT_EQ(sim->fault_counters().illegal_accesses, 0u);
 }
 
 }  // namespace

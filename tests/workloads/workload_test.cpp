@@ -201,7 +201,7 @@ INSTANTIATE_TEST_SUITE_P(All, EachWorkloadGemm,
 TEST_P(EachWorkloadGemm, CudaMatchesWithCublas) {
   if (auto cuda = make_cuda_backend({}); !cuda.ok()) GTEST_SKIP() << "no cuda backend: " << cuda.error().message;
   WorkloadOptions o = gemm_small(GetParam());
-  o.backend = "cuda";
+  o.backend = BackendKind::cuda;
   o.matmul = MatmulKind::automatic;
   const WorkloadReport r = run_ok(GetParam(), o);
   EXPECT_EQ(r.matmul, "gemm");
@@ -303,9 +303,7 @@ TEST(Workload, BadInputsAreClearErrors) {
   o = small(WorkloadKind::dense_stream);
   o.profile = "a100";
   EXPECT_EQ(run_workload(WorkloadKind::dense_stream, o).error().code, ErrorCode::invalid_argument);
-  o = small(WorkloadKind::dense_stream);
-  o.backend = "tpu";
-  EXPECT_EQ(run_workload(WorkloadKind::dense_stream, o).error().code, ErrorCode::invalid_argument);
+  EXPECT_EQ(parse_backend_kind("tpu").error().code, ErrorCode::invalid_argument);
   o = small(WorkloadKind::dense_stream);
   o.weights_path = "/nonexistent/w.safetensors";
   auto missing = run_workload(WorkloadKind::dense_stream, o);
@@ -332,7 +330,7 @@ TEST(Workload, BadInputsAreClearErrors) {
 
   if (!cuda_backend_built()) {
     o = small(WorkloadKind::dense_stream);
-    o.backend = "cuda";
+    o.backend = BackendKind::cuda;
     auto cuda = run_workload(WorkloadKind::dense_stream, o);
     ASSERT_FALSE(cuda.ok());
     EXPECT_EQ(cuda.error().code, ErrorCode::unsupported);

@@ -13,6 +13,7 @@
 #include <unordered_map>
 #include <utility>
 
+#include "core/text.hpp"
 #include "ferry/content.hpp"
 
 namespace ferry {
@@ -30,17 +31,7 @@ const char* path_name(Path p) {
   return "?";
 }
 
-std::string hex(std::uint64_t v) {
-  char buf[24];
-  std::snprintf(buf, sizeof buf, "0x%016llx", static_cast<unsigned long long>(v));
-  return buf;
-}
-
-std::string hex_ptr(const void* p) {
-  char buf[24];
-  std::snprintf(buf, sizeof buf, "%p", p);
-  return buf;
-}
+using text::hex16;
 
 std::string handle_text(DeviceHandle h) {
   return "{pool " + std::to_string(h.pool) + ", slot " + std::to_string(h.slot) + ", gen " +
@@ -692,13 +683,13 @@ struct EngineOps {
     const TransferRange& tr = s.ranges[r];
     const RangeState& rs = s.rs[r];
     std::string msg = "range " + std::to_string(r) + " of " + std::to_string(s.ranges.size()) +
-                      ": host [" + hex_ptr(rs.origin) + ", +" + std::to_string(tr.bytes) +
+                      ": host [" + text::hex(rs.origin) + ", +" + std::to_string(tr.bytes) +
                       ") -> device " + handle_text(tr.dst) + " offset " +
                       std::to_string(tr.dst_offset) + ", " + std::to_string(tr.bytes) +
                       " bytes never arrived intact after " + std::to_string(rs.attempts) +
                       " attempts (" + rs.tried + ")";
     if (opt.policy == IntegrityPolicy::verify) {
-      msg += "; device hash " + hex(device_hash) + " != source hash " + hex(rs.hash);
+      msg += "; device hash " + hex16(device_hash) + " != source hash " + hex16(rs.hash);
     }
     return make_error(ErrorCode::transfer_corrupt, msg);
   }
@@ -1157,10 +1148,10 @@ Result<TransferReceipt> TransferEngine::download(StreamId stream, DeviceHandle s
   }
   ops.count([](IntegrityCounters& c) { ++c.corrupt; });
   return make_error(ErrorCode::transfer_corrupt,
-                    what + " into host [" + hex_ptr(dst.data()) + ", +" + std::to_string(bytes) +
+                    what + " into host [" + text::hex(dst.data()) + ", +" + std::to_string(bytes) +
                         ") never arrived intact after " + std::to_string(options_.max_attempts) +
-                        " attempts (" + tried + "); host hash " + hex(content_hash(dst)) +
-                        " != device hash " + hex(device_hash));
+                        " attempts (" + tried + "); host hash " + hex16(content_hash(dst)) +
+                        " != device hash " + hex16(device_hash));
 }
 
 Result<TransferReceipt> TransferEngine::copy_on_device(StreamId stream, DeviceHandle dst,
@@ -1236,7 +1227,7 @@ Result<TransferReceipt> TransferEngine::copy_on_device(StreamId stream, DeviceHa
   ops.count([](IntegrityCounters& c) { ++c.corrupt; });
   return make_error(ErrorCode::transfer_corrupt,
                     what + " never arrived intact after " + std::to_string(options_.max_attempts) +
-                        " attempts; destination hash " + hex(hd) + " != source hash " + hex(hs));
+                        " attempts; destination hash " + hex16(hd) + " != source hash " + hex16(hs));
 }
 
 Result<RegionId> TransferEngine::register_immutable(std::byte* ptr, std::uint64_t bytes) {

@@ -9,7 +9,9 @@
 #include <optional>
 #include <utility>
 
-#include "offset_allocator.hpp"
+#include "core/invariant.hpp"
+#include "core/offset_allocator.hpp"
+#include "core/text.hpp"
 
 namespace ferry {
 namespace {
@@ -18,14 +20,7 @@ constexpr std::uint64_t kAlign = 256;  // every block starts and ends on this
 constexpr std::uint32_t kNoBlock = UINT32_MAX;
 std::atomic<std::uint32_t> next_pool_id{1};
 
-std::string bytes_str(std::uint64_t b) {
-  char buf[64];
-  if (b >= (std::uint64_t{1} << 30)) std::snprintf(buf, sizeof buf, "%.2f GiB", double(b) / double(1 << 30));
-  else if (b >= (std::uint64_t{1} << 20)) std::snprintf(buf, sizeof buf, "%.2f MiB", double(b) / double(1 << 20));
-  else if (b >= 1024) std::snprintf(buf, sizeof buf, "%.2f KiB", double(b) / 1024.0);
-  else std::snprintf(buf, sizeof buf, "%" PRIu64 " B", b);
-  return buf;
-}
+std::string bytes_str(std::uint64_t b) { return text::human_bytes(b, 2); }
 
 }  // namespace
 
@@ -486,21 +481,8 @@ struct DevicePool::Impl {
   }
 
   void check() const {
-#if FERRY_HEAVY_VALIDATE
-    std::string why;
-    if (!validate_locked(&why)) {
-      std::fprintf(stderr, "ferry: DevicePool invariant broken: %s\n", why.c_str());
-      std::abort();
-    }
-#else
-    if (options.validate_each_op) {
-      std::string why;
-      if (!validate_locked(&why)) {
-        std::fprintf(stderr, "ferry: DevicePool invariant broken: %s\n", why.c_str());
-        std::abort();
-      }
-    }
-#endif
+    detail::check_invariants(options.validate_each_op, "DevicePool",
+                             [&](std::string* why) { return validate_locked(why); });
   }
 
   bool validate_locked(std::string* why) const {

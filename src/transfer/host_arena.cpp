@@ -12,6 +12,7 @@
 #include <tuple>
 #include <utility>
 
+#include "core/invariant.hpp"
 #include "ferry/content.hpp"
 
 namespace ferry {
@@ -350,7 +351,7 @@ Result<HostBlock> HostArena::allocate(std::uint64_t bytes, std::uint64_t alignme
       u.requested += bytes;
       m.st.requested_bytes += bytes;
       b->bytes = bytes;
-      if (options_.validate_each_op) assert(validate_locked(nullptr));
+      check();
       lock.unlock();
       release_now();
       return *b;
@@ -477,7 +478,7 @@ Result<void> HostArena::free(const HostBlock& block) {
       m.pending.emplace_back(block.chunk, block.offset);
     }
     if (u.retired && u.blocks.empty()) m.reclaim(order_, &release);
-    if (options_.validate_each_op) assert(validate_locked(nullptr));
+    check();
   }
   for (std::byte* p : release) (void)order_.backend().free_pinned(p);
   return {};
@@ -733,6 +734,11 @@ ArenaStats HostArena::stats() const {
 bool HostArena::validate(std::string* why) const {
   std::lock_guard lock(impl_->mu);
   return validate_locked(why);
+}
+
+void HostArena::check() const {
+  detail::check_invariants(options_.validate_each_op, "HostArena",
+                           [&](std::string* why) { return validate_locked(why); });
 }
 
 bool HostArena::validate_locked(std::string* why) const {

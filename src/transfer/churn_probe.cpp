@@ -5,7 +5,6 @@
 #include <thread>
 
 #include "ferry/content.hpp"
-#include "ferry/sim_backend.hpp"
 
 namespace ferry {
 namespace {
@@ -30,9 +29,8 @@ Result<ChurnVerdict> run_churn_probe(DevicePool& pool, const ChurnProbeOptions& 
   }
   StreamOrder& order = pool.order();
   Backend& backend = order.backend();
-  auto* sim = dynamic_cast<SimBackend*>(&backend);
   ChurnVerdict out;
-  out.simulated_delays = sim != nullptr;
+  out.simulated_delays = backend.info().modeled_time;
   const StreamId stream = options.stream;
 
   // 1. Churn, the way report 000's test suite did: big pinned buffers, filled
@@ -69,11 +67,7 @@ Result<ChurnVerdict> run_churn_probe(DevicePool& pool, const ChurnProbeOptions& 
   Result<void> failure;
   for (std::uint32_t i = 0; i < options.copies && failure.ok(); ++i) {
     const std::uint64_t delay = options.delay_step_ns * (i + 1);
-    if (sim != nullptr) {
-      sim->advance(delay);
-    } else {
-      std::this_thread::sleep_for(std::chrono::nanoseconds(delay));  // diagnostic only
-    }
+    backend.advance(delay);  // virtual time on sim; a real sleep elsewhere (diagnostic only)
     // A different pattern first, so a copy that does nothing shows.
     auto f = enqueue_fill(pool, stream, *dst, seed ^ (0xdeadull + i));
     if (!f.ok()) {

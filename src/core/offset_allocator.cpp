@@ -1,4 +1,4 @@
-#include "offset_allocator.hpp"
+#include "core/offset_allocator.hpp"
 
 #include <bit>
 #include <cassert>

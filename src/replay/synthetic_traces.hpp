@@ -16,7 +16,7 @@
 
 #include "ferry/replay.hpp"
 
-namespace ferry::bench {
+namespace ferry::synthetic {
 
 // n sizes, log-uniform in [lo, hi).
 inline std::vector<std::uint64_t> log_uniform_sizes(std::uint64_t lo, std::uint64_t hi,
@@ -128,4 +128,4 @@ inline MinCapacity min_capacity(const std::string& trace, ReplayOptions options)
   return out;
 }
 
-}  // namespace ferry::bench
+}  // namespace ferry::synthetic

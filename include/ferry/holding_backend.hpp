@@ -1,0 +1,143 @@
+// ferry — held streams (report 003's lazy dispatch), written once as a layer
+// over any backend's primitives.
+//
+// A backend implements HoldQueues::Device: issue an op on a device stream (the
+// next ticket), report what completed, wait, synchronize. HoldingBackend<Base>
+// gives it the rest of the Backend interface: tickets handed out at enqueue, the
+// one op contract (check_op) before any ticket, host-side queues for held
+// streams, and dispatch of held work when something needs it:
+//
+//   * set_hold(s, false), flush(s), flush_all() and synchronize() dispatch what
+//     the queues hold (flush keeps the hold on for later ops);
+//   * wait(point) dispatches the held ops of point.stream up to the point;
+//   * a WaitOp is never issued before the point it waits for: a native wait on
+//     work that is not on the device yet would wait for nothing (a silent race).
+//     Until that point is dispatched the waiting stream is blocked: its WaitOp
+//     and everything after it stay in its queue, even when the stream is not
+//     held. A hold is never broken by another stream's wait; a host wait that
+//     needs held work answers timeout at once, naming the held point.
+//
+// Tickets: the device numbers a stream's issued ops 1, 2, ... in the order they
+// are issued, and ops are issued in ticket order, so the device's tickets are the
+// layer's. An op that fails when it is issued later (it was held) still takes
+// its ticket: a no-op is issued in its place and the failure becomes the
+// stream's fault, returned by flush and by waits on later points. If even the
+// no-op fails the stream is broken: nothing more is issued on it.
+//
+// Thread safety: every method may be called from any thread. Lock order: the
+// layer's lock, then the device's own; the device never calls back into the
+// layer. Device::issue and Device::admit run under the layer's lock; waits and
+// synchronize run with no lock of the layer's held.
+#pragma once
+
+#include <array>
+#include <chrono>
+#include <cstddef>
+#include <deque>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <utility>
+
+#include "ferry/backend.hpp"
+#include "ferry/result.hpp"
+#include "ferry/stream.hpp"
+
+namespace ferry {
+
+class HoldQueues {
+ public:
+  // The primitives a backend implements.
+  class Device {
+   public:
+    virtual ~Device() = default;
+    // The backend's own refusals of an op that meets the contract (memory not
+    // mapped, a library it lacks), before the op gets a ticket.
+    virtual Result<void> admit(StreamId stream, const Op& op) = 0;
+    // Issues `op` (it met check_op and admit) as the stream's next ticket;
+    // never blocks on device work.
+    virtual Result<Ticket> issue(StreamId stream, Op op) = 0;
+    // The last issued ticket of `stream` that has completed. Polls; non-blocking.
+    virtual Ticket issued_completed(StreamId stream) = 0;
+    // Blocks until the issued `point` has completed. Errors: timeout, backend_error.
+    virtual Result<void> wait_issued(StreamPoint point, std::chrono::nanoseconds timeout) = 0;
+    // Blocks until every issued op has completed.
+    virtual Result<void> synchronize_issued() = 0;
+  };
+
+  // `info` is the device's (check_op reads its capabilities); both outlive this.
+  HoldQueues(Device& device, const DeviceInfo& info) : device_(device), info_(info) {}
+
+  Result<Ticket> enqueue(StreamId stream, Op op);
+  Ticket submitted(StreamId stream) const;
+  Ticket completed(StreamId stream);
+  void set_hold(StreamId stream, bool hold);
+  bool held(StreamId stream) const;
+  Result<void> flush(StreamId stream);
+  Result<void> flush_all();
+  Result<void> wait(StreamPoint point, std::chrono::nanoseconds timeout);
+  Result<void> synchronize();
+  // The first held op that reads or writes host bytes [begin, begin + bytes),
+  // if any (such memory must not be freed yet).
+  std::optional<StreamPoint> held_user(const std::byte* begin, std::uint64_t bytes) const;
+  // Checks issued <= submitted, held ops == submitted - issued, an unheld healthy
+  // stream holds nothing but a blocked wait. False means a bug of ours, in *why.
+  bool validate(std::string* why = nullptr) const;
+
+ private:
+  // issued <= submitted; held.size() == submitted - issued unless broken; the
+  // op with ticket issued + 1 + i is held[i].
+  struct Queue {
+    bool hold = false;
+    Ticket submitted = 0;
+    Ticket issued = 0;
+    std::deque<Op> held;
+    std::optional<Error> fault;  // first failure of a held op issued later
+    Ticket fault_ticket = 0;
+    bool broken = false;         // even a no-op failed: nothing more is issued
+  };
+
+  // Everything below runs with mu_ held.
+  // Issues held ops of `stream` through `ticket`, stopping early at a WaitOp
+  // whose point is not issued yet (blocked).
+  Result<void> dispatch_through(StreamId stream, Ticket ticket);
+  // Issues what unheld, blocked streams can issue now; repeats until nothing moves.
+  void unblock();
+  bool blocked(const Op& op) const;
+  std::string describe_blockage(StreamPoint point) const;
+  Result<void> issue_next(StreamId stream);
+  void record_fault(Queue& q, Ticket ticket, Error error);
+
+  Device& device_;
+  const DeviceInfo& info_;
+  mutable std::mutex mu_;
+  std::array<Queue, kMaxStreams> queues_;
+};
+
+// Base: Backend, or an interface derived from it (SimBackend). A backend derives
+// from HoldingBackend<Base> and from nothing else of the stream interface.
+template <class Base>
+class HoldingBackend : public Base, protected HoldQueues::Device {
+ public:
+  Result<Ticket> enqueue(StreamId stream, Op op) final { return queues_->enqueue(stream, std::move(op)); }
+  Ticket submitted(StreamId stream) const final { return queues_->submitted(stream); }
+  Ticket completed(StreamId stream) final { return queues_->completed(stream); }
+  void set_hold(StreamId stream, bool hold) final { queues_->set_hold(stream, hold); }
+  bool held(StreamId stream) const final { return queues_->held(stream); }
+  Result<void> flush(StreamId stream) final { return queues_->flush(stream); }
+  Result<void> flush_all() final { return queues_->flush_all(); }
+  Result<void> wait(StreamPoint point, std::chrono::nanoseconds timeout) final {
+    return queues_->wait(point, timeout);
+  }
+  Result<void> synchronize() final { return queues_->synchronize(); }
+
+ protected:
+  // Call once the backend's DeviceInfo is final (the end of its constructor).
+  void start_queues() { queues_.emplace(static_cast<HoldQueues::Device&>(*this), this->info()); }
+  const HoldQueues& queues() const { return *queues_; }
+
+ private:
+  std::optional<HoldQueues> queues_;
+};
+
+}  // namespace ferry

@@ -1,0 +1,42 @@
+// ferry — one way to make any backend: a BackendSpec names the kind and its
+// settings, make_backend() builds it. Nothing above the backends compares
+// backend names or includes a backend's own header; they hold a BackendSpec.
+//
+// Thread safety: reentrant. make_backend blocks while a device initializes.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "ferry/backend.hpp"
+#include "ferry/device_profile.hpp"
+#include "ferry/fault_spec.hpp"
+#include "ferry/result.hpp"
+
+namespace ferry {
+
+struct BackendSpec {
+  BackendKind kind = BackendKind::sim;
+  // sim: the device profile, a preset by name (device_profile.hpp), or
+  // custom_profile when set (a workload's scaled profile).
+  std::string profile = "h200";
+  std::optional<DeviceProfile> custom_profile;
+  std::uint64_t seed = 1;  // sim: same seed, same schedule and bytes
+  SimFaults faults;        // sim; a backend that injects no faults refuses any
+  int device = 0;          // cuda: the device ordinal
+};
+
+// The profile a sim spec models (custom_profile, else the named preset).
+// Errors: invalid_argument (an unknown profile name, listing the presets).
+Result<DeviceProfile> spec_profile(const BackendSpec& spec);
+
+// Errors: invalid_argument (unknown profile; faults asked of cuda),
+// unsupported (cuda not built, no driver, no device), backend_error.
+Result<std::unique_ptr<Backend>> make_backend(const BackendSpec& spec);
+
+// True when this build can make backends of `kind` (cuda: built with the toolkit).
+bool backend_built(BackendKind kind) noexcept;
+
+}  // namespace ferry

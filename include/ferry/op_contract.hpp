@@ -1,0 +1,93 @@
+// ferry — the one op contract, as code: what every backend refuses at enqueue,
+// before an op gets a ticket, and how an op's operands are enumerated.
+//
+// HoldingBackend calls check_op for every backend, so the sim and cuda refuse
+// the same malformed ops with the same error (tests/core/op_contract_test.cpp
+// runs one list of them on every backend). A backend may refuse more for its
+// own reasons (HoldQueues::Device::admit: memory not mapped, a missing library),
+// never less.
+#pragma once
+
+#include <functional>
+#include <string_view>
+#include <variant>
+
+#include "ferry/backend.hpp"
+#include "ferry/result.hpp"
+#include "ferry/stream.hpp"
+
+namespace ferry {
+
+// std::visit over a set of lambdas.
+template <class... F>
+struct Overloaded : F... {
+  using F::operator()...;
+};
+template <class... F>
+Overloaded(F...) -> Overloaded<F...>;
+
+// "fill", "copy_to_device", ...: the op's kind, for messages and reports.
+std::string_view op_name(const Op& op) noexcept;
+
+// The contract. Errors: invalid_argument naming the op, the stream and the flaw:
+//   * stream outside 0..kMaxStreams-1;
+//   * a device range that starts at 0 or wraps; a host pointer that is null or
+//     wraps (ranges of 0 bytes are always fine);
+//   * an unknown pattern; flops that are negative or not finite;
+//   * a device-to-device copy whose ranges overlap without being the same;
+//   * a GEMM whose shape does not match its ranges (check_gemm), that is not
+//     2-byte aligned, or whose output overlaps an input;
+//   * a HashOp with no result pointer;
+//   * a WaitOp for a point its stream has not handed out yet (which also rules
+//     out cycles), where `submitted(s)` is stream s's last ticket.
+// And unsupported for a BatchCopyToDeviceOp on a device without batched copy.
+Result<void> check_op(StreamId stream, const Op& op, const DeviceInfo& info,
+                      const std::function<Ticket(StreamId)>& submitted);
+
+// Calls fn(addr, bytes, role) for each device range `op` reads or writes.
+template <class Fn>
+void for_each_device_range(const Op& op, Fn&& fn) {
+  std::visit(Overloaded{
+                 [&](const FillOp& f) { fn(f.dst.addr, f.dst.bytes, "dst"); },
+                 [&](const CopyToDeviceOp& c) { fn(c.dst.addr, c.dst.bytes, "dst"); },
+                 [&](const CopyToHostOp& c) { fn(c.src.addr, c.src.bytes, "src"); },
+                 [&](const CopyOnDeviceOp& c) {
+                   fn(c.src_addr, c.dst.bytes, "src");
+                   fn(c.dst.addr, c.dst.bytes, "dst");
+                 },
+                 [&](const BatchCopyToDeviceOp& b) {
+                   for (const CopyToDeviceOp& c : b.copies) fn(c.dst.addr, c.dst.bytes, "dst");
+                 },
+                 [&](const ComputeOp& c) {
+                   for (const DeviceRange& in : c.inputs) fn(in.addr, in.bytes, "input");
+                   fn(c.output.addr, c.output.bytes, "output");
+                 },
+                 [&](const GemmOp& g) {
+                   fn(g.a.addr, g.a.bytes, "a");
+                   fn(g.b.addr, g.b.bytes, "b");
+                   fn(g.c.addr, g.c.bytes, "c");
+                 },
+                 [&](const HashOp& h) { fn(h.src.addr, h.src.bytes, "src"); },
+                 [](const auto&) {},
+             },
+             op);
+}
+
+// Calls fn(first_byte, bytes) for each host range `op` reads or writes.
+template <class Fn>
+void for_each_host_range(const Op& op, Fn&& fn) {
+  std::visit(Overloaded{
+                 [&](const CopyToDeviceOp& c) { fn(c.src, c.dst.bytes); },
+                 [&](const CopyToHostOp& c) { fn(c.dst, c.src.bytes); },
+                 [&](const BatchCopyToDeviceOp& b) {
+                   for (const CopyToDeviceOp& c : b.copies) fn(c.src, c.dst.bytes);
+                 },
+                 [&](const HashOp& h) {
+                   fn(reinterpret_cast<const std::byte*>(h.result), sizeof(std::uint64_t));
+                 },
+                 [](const auto&) {},
+             },
+             op);
+}
+
+}  // namespace ferry

@@ -1,0 +1,241 @@
+#include <limits>
+#include <string>
+#include <utility>
+
+#include "core/text.hpp"
+#include "ferry/holding_backend.hpp"
+#include "ferry/op_contract.hpp"
+
+namespace ferry {
+namespace {
+
+constexpr Ticket kAll = std::numeric_limits<Ticket>::max();
+
+Error bad_stream(const char* what, StreamId stream) {
+  return make_error(ErrorCode::invalid_argument, std::string(what) + " of stream " + std::to_string(stream) +
+                                                     ": out of range (streams are 0.." +
+                                                     std::to_string(kMaxStreams - 1) + ")");
+}
+
+}  // namespace
+
+Result<Ticket> HoldQueues::enqueue(StreamId stream, Op op) {
+  std::lock_guard lock(mu_);
+  FERRY_TRY(check_op(stream, op, info_, [&](StreamId s) { return queues_[s].submitted; }));
+  Queue& q = queues_[stream];
+  if (q.broken) return *q.fault;
+  FERRY_TRY(device_.admit(stream, op));
+  if (q.hold || !q.held.empty() || blocked(op)) {  // behind a hold, or a wait on held work
+    q.held.push_back(std::move(op));
+    return ++q.submitted;
+  }
+  if (const auto* w = std::get_if<WaitOp>(&op); w != nullptr && w->point.ticket > queues_[w->point.stream].issued) {
+    return *queues_[w->point.stream].fault;  // the point was lost on a broken stream
+  }
+  // Nothing of this stream waits in the queue: issued at once, and on failure
+  // the ticket is not handed out.
+  Result<Ticket> got = device_.issue(stream, std::move(op));
+  if (!got.ok()) return std::move(got).error();
+  q.issued = q.submitted = *got;
+  return *got;
+}
+
+Ticket HoldQueues::submitted(StreamId stream) const {
+  if (stream >= kMaxStreams) return 0;
+  std::lock_guard lock(mu_);
+  return queues_[stream].submitted;
+}
+
+Ticket HoldQueues::completed(StreamId stream) {
+  if (stream >= kMaxStreams) return 0;
+  return device_.issued_completed(stream);
+}
+
+void HoldQueues::set_hold(StreamId stream, bool hold) {
+  if (stream >= kMaxStreams) return;
+  std::lock_guard lock(mu_);
+  // A failure is kept as the stream's fault, reported by flush and by waits.
+  queues_[stream].hold = hold;
+  if (!hold) {
+    (void)dispatch_through(stream, kAll);
+    unblock();
+  }
+}
+
+bool HoldQueues::held(StreamId stream) const {
+  if (stream >= kMaxStreams) return false;
+  std::lock_guard lock(mu_);
+  return queues_[stream].hold;
+}
+
+Result<void> HoldQueues::flush(StreamId stream) {
+  if (stream >= kMaxStreams) return bad_stream("flush", stream);
+  std::lock_guard lock(mu_);
+  Result<void> r = dispatch_through(stream, kAll);
+  unblock();
+  return r;
+}
+
+Result<void> HoldQueues::flush_all() {
+  std::lock_guard lock(mu_);
+  Result<void> first;
+  for (StreamId s = 0; s < kMaxStreams; ++s) {
+    Result<void> r = dispatch_through(s, kAll);
+    if (!r.ok() && first.ok()) first = std::move(r);
+  }
+  unblock();
+  return first;
+}
+
+Result<void> HoldQueues::wait(StreamPoint point, std::chrono::nanoseconds timeout) {
+  if (point.stream >= kMaxStreams) return bad_stream("wait", point.stream);
+  {
+    std::lock_guard lock(mu_);
+    Queue& q = queues_[point.stream];
+    if (point.ticket > q.submitted) {
+      return make_error(ErrorCode::invalid_argument, "wait for " + text::point(point) + ": that stream has only " +
+                                                         std::to_string(q.submitted) + " tickets");
+    }
+    (void)dispatch_through(point.stream, point.ticket);  // a failure becomes the stream's fault
+    unblock();
+    if (point.ticket > q.issued) {
+      if (q.broken) return *q.fault;
+      return make_error(ErrorCode::timeout,
+                        "wait for " + text::point(point) + " can never complete: " + describe_blockage(point));
+    }
+  }
+  FERRY_TRY(device_.wait_issued(point, timeout));
+  std::lock_guard lock(mu_);
+  const Queue& q = queues_[point.stream];
+  if (q.fault && q.fault_ticket <= point.ticket) return *q.fault;
+  return {};
+}
+
+Result<void> HoldQueues::synchronize() {
+  Result<void> first = flush_all();
+  Result<void> done = device_.synchronize_issued();
+  return first.ok() ? done : first;
+}
+
+bool HoldQueues::validate(std::string* why) const {
+  std::lock_guard lock(mu_);
+  for (StreamId s = 0; s < kMaxStreams; ++s) {
+    const Queue& q = queues_[s];
+    const auto fail = [&](const char* what) {
+      if (why != nullptr) *why = "hold queue of stream " + std::to_string(s) + ": " + what;
+      return false;
+    };
+    if (q.issued > q.submitted) return fail("issued past submitted");
+    if (!q.broken && q.held.size() != q.submitted - q.issued) return fail("held ops != submitted - issued");
+    if (!q.hold && !q.broken && !q.held.empty() && !blocked(q.held.front())) {
+      return fail("neither held nor blocked, yet ops wait in the queue");
+    }
+    if (q.broken && !q.fault) return fail("broken without a fault");
+  }
+  return true;
+}
+
+Result<void> HoldQueues::dispatch_through(StreamId stream, Ticket ticket) {
+  Queue& q = queues_[stream];
+  Result<void> first;
+  while (!q.broken && !q.held.empty() && q.issued < ticket && !blocked(q.held.front())) {
+    Result<void> r = issue_next(stream);
+    if (!r.ok() && first.ok()) first = std::move(r);
+  }
+  if (q.broken && first.ok() && q.issued < std::min(ticket, q.submitted)) first = *q.fault;
+  return first;
+}
+
+void HoldQueues::unblock() {
+  for (bool moved = true; moved;) {
+    moved = false;
+    for (StreamId s = 0; s < kMaxStreams; ++s) {
+      Queue& q = queues_[s];
+      if (q.hold || q.broken || q.held.empty()) continue;
+      const Ticket before = q.issued;
+      (void)dispatch_through(s, kAll);  // a failure becomes the stream's fault
+      moved = moved || q.issued != before;
+    }
+  }
+}
+
+// A WaitOp for a point still held (not issued, on a stream that is not broken:
+// a broken stream's point fails the wait instead).
+bool HoldQueues::blocked(const Op& op) const {
+  const auto* w = std::get_if<WaitOp>(&op);
+  if (w == nullptr) return false;
+  const Queue& other = queues_[w->point.stream];
+  return w->point.ticket > other.issued && !other.broken;
+}
+
+std::string HoldQueues::describe_blockage(StreamPoint point) const {
+  std::string why;
+  StreamPoint p = point;
+  // Each hop follows a wait to a point enqueued earlier, so the chain is short
+  // and acyclic; the bound only guards against a bug.
+  for (std::size_t hop = 0; hop <= kMaxStreams; ++hop) {
+    const Queue& q = queues_[p.stream];
+    if (q.issued >= p.ticket || q.held.empty()) break;
+    const StreamPoint front{p.stream, q.issued + 1};
+    const auto* w = std::get_if<WaitOp>(&q.held.front());
+    if (q.hold || w == nullptr) {
+      return why + text::point(front) + " is held in the stream's host-side queue (flush the stream or release its hold)";
+    }
+    why += "stream " + std::to_string(p.stream) + " is blocked at ticket " + std::to_string(front.ticket) +
+           ", a wait for " + text::point(w->point) + "; ";
+    p = w->point;
+  }
+  return why + "no operation can make progress";
+}
+
+std::optional<StreamPoint> HoldQueues::held_user(const std::byte* begin, std::uint64_t bytes) const {
+  const auto lo = reinterpret_cast<std::uintptr_t>(begin);
+  std::lock_guard lock(mu_);
+  for (StreamId s = 0; s < kMaxStreams; ++s) {
+    const Queue& q = queues_[s];
+    for (std::size_t i = 0; i < q.held.size(); ++i) {
+      bool uses = false;
+      for_each_host_range(q.held[i], [&](const std::byte* p, std::uint64_t n) {
+        const auto a = reinterpret_cast<std::uintptr_t>(p);
+        uses = uses || (n > 0 && a < lo + bytes && lo < a + n);
+      });
+      if (uses) return StreamPoint{s, q.issued + 1 + i};
+    }
+  }
+  return std::nullopt;
+}
+
+Result<void> HoldQueues::issue_next(StreamId stream) {
+  Queue& q = queues_[stream];
+  const Ticket ticket = q.issued + 1;
+  Op op = std::move(q.held.front());
+  q.held.pop_front();
+  Result<void> ready;  // a wait on a broken stream's lost point fails with that stream's fault
+  if (const auto* w = std::get_if<WaitOp>(&op); w != nullptr && w->point.ticket > queues_[w->point.stream].issued) {
+    ready = *queues_[w->point.stream].fault;
+  }
+  Result<Ticket> got = ready.ok() ? device_.issue(stream, std::move(op)) : Result<Ticket>(ready.error());
+  if (got.ok()) {
+    q.issued = *got;
+    return {};
+  }
+  Error error = std::move(got).error();
+  record_fault(q, ticket, error);
+  // The ticket still completes in order, so leases on it retire.
+  Result<Ticket> nop = device_.issue(stream, NopOp{});
+  if (nop.ok()) {
+    q.issued = *nop;
+  } else {
+    q.broken = true;
+    q.held.clear();
+  }
+  return error;
+}
+
+void HoldQueues::record_fault(Queue& q, Ticket ticket, Error error) {
+  if (q.fault) return;
+  q.fault = std::move(error);
+  q.fault_ticket = ticket;
+}
+
+}  // namespace ferry

@@ -1,0 +1,147 @@
+#include "ferry/op_contract.hpp"
+
+#include <array>
+#include <cmath>
+#include <iterator>
+#include <string>
+#include <utility>
+
+#include "core/text.hpp"
+#include "ferry/gemm.hpp"
+
+namespace ferry {
+namespace {
+
+constexpr std::array<std::string_view, 10> kOpNames{"fill", "copy_to_device", "copy_to_host", "copy_on_device",
+                                                    "batch_copy_to_device", "compute", "gemm", "hash",
+                                                    "wait", "nop"};
+static_assert(std::variant_size_v<Op> == kOpNames.size());
+
+bool device_range_ok(std::uint64_t addr, std::uint64_t bytes) {
+  return bytes == 0 || (addr != 0 && addr <= UINT64_MAX - bytes);
+}
+
+bool host_range_ok(const void* ptr, std::uint64_t bytes) {
+  return bytes == 0 || (ptr != nullptr && reinterpret_cast<std::uintptr_t>(ptr) <= UINTPTR_MAX - bytes);
+}
+
+bool ranges_overlap(const DeviceRange& x, const DeviceRange& y) {
+  return x.bytes > 0 && y.bytes > 0 && x.addr < y.addr + y.bytes && y.addr < x.addr + x.bytes;
+}
+
+}  // namespace
+
+std::string_view op_name(const Op& op) noexcept { return kOpNames[op.index()]; }
+
+Result<void> check_op(StreamId stream, const Op& op, const DeviceInfo& info,
+                      const std::function<Ticket(StreamId)>& submitted) {
+  // Built only on failure: enqueue is on every hot path.
+  const auto where = [&] {
+    return "enqueue(" + std::string(op_name(op)) + ") on stream " + std::to_string(stream) + ": ";
+  };
+  const auto bad = [&](std::string why) {
+    return Result<void>(make_error(ErrorCode::invalid_argument, where() + std::move(why)));
+  };
+  if (stream >= kMaxStreams) {
+    return bad("out of range (streams are 0.." + std::to_string(kMaxStreams - 1) + ")");
+  }
+  const auto device = [&](std::uint64_t addr, std::uint64_t bytes, const char* role) {
+    return device_range_ok(addr, bytes)
+               ? Result<void>()
+               : bad(std::string(role) + " " + text::range(addr, bytes) + " starts at address 0 or wraps around");
+  };
+  const auto host = [&](const void* ptr, std::uint64_t bytes, const char* role) {
+    return host_range_ok(ptr, bytes) ? Result<void>()
+                                     : bad(std::string("host ") + role + " " + text::hex(ptr) + " of " +
+                                           std::to_string(bytes) + " bytes is null or wraps around");
+  };
+  const auto copy_to_device = [&](const CopyToDeviceOp& c) -> Result<void> {
+    FERRY_TRY(device(c.dst.addr, c.dst.bytes, "dst"));
+    return host(c.src, c.dst.bytes, "src");
+  };
+  const auto pattern = [&](Pattern p) {
+    return known_pattern(p) ? Result<void>() : bad("unknown pattern " + std::to_string(static_cast<int>(p)));
+  };
+  const auto flops = [&](double f) {
+    return std::isfinite(f) && f >= 0 ? Result<void>() : bad("flops must be finite and >= 0");
+  };
+  return std::visit(
+      Overloaded{
+          [&](const FillOp& f) -> Result<void> {
+            FERRY_TRY(pattern(f.pattern));
+            return device(f.dst.addr, f.dst.bytes, "dst");
+          },
+          copy_to_device,
+          [&](const CopyToHostOp& c) -> Result<void> {
+            FERRY_TRY(device(c.src.addr, c.src.bytes, "src"));
+            return host(c.dst, c.src.bytes, "dst");
+          },
+          [&](const CopyOnDeviceOp& c) -> Result<void> {
+            FERRY_TRY(device(c.src_addr, c.dst.bytes, "src"));
+            FERRY_TRY(device(c.dst.addr, c.dst.bytes, "dst"));
+            // A device copy reads and writes in parallel: a partial overlap has no
+            // defined result. The same range is a no-op.
+            const DeviceRange src{c.src_addr, c.dst.bytes};
+            if (c.src_addr != c.dst.addr && ranges_overlap(src, c.dst)) {
+              return bad("src " + text::range(src.addr, src.bytes) + " overlaps dst " +
+                         text::range(c.dst.addr, c.dst.bytes));
+            }
+            return {};
+          },
+          [&](const BatchCopyToDeviceOp& b) -> Result<void> {
+            if (!info.batched_copy) {
+              return make_error(ErrorCode::unsupported,
+                                where() + "this device has no batched copy (DeviceInfo::batched_copy is false)");
+            }
+            for (const CopyToDeviceOp& c : b.copies) FERRY_TRY(copy_to_device(c));
+            return {};
+          },
+          [&](const ComputeOp& c) -> Result<void> {
+            FERRY_TRY(pattern(c.pattern));
+            for (const DeviceRange& in : c.inputs) FERRY_TRY(device(in.addr, in.bytes, "input"));
+            FERRY_TRY(device(c.output.addr, c.output.bytes, "output"));
+            return flops(c.flops);
+          },
+          [&](const GemmOp& g) -> Result<void> {
+            FERRY_TRY(device(g.a.addr, g.a.bytes, "a"));
+            FERRY_TRY(device(g.b.addr, g.b.bytes, "b"));
+            FERRY_TRY(device(g.c.addr, g.c.bytes, "c"));
+            if (Result<void> r = check_gemm(g.shape, g.a.bytes, g.b.bytes, g.c.bytes); !r.ok()) {
+              return bad(std::move(r).error().message);
+            }
+            // A bf16 load at an odd address is a device fault on a GPU.
+            if ((g.a.addr | g.b.addr | g.c.addr) % 2 != 0) return bad("a, b and c must be 2-byte aligned");
+            // The product reads a and b while it writes c (on a real device, in
+            // tiles), so an overlap would make the result depend on the order.
+            for (const auto& [in, name] : {std::pair{&g.a, "a"}, std::pair{&g.b, "b"}}) {
+              if (ranges_overlap(g.c, *in)) {
+                return bad("c " + text::range(g.c.addr, g.c.bytes) + " overlaps " + name + " " +
+                           text::range(in->addr, in->bytes) + "; the output must not overlap an input");
+              }
+            }
+            return flops(g.flops);
+          },
+          [&](const HashOp& h) -> Result<void> {
+            FERRY_TRY(device(h.src.addr, h.src.bytes, "src"));
+            if (h.result == nullptr) return bad("result pointer is null");
+            return {};
+          },
+          [&](const WaitOp& w) -> Result<void> {
+            if (w.point.stream >= kMaxStreams) {
+              return bad("waits for stream " + std::to_string(w.point.stream) + ", out of range (streams are 0.." +
+                         std::to_string(kMaxStreams - 1) + ")");
+            }
+            // Only enqueued work can be waited for, which also rules out cycles.
+            const Ticket last = submitted(w.point.stream);
+            if (w.point.ticket > last) {
+              return bad("waits for " + text::point(w.point) + ", but that stream has only " + std::to_string(last) +
+                         " tickets");
+            }
+            return {};
+          },
+          [](const NopOp&) { return Result<void>(); },
+      },
+      op);
+}
+
+}  // namespace ferry

@@ -1,0 +1,80 @@
+#include "core/text.hpp"
+
+#include <cinttypes>
+#include <cstdio>
+
+namespace ferry::text {
+
+std::string hex(std::uint64_t value) {
+  char buf[24];
+  std::snprintf(buf, sizeof buf, "0x%" PRIx64, value);
+  return buf;
+}
+
+std::string hex(const void* ptr) { return hex(static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(ptr))); }
+
+std::string hex16(std::uint64_t value) {
+  char buf[24];
+  std::snprintf(buf, sizeof buf, "0x%016" PRIx64, value);
+  return buf;
+}
+
+std::string exact_bytes(std::uint64_t bytes) {
+  constexpr const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int unit = 0;
+  std::uint64_t value = bytes;
+  while (unit < 4 && value != 0 && value % 1024 == 0) {
+    value /= 1024;
+    ++unit;
+  }
+  return std::to_string(value) + " " + kUnits[unit];
+}
+
+std::string human_bytes(std::uint64_t bytes, int decimals, ByteUnit largest) {
+  constexpr const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+  const int last = static_cast<int>(largest);
+  double v = static_cast<double>(bytes);
+  int u = 0;
+  while (v >= 1024.0 && u < last) {
+    v /= 1024.0;
+    ++u;
+  }
+  char buf[48];
+  if (u == 0) {
+    std::snprintf(buf, sizeof buf, "%" PRIu64 " B", bytes);
+  } else {
+    std::snprintf(buf, sizeof buf, "%.*f %s", decimals, v, kUnits[u]);
+  }
+  return buf;
+}
+
+std::string human_ns(std::uint64_t ns, int decimals) {
+  char buf[48];
+  const double v = static_cast<double>(ns);
+  if (ns < 1000) {
+    std::snprintf(buf, sizeof buf, "%" PRIu64 " ns", ns);
+  } else if (ns < 1'000'000) {
+    std::snprintf(buf, sizeof buf, "%.*f us", decimals, v / 1e3);
+  } else if (ns < 1'000'000'000) {
+    std::snprintf(buf, sizeof buf, "%.*f ms", decimals, v / 1e6);
+  } else {
+    std::snprintf(buf, sizeof buf, "%.*f s", decimals, v / 1e9);
+  }
+  return buf;
+}
+
+std::string fixed(double value, int decimals) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", decimals, value);
+  return buf;
+}
+
+std::string range(std::uint64_t addr, std::uint64_t bytes) {
+  return "[" + hex(addr) + ", +" + std::to_string(bytes) + ")";
+}
+
+std::string point(StreamPoint p) {
+  return "stream " + std::to_string(p.stream) + " ticket " + std::to_string(p.ticket);
+}
+
+}  // namespace ferry::text

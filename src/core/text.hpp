@@ -1,0 +1,37 @@
+// The one home of how ferry writes numbers, sizes, addresses and times in
+// messages and reports. Every layer formats through these; none keeps its own.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "ferry/stream.hpp"
+
+namespace ferry::text {
+
+// "0x1f00": the shortest form (addresses in messages).
+std::string hex(std::uint64_t value);
+std::string hex(const void* ptr);
+// "0x00000000000001f0": all 16 digits (hashes and digests, which line up).
+std::string hex16(std::uint64_t value);
+
+// Exact: "3 MiB" only for a whole number of MiB, else "3145729 B".
+std::string exact_bytes(std::uint64_t bytes);
+
+enum class ByteUnit : std::uint8_t { B, KiB, MiB, GiB, TiB, PiB, EiB };
+// Rounded to `decimals`: "12 B", "1.5 KiB", "2.00 GiB"; never past `largest`.
+std::string human_bytes(std::uint64_t bytes, int decimals = 1, ByteUnit largest = ByteUnit::EiB);
+
+// "812 ns", "3.2 us", "14.0 ms", "2.5 s" (decimals for every unit above ns).
+std::string human_ns(std::uint64_t ns, int decimals = 1);
+
+// printf's %.*f.
+std::string fixed(double value, int decimals);
+
+// "[0x1000, +4096)": a device or host range.
+std::string range(std::uint64_t addr, std::uint64_t bytes);
+
+// "stream 3 ticket 12".
+std::string point(StreamPoint p);
+
+}  // namespace ferry::text
