@@ -77,7 +77,7 @@ CLI::Option* add_inject_option(CLI::App& app, std::vector<std::string>& specs) {
 }
 
 CLI::Option* add_trace_argument(CLI::App& app, const std::string& name, std::string& path) {
-  return app.add_option(name, path, "Trace: JSON Lines, one op per line (SPEC.md \"Trace format\")")
+  return app.add_option(name, path, "Trace: JSON Lines, one op per line (docs/spec.md §3)")
       ->required();
 }
 

@@ -1,4 +1,4 @@
-// `ferry replay FILE`: replays an allocation trace (SPEC.md "Trace format").
+// `ferry replay FILE`: replays an allocation trace (docs/spec.md §3).
 #include <filesystem>
 #include <fstream>
 #include <memory>

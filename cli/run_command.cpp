@@ -1,5 +1,5 @@
 // `ferry run NAME`: runs one of the seed workloads end to end and checks its
-// output against the host reference (SPEC.md "Workloads").
+// output against the host reference (docs/spec.md §7).
 #include <unistd.h>
 
 #include <cstdio>

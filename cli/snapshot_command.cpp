@@ -1,6 +1,6 @@
 // `ferry snapshot TRACE`: replays a trace on the sim, samples the pool after
 // every op, and writes the pool over time and its layout as one HTML page
-// and/or JSON (SPEC.md "Observability").
+// and/or JSON (docs/spec.md §1).
 #include <cstdio>
 #include <filesystem>
 #include <fstream>

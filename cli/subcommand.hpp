@@ -15,7 +15,7 @@
 
 namespace ferry::cli {
 
-// Exit codes of every subcommand (SPEC.md "The CLI").
+// Exit codes of every subcommand (docs/spec.md §4).
 inline constexpr int kExitOk = 0;      // done, every check passed
 inline constexpr int kExitFailed = 1;  // a check failed, or an unexpected error
 inline constexpr int kExitUsage = 2;   // bad usage or malformed input; nothing ran

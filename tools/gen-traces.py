@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Writes the replay traces in tests/traces/ (SPEC.md "Trace format").
+"""Writes the replay traces in tests/traces/ (docs/spec.md §3).
 
 Deterministic: the same script writes the same bytes. Standard library only.
 

@@ -1,7 +1,7 @@
 // ferry — the device pool: handles that never go stale, stream-ordered free,
 // reclaim under pressure that never frees memory queued work still touches.
 //
-// Invariants (SPEC.md):
+// Invariants (docs/spec.md §2):
 //   I1  handles are (pool, slot, generation); slots are never renumbered or moved;
 //       freeing a slot bumps its generation; resolving a stale, foreign or forged
 //       handle returns stale_handle.

@@ -1,5 +1,5 @@
 // ferry — the host arena: pinned host memory taken from the backend rarely, in
-// large chunks, and reused in stream order (SPEC.md I2, I6).
+// large chunks, and reused in stream order (docs/spec.md I2, I6).
 //
 // Why: report 000 saw copies out of freshly pinned memory silently do nothing
 // after heavy pinned alloc/free churn. The arena removes the churn: it pins

@@ -1,5 +1,5 @@
 // ferry — integrity policies for host->device transfers, and what they counted
-// (SPEC.md I5, report 000).
+// (docs/spec.md I5, report 000).
 //
 //   off     copies are trusted. A silent no-op copy goes unnoticed; use it only to
 //           measure what the guard costs, or to show that a fault bites.

@@ -1,6 +1,6 @@
 // ferry — a snapshot of a device pool: every reserved range (segment), which
 // granules are mapped or cached in it, every block and its state, and the
-// pool's statistics, as a value and as JSON (SPEC.md "Observability").
+// pool's statistics, as a value and as JSON (docs/spec.md §1).
 //
 //   per segment:  mapped_bytes == sum of mapped runs;  cached runs lie inside mapped runs
 //   over all:     stats.reserved_bytes == sum of segments' mapped_bytes

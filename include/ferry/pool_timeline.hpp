@@ -1,6 +1,6 @@
 // ferry — the pool over time: a replay sampled after every operation, with
 // layout snapshots at chosen moments, as JSON and as a self-contained HTML page
-// (SPEC.md "Observability"; `ferry snapshot TRACE` is its command line).
+// (docs/spec.md §1; `ferry snapshot TRACE` is its command line).
 //
 // observe_replay() replays a trace (replay.hpp) with an observer that reads the
 // pool's statistics after every op, and takes layout snapshots (pool_snapshot.hpp)

@@ -1,5 +1,5 @@
 // ferry — replaying an allocation trace against a backend and a device pool
-// (SPEC.md "Trace format"), with a host reference model of every buffer's bytes.
+// (docs/spec.md §3), with a host reference model of every buffer's bytes.
 //
 // A trace is JSON Lines, one operation per line: alloc, free, fill, upload,
 // compute, hold, release, sync, trim, check. Blank lines are ignored; fields a
@@ -7,7 +7,7 @@
 // trace is validated before anything runs; the first problems are returned as
 // one `invalid_argument` error whose lines read "FILE:LINE: what is wrong".
 //
-// Semantics beyond SPEC.md, decided here:
+// Semantics beyond the minimum, decided here (docs/spec.md §3 lists them):
 //   * `expect` is allowed on every op: "oom" (= "out_of_memory") or any error
 //     code name. The named error is counted in `errors` but not as unexpected;
 //     an op that succeeds although an error was expected is counted in
@@ -159,7 +159,7 @@ Result<ReplayReport> replay_trace_file(const std::string& path, const ReplayOpti
 Result<ReplayReport> replay_trace_text(std::string_view text, std::string_view name,
                                        const ReplayOptions& options);
 
-// The report as one JSON object (SPEC.md's keys and the extra ones above).
+// The report as one JSON object (docs/spec.md §5: the stable keys and the extra ones above).
 std::string report_json(const ReplayReport& report);
 
 // The report as a few lines a person reads, ending with the verdict.

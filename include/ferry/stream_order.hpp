@@ -1,4 +1,4 @@
-// ferry — stream ordering, written once (SPEC.md I2, I3).
+// ferry — stream ordering, written once (docs/spec.md I2, I3).
 //
 // The pool, the host arena, the transfer engine and the offload cache all ask the
 // same two questions — "which enqueued work may still touch this?" and "has it

@@ -1,5 +1,5 @@
-// ferry — recording a real program's pool traffic as a replay trace (SPEC.md
-// "Trace format"; `ferry replay FILE` runs what it writes).
+// ferry — recording a real program's pool traffic as a replay trace (docs/spec.md
+// §3; `ferry replay FILE` runs what it writes).
 //
 // RecordingPool is an adaptor (STYLE practice 6: tracing is a policy that wraps
 // a resource, not a flag inside it). The program keeps its DevicePool and calls

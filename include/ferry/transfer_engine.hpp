@@ -1,5 +1,5 @@
 // ferry — the transfer engine: every host<->device copy, batched where the
-// backend allows, under an integrity policy, with fallback paths (SPEC.md I5).
+// backend allows, under an integrity policy, with fallback paths (docs/spec.md I5).
 //
 // Report 000: copies out of freshly pinned memory returned success and changed
 // nothing; the batched path had a start-up probe, the plain path had no guard.

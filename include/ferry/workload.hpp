@@ -1,6 +1,6 @@
 // ferry — the seed reports' workloads, end to end on ferry, with their outputs
 // checked against a reference computed on the host without the pool
-// (SPEC.md "Workloads").
+// (docs/spec.md §7).
 //
 //   dense-stream   report 003: a dense transformer forward (36 layers, hidden
 //                  2560, bf16, 4096 tokens), each layer's weights uploaded ->

@@ -1,4 +1,4 @@
-// The parsed form of a replay trace (SPEC.md "Trace format") and its validator.
+// The parsed form of a replay trace (docs/spec.md §3) and its validator.
 //
 // Ids are interned: a TraceOp names buffers by index into Trace::ids, so the
 // runner never hashes strings. Validation is complete before a Trace exists:

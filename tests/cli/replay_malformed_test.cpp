@@ -1,4 +1,4 @@
-// Malformed traces: one case per rule of SPEC.md "Trace format". Each is
+// Malformed traces: one case per rule of docs/spec.md §3. Each is
 // refused before anything runs, with invalid_argument naming FILE:LINE.
 #include <gtest/gtest.h>
 

@@ -1,5 +1,5 @@
 // The transfer engine under every integrity policy and every fault of report
-// 000 (SPEC.md I5): the fault bites when unguarded, verify recovers every copy,
+// 000 (docs/spec.md I5): the fault bites when unguarded, verify recovers every copy,
 // the batch probe disables a broken batch, and a copy that never arrives is
 // transfer_corrupt — never success. What needs no injected fault is written once
 // and run on every backend (cuda SKIPs without a GPU); the rest is sim-only.
