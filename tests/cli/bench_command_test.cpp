@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "cli/cli_run.hpp"
+#include "cli_run.hpp"
 
 namespace ferry::cli::testing {
 namespace {

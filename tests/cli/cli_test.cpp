@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "app.hpp"
-#include "cli/cli_run.hpp"
+#include "cli_run.hpp"
 #include "ferry/cuda_backend.hpp"
 
 namespace ferry::cli {

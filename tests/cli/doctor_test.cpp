@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "cli/cli_run.hpp"
+#include "cli_run.hpp"
 #include "ferry/cuda_backend.hpp"
 
 namespace ferry::cli::testing {

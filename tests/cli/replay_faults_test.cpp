@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "cli/cli_run.hpp"
+#include "cli_run.hpp"
 #include "ferry/fault_spec.hpp"
 #include "ferry/replay.hpp"
 

@@ -4,6 +4,7 @@
 
 #include <vector>
 
+#include "expected_bytes.hpp"
 #include "ferry/content.hpp"
 #include "ferry/device_pool.hpp"
 #include "ferry/device_profile.hpp"
@@ -14,11 +15,7 @@
 namespace ferry::replay {
 namespace {
 
-std::vector<std::byte> pattern(std::uint64_t seed, std::size_t n) {
-  std::vector<std::byte> b(n);
-  fill_pattern(seed, 0, b);
-  return b;
-}
+using ferry::testing::pattern;
 
 TEST(ExpectedBytes, FindsTheFirstDifferingByte) {
   for (std::size_t n : {std::size_t{1}, std::size_t{7}, std::size_t{65536}, std::size_t{200003}}) {

@@ -66,7 +66,7 @@ INSTANTIATE_TEST_SUITE_P(Traces, CommittedTrace,
                                                               TraceCase{"oom-expected.jsonl", 32 * kMiB},
                                                               TraceCase{"dequant-pattern.jsonl", 128 * kMiB},
                                                               TraceCase{"mixed-random.jsonl", 128 * kMiB}),
-                                            FERRY_BACKENDS),
+                                            FERRY_BACKEND_NAMES),
                          [](const auto& p) {
                            std::string n = std::get<0>(p.param).file;
                            n = n.substr(0, n.find('.')) + "_" + std::get<1>(p.param);

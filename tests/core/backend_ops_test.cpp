@@ -251,7 +251,7 @@ TEST_P(BackendOpsTest, PoolEnqueuesCarryThePattern) {
   ASSERT_TRUE(pool.free(*out).ok());
 }
 
-INSTANTIATE_TEST_SUITE_P(Backends, BackendOpsTest, FERRY_BACKENDS, ::ferry::testing::backend_name);
+INSTANTIATE_TEST_SUITE_P(Backends, BackendOpsTest, FERRY_BACKENDS);
 
 }  // namespace
 }  // namespace ferry

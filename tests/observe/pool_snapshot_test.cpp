@@ -10,7 +10,7 @@
 #include <string>
 
 #include "ferry/pool_timeline.hpp"
-#include "transfer/transfer_fixture.hpp"
+#include "transfer_fixture.hpp"
 
 namespace ferry {
 namespace {

@@ -8,7 +8,7 @@
 #include <sstream>
 #include <string>
 
-#include "cli/cli_run.hpp"
+#include "cli_run.hpp"
 
 namespace ferry::cli {
 namespace {

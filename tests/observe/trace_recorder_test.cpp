@@ -13,9 +13,9 @@
 #include <thread>
 #include <vector>
 
-#include "cli/cli_run.hpp"
+#include "cli_run.hpp"
 #include "ferry/replay.hpp"
-#include "transfer/transfer_fixture.hpp"
+#include "transfer_fixture.hpp"
 
 namespace ferry {
 namespace {
@@ -102,7 +102,7 @@ void run_program(Rig& rig, RecordingPool& rec) {
   ASSERT_TRUE(rec.synchronize(1).ok());
   std::vector<std::byte> back(8 * kMiB);
   ASSERT_TRUE(rec.download(*rig.engine, 0, *w, 0, back).ok());
-  EXPECT_EQ(back, testing::pattern_of(7, 8 * kMiB)) << "the program's own bytes are untouched";
+  EXPECT_EQ(back, testing::pattern(7, 8 * kMiB)) << "the program's own bytes are untouched";
 
   auto copy = rec.allocate(8 * kMiB, 0, "copy");
   ASSERT_TRUE(copy.ok());

@@ -10,13 +10,13 @@
 
 #include "backend_fixture.hpp"
 #include "ferry/device_pool.hpp"
-#include "pool/pool_helpers.hpp"
+#include "pool_helpers.hpp"
 
 namespace ferry {
 namespace {
 
 using testing::mix_bytes;
-using testing::pattern_bytes;
+using testing::pattern;
 
 constexpr StreamId kStreams = 3;
 
@@ -116,7 +116,7 @@ class Model {
     auto t = enqueue_fill(pool_, s, b->handle, seed);
     ASSERT_TRUE(t.ok()) << t.error().message;
     b->touched.add({s, *t});
-    b->expect = pattern_bytes(seed, b->bytes);
+    b->expect = pattern(seed, b->bytes);
   }
 
   void compute() {

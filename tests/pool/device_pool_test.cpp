@@ -8,13 +8,13 @@
 #include <thread>
 
 #include "backend_fixture.hpp"
-#include "pool/pool_helpers.hpp"
+#include "pool_helpers.hpp"
 
 namespace ferry {
 namespace {
 
 using testing::mix_bytes;
-using testing::pattern_bytes;
+using testing::pattern;
 using testing::read_back;
 
 constexpr std::uint64_t KiB = 1024, MiB = 1024 * 1024;
@@ -113,13 +113,13 @@ TEST_P(DevicePoolTest, Report003HeldKernelKeepsItsTransientThroughReclaim) {
   ASSERT_TRUE(backend_->synchronize().ok());
   auto got = read_back(p, *out, 0);
   ASSERT_TRUE(got.ok()) << got.error().message;
-  EXPECT_EQ(*got, mix_bytes({pattern_bytes(2, 1 * MiB)}, 64 * KiB));
+  EXPECT_EQ(*got, mix_bytes({pattern(2, 1 * MiB)}, 64 * KiB));
   auto big_bytes = read_back(p, *big, 1);
   ASSERT_TRUE(big_bytes.ok());
-  EXPECT_EQ(*big_bytes, pattern_bytes(3, 1536 * KiB));
+  EXPECT_EQ(*big_bytes, pattern(3, 1536 * KiB));
   auto res_bytes = read_back(p, *resident, 0);
   ASSERT_TRUE(res_bytes.ok());
-  EXPECT_EQ(*res_bytes, pattern_bytes(1, 6 * MiB));
+  EXPECT_EQ(*res_bytes, pattern(1, 6 * MiB));
   expect_valid();
 }
 
@@ -149,8 +149,8 @@ TEST_P(DevicePoolTest, FreeIsStreamOrdered) {
   ASSERT_TRUE(enqueue_fill(p, 0, *c, 3).ok());
   backend_->set_hold(0, false);
   ASSERT_TRUE(backend_->synchronize().ok());
-  EXPECT_EQ(*read_back(p, *b, 1), pattern_bytes(2, 256 * KiB));
-  EXPECT_EQ(*read_back(p, *c, 0), pattern_bytes(3, 256 * KiB));
+  EXPECT_EQ(*read_back(p, *b, 1), pattern(2, 256 * KiB));
+  EXPECT_EQ(*read_back(p, *c, 0), pattern(3, 256 * KiB));
   expect_valid();
 }
 
@@ -169,7 +169,7 @@ TEST_P(DevicePoolTest, SameStreamReuseUsedElsewhereIsOrderedAfterTheOldWork) {
   ASSERT_TRUE(order_->wait({1, backend_->submitted(1)}).ok());
   backend_->set_hold(0, false);
   ASSERT_TRUE(backend_->synchronize().ok());
-  EXPECT_EQ(*read_back(p, *c, 1), pattern_bytes(3, 256 * KiB));
+  EXPECT_EQ(*read_back(p, *c, 1), pattern(3, 256 * KiB));
   expect_valid();
 }
 
@@ -210,7 +210,7 @@ TEST_P(DevicePoolTest, ABlockReadByTwoStreamsWaitsForBoth) {
   }
   backend_->set_hold(1, false);
   ASSERT_TRUE(backend_->synchronize().ok());
-  EXPECT_EQ(*read_back(p, *out, 1), mix_bytes({pattern_bytes(4, 128 * KiB)}, 64 * KiB));
+  EXPECT_EQ(*read_back(p, *out, 1), mix_bytes({pattern(4, 128 * KiB)}, 64 * KiB));
   expect_valid();
 }
 
@@ -239,7 +239,7 @@ TEST_P(DevicePoolTest, OutOfMemoryCarriesTheDiagnosticAndKeepsLiveBytes) {
   for (int i = 0; i < 3; ++i) {
     auto got = read_back(p, live[i], 0);
     ASSERT_TRUE(got.ok());
-    EXPECT_EQ(*got, pattern_bytes(100 + i, 1 * MiB)) << i;
+    EXPECT_EQ(*got, pattern(100 + i, 1 * MiB)) << i;
   }
   expect_valid();
 }

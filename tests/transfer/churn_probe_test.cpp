@@ -4,7 +4,7 @@
 
 #include "ferry/churn_probe.hpp"
 #include "ferry/fault_spec.hpp"
-#include "transfer/transfer_fixture.hpp"
+#include "transfer_fixture.hpp"
 
 namespace ferry::testing {
 namespace {

@@ -10,7 +10,7 @@
 #include <random>
 #include <vector>
 
-#include "transfer/transfer_fixture.hpp"
+#include "transfer_fixture.hpp"
 
 namespace ferry::testing {
 namespace {
@@ -184,7 +184,7 @@ TEST_P(HostArenaTest, ReuseNeverOverwritesABlockThatAPendingCopyReads) {
   rig.backend().set_hold(stream, false);
   ASSERT_TRUE(rig.backend().flush(stream).ok());
   rig.sync();
-  EXPECT_EQ(rig.device_bytes(dst, 0, n, stream), pattern_of(7, n));
+  EXPECT_EQ(rig.device_bytes(dst, 0, n, stream), pattern(7, n));
 
   // Now the copy has completed: the next allocation may take the old block.
   ASSERT_TRUE(arena.free(*next).ok());
@@ -219,7 +219,7 @@ TEST_P(HostArenaTest, ExhaustedBudgetWaitsForThePendingCopyInsteadOfReusingEarly
   EXPECT_EQ(again->data, src.data);
   EXPECT_EQ(arena.stats().waits, 1u);
   std::memset(again->data, 0, n);  // safe now: the copy has completed
-  EXPECT_EQ(rig.device_bytes(dst, 0, n), pattern_of(11, n));
+  EXPECT_EQ(rig.device_bytes(dst, 0, n), pattern(11, n));
   rig.backend().set_hold(stream, false);
 }
 
@@ -265,7 +265,7 @@ TEST_P(HostArenaTest, SteadyStateIsChurnFree) {
     EXPECT_EQ(rig.arena->stats().pinned_frees, 0u);
     EXPECT_LE(rig.arena->stats().reserved_bytes, 16 * kMiB);
     for (std::size_t k = 0; k < std::size(sizes); ++k) {
-      EXPECT_EQ(rig.device_bytes(dsts[k], 0, sizes[k]), pattern_of((kIters - 1) * 10 + k, sizes[k]));
+      EXPECT_EQ(rig.device_bytes(dsts[k], 0, sizes[k]), pattern((kIters - 1) * 10 + k, sizes[k]));
     }
     expect_valid(*rig.arena);
   }
@@ -390,7 +390,7 @@ TEST_P(HostArenaTest, RandomizedBlocksNeverOverlapAndKeepTheirBytes) {
     } else {
       const std::size_t i = rng() % live.size();
       ASSERT_EQ(std::vector<std::byte>(live[i].b.data, live[i].b.data + live[i].b.bytes),
-                pattern_of(live[i].seed, live[i].b.bytes))
+                pattern(live[i].seed, live[i].b.bytes))
           << "block bytes changed under it at step " << step;
       ASSERT_TRUE(arena.free(live[i].b).ok());
       live.erase(live.begin() + static_cast<std::ptrdiff_t>(i));
@@ -410,7 +410,7 @@ TEST_P(HostArenaTest, RandomizedBlocksNeverOverlapAndKeepTheirBytes) {
   RecordProperty("ooms", static_cast<int>(ooms));
 }
 
-INSTANTIATE_TEST_SUITE_P(Backends, HostArenaTest, FERRY_BACKENDS, backend_name);
+INSTANTIATE_TEST_SUITE_P(Backends, HostArenaTest, FERRY_BACKENDS);
 
 }  // namespace
 }  // namespace ferry::testing

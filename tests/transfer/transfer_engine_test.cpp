@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "ferry/fault_spec.hpp"
-#include "transfer/transfer_fixture.hpp"
+#include "transfer_fixture.hpp"
 
 namespace ferry::testing {
 namespace {
@@ -70,7 +70,7 @@ Outcome run(Rig& rig, const Workload& w) {
     for (int k = 0; k < w.ranges; ++k) {
       const std::uint64_t seed = static_cast<std::uint64_t>(round * 100 + k);
       if (rig.device_bytes(dst[static_cast<std::size_t>(k)], 0, w.bytes, w.stream) !=
-          pattern_of(seed, w.bytes)) {
+          pattern(seed, w.bytes)) {
         ++out.wrong_ranges;
       }
     }
@@ -298,7 +298,7 @@ TEST_P(TransferEngineTest, PlainHostMemoryIsStagedAndTheCallerMayReuseItAtOnce) 
   Rig rig = make_rig(with(IntegrityPolicy::off));
   const std::uint64_t n = 20 * kKiB;
   DeviceHandle dst = rig.device(n, 3);
-  std::vector<std::byte> host = pattern_of(9, n);
+  std::vector<std::byte> host = pattern(9, n);
   rig.backend().set_hold(3, true);
   TransferPlan plan;
   plan.add(std::span<const std::byte>(host), dst);
@@ -308,14 +308,14 @@ TEST_P(TransferEngineTest, PlainHostMemoryIsStagedAndTheCallerMayReuseItAtOnce) 
   rig.backend().set_hold(3, false);
   ASSERT_TRUE(rig.backend().flush(3).ok());
   rig.sync();
-  EXPECT_EQ(rig.device_bytes(dst, 0, n, 3), pattern_of(9, n));
+  EXPECT_EQ(rig.device_bytes(dst, 0, n, 3), pattern(9, n));
   EXPECT_EQ(rig.engine->counters().staged, 1u);
 }
 
 TEST_P(TransferEngineTest, ImmutableRegisteredRangesAreReadInPlaceAndVerified) {
   Rig rig = make_rig(with(IntegrityPolicy::verify));
   if (!rig.backend().info().host_register) GTEST_SKIP() << "the device cannot register host memory";
-  std::vector<std::byte> bank = pattern_of(21, 3 * kMiB);
+  std::vector<std::byte> bank = pattern(21, 3 * kMiB);
   auto region = rig.engine->register_immutable(bank.data(), bank.size());
   ASSERT_TRUE(region.ok()) << region.error().message;
   const std::uint64_t expert = 256 * kKiB;
@@ -351,12 +351,12 @@ TEST_P(TransferEngineTest, DownloadAndDeviceCopyVerify) {
   auto down = rig.engine->download(0, b, 512, host);
   ASSERT_TRUE(down.ok()) << down.error().message;
   EXPECT_TRUE(down->verified);
-  EXPECT_EQ(host, pattern_of(77, n));
+  EXPECT_EQ(host, pattern(77, n));
   // Into an arena block, in place.
   auto blk = rig.arena->allocate(n);
   ASSERT_TRUE(blk.ok());
   ASSERT_TRUE(rig.engine->download(1, a, 0, blk->span()).ok());
-  EXPECT_EQ(std::vector<std::byte>(blk->data, blk->data + n), pattern_of(77, n));
+  EXPECT_EQ(std::vector<std::byte>(blk->data, blk->data + n), pattern(77, n));
   EXPECT_EQ(rig.engine->counters().mismatches, 0u);
 }
 
@@ -383,7 +383,7 @@ void expect_async_uploads_resolve_later(Rig& rig) {
     EXPECT_TRUE(r->verified);
   }
   for (StreamId s = 0; s < 4; ++s) {
-    EXPECT_EQ(rig.device_bytes(dsts[s], 0, n, s), pattern_of(500 + s, n));
+    EXPECT_EQ(rig.device_bytes(dsts[s], 0, n, s), pattern(500 + s, n));
   }
   for (const HostBlock& b : blocks) EXPECT_TRUE(rig.arena->free(b).ok());
   PendingUpload moved_from;
@@ -421,7 +421,7 @@ void expect_concurrent_uploads_arrive(Rig& rig) {
           continue;
         }
         fill_pattern(seed, 0, a->span());
-        std::vector<std::byte> plain = pattern_of(seed + 1, n);
+        std::vector<std::byte> plain = pattern(seed + 1, n);
         TransferPlan plan;
         plan.add(*a, dst[t]).add(std::span<const std::byte>(plain), dst[t], n);
         auto up = rig.engine->upload(stream, plan);
@@ -430,7 +430,7 @@ void expect_concurrent_uploads_arrive(Rig& rig) {
         std::vector<std::byte> back(2 * n);
         if (!rig.engine->download(stream, dst[t], 0, back).ok()) ++errors[t];
         if (!std::equal(back.begin(), back.begin() + static_cast<std::ptrdiff_t>(n),
-                        pattern_of(seed, n).begin()) ||
+                        pattern(seed, n).begin()) ||
             !std::equal(back.begin() + static_cast<std::ptrdiff_t>(n), back.end(), plain.begin())) {
           ++wrong[t];
         }
@@ -497,7 +497,7 @@ TEST_P(TransferEngineTest, EngineRejectsAPoolAndArenaOnDifferentStreamOrders) {
   EXPECT_FALSE(engine.upload(0, TransferPlan{}).ok());
 }
 
-INSTANTIATE_TEST_SUITE_P(Backends, TransferEngineTest, FERRY_BACKENDS, backend_name);
+INSTANTIATE_TEST_SUITE_P(Backends, TransferEngineTest, FERRY_BACKENDS);
 
 }  // namespace
 }  // namespace ferry::testing

@@ -9,7 +9,7 @@
 #include <utility>
 #include <vector>
 
-#include "transfer/transfer_fixture.hpp"
+#include "transfer_fixture.hpp"
 
 namespace ferry::testing {
 namespace {
@@ -69,8 +69,8 @@ TEST(VerifyStream, UploadsOnOneStreamDoNotWaitForEachOthersHashes) {
     EXPECT_EQ(r->done.stream, vs);
     EXPECT_TRUE(rig.order->is_complete(r->done)) << "done covers the copies and the hashes";
   }
-  EXPECT_EQ(rig.device_bytes(a, 0, n, 1), pattern_of(1, n));
-  EXPECT_EQ(rig.device_bytes(b, 0, n, 1), pattern_of(2, n));
+  EXPECT_EQ(rig.device_bytes(a, 0, n, 1), pattern(1, n));
+  EXPECT_EQ(rig.device_bytes(b, 0, n, 1), pattern(2, n));
   EXPECT_EQ(rig.engine->counters().bytes_verified, 2 * n);
   EXPECT_TRUE(rig.arena->free(ha).ok());
   EXPECT_TRUE(rig.arena->free(hb).ok());
@@ -137,8 +137,8 @@ TEST(VerifyStream, AHeldUploadDoesNotBlockAnotherTransfersHashes) {
   ASSERT_TRUE(ra.ok()) << ra.error().message;
   EXPECT_TRUE(ra->verified);
   rig.backend().set_hold(2, false);
-  EXPECT_EQ(rig.device_bytes(a, 0, n, 2), pattern_of(3, n));
-  EXPECT_EQ(rig.device_bytes(b, 0, n, 1), pattern_of(4, n));
+  EXPECT_EQ(rig.device_bytes(a, 0, n, 2), pattern(3, n));
+  EXPECT_EQ(rig.device_bytes(b, 0, n, 1), pattern(4, n));
   EXPECT_TRUE(rig.arena->free(ha).ok());
   EXPECT_TRUE(rig.arena->free(hb).ok());
 }
@@ -165,8 +165,8 @@ TEST(VerifyStream, UploadsOnDifferentStreamsHashOnDifferentVerifyStreams) {
   auto ra = rig.engine->finish(std::move(*pa));
   ASSERT_TRUE(ra.ok()) << ra.error().message;
   EXPECT_TRUE(ra->verified);
-  EXPECT_EQ(rig.device_bytes(a, 0, n, 2), pattern_of(5, n));
-  EXPECT_EQ(rig.device_bytes(b, 0, n, 1), pattern_of(6, n));
+  EXPECT_EQ(rig.device_bytes(a, 0, n, 2), pattern(5, n));
+  EXPECT_EQ(rig.device_bytes(b, 0, n, 1), pattern(6, n));
   EXPECT_TRUE(rig.arena->free(ha).ok());
   EXPECT_TRUE(rig.arena->free(hb).ok());
 }
@@ -191,7 +191,7 @@ TEST(VerifyStream, TheEngineWaitsForTheHashesOfADroppedHeldUpload) {
   EXPECT_EQ(rig.backend().completed(vs), hashes);
   EXPECT_EQ(rig.backend().completed(2), rig.backend().submitted(2));
   rig.backend().set_hold(2, false);
-  EXPECT_EQ(rig.device_bytes(d, 0, n, 2), pattern_of(8, n));
+  EXPECT_EQ(rig.device_bytes(d, 0, n, 2), pattern(8, n));
   EXPECT_TRUE(rig.arena->free(h).ok());
 }
 
@@ -204,7 +204,7 @@ TEST(VerifyStream, AnUploadOnItsOwnVerifyStreamHashesInLine) {
   ASSERT_TRUE(rig.engine->status().ok());
   const std::uint64_t n = 16 * kKiB;
   const DeviceHandle d = rig.device(n, 5);
-  const std::vector<std::byte> host = pattern_of(11, n);
+  const std::vector<std::byte> host = pattern(11, n);
   auto r = rig.engine->upload(5, TransferPlan{}.add(std::span<const std::byte>(host), d));
   ASSERT_TRUE(r.ok()) << r.error().message;
   EXPECT_TRUE(r->verified);
@@ -228,8 +228,8 @@ TEST(VerifyStream, MismatchesAreRetriedAndTheReceiptCoversTheRetries) {
     ASSERT_TRUE(r.ok()) << r.error().message;
     EXPECT_TRUE(r->verified);
     EXPECT_TRUE(rig.order->is_complete(r->done));
-    EXPECT_EQ(rig.device_bytes(d, 0, n, 1), pattern_of(100 + round, n)) << "round " << round;
-    EXPECT_EQ(rig.device_bytes(d, n, n, 1), pattern_of(200 + round, n)) << "round " << round;
+    EXPECT_EQ(rig.device_bytes(d, 0, n, 1), pattern(100 + round, n)) << "round " << round;
+    EXPECT_EQ(rig.device_bytes(d, n, n, 1), pattern(200 + round, n)) << "round " << round;
     EXPECT_TRUE(rig.arena->free(h0).ok());
     EXPECT_TRUE(rig.arena->free(h1).ok());
   }

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "expected_bytes.hpp"
 #include "ferry/content.hpp"
 #include "ferry/device_pool.hpp"
 #include "ferry/host_arena.hpp"
@@ -17,19 +18,14 @@
 #include "ferry/stream_order.hpp"
 #include "ferry/transfer_engine.hpp"
 #include "ferry/weight_bank.hpp"
-#include "weights/weights_test_util.hpp"
+#include "weights_test_util.hpp"
 
 namespace ferry {
 namespace {
 
 using testing::raw_safetensors;
 using testing::TempDir;
-
-std::vector<std::byte> pattern(std::uint64_t seed, std::size_t n) {
-  std::vector<std::byte> v(n);
-  fill_pattern(seed, 0, v);
-  return v;
-}
+using testing::pattern;
 
 TEST(DType, NamesSizesAndParsing) {
   EXPECT_EQ(dtype_size(DType::bf16), 2u);

@@ -8,7 +8,7 @@
 #include <initializer_list>
 #include <string>
 
-#include "cli/cli_run.hpp"
+#include "cli_run.hpp"
 #include "ferry/cuda_backend.hpp"
 
 namespace ferry::cli {

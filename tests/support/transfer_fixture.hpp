@@ -14,6 +14,7 @@
 
 #include "backend_fixture.hpp"
 #include "ferry/forwarding_backend.hpp"
+#include "expected_bytes.hpp"
 #include "ferry/content.hpp"
 #include "ferry/device_pool.hpp"
 #include "ferry/host_arena.hpp"
@@ -22,12 +23,6 @@
 #include "ferry/transfer_engine.hpp"
 
 namespace ferry::testing {
-
-inline std::vector<std::byte> pattern_of(std::uint64_t seed, std::uint64_t n) {
-  std::vector<std::byte> v(n);
-  fill_pattern(seed, 0, v);
-  return v;
-}
 
 struct RigOptions {
   SimFaults faults{};  // faults, seed and profile: the sim Rig(RigOptions) builds

@@ -5,22 +5,17 @@
 
 #include <vector>
 
+#include "expected_bytes.hpp"
 #include "ferry/content.hpp"
 #include "ferry/device_pool.hpp"
 
 namespace ferry::testing {
 
-inline std::vector<std::byte> pattern_bytes(std::uint64_t seed, std::uint64_t n) {
-  std::vector<std::byte> v(n);
-  fill_pattern(seed, 0, v);
-  return v;
-}
-
 inline std::vector<std::byte> mix_bytes(const std::vector<std::vector<std::byte>>& inputs,
                                         std::uint64_t n) {
   std::uint64_t acc = kMixStart;
   for (std::size_t k = 0; k < inputs.size(); ++k) acc = mix_step(acc, k, content_hash(inputs[k]));
-  return pattern_bytes(acc, n);
+  return pattern(acc, n);
 }
 
 // Copies a block back to the host on `stream` and waits for it.

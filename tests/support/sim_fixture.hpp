@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "expected_bytes.hpp"
 #include "ferry/content.hpp"
 #include "ferry/sim_backend.hpp"
 
@@ -22,12 +23,6 @@ inline SimOptions tiny_options(std::uint64_t seed = 1, SimFaults faults = {}) {
   o.seed = seed;
   o.faults = faults;
   return o;
-}
-
-inline std::vector<std::byte> pattern(std::uint64_t seed, std::uint64_t bytes) {
-  std::vector<std::byte> v(bytes);
-  fill_pattern(seed, 0, v);
-  return v;
 }
 
 inline std::vector<std::byte> zeros(std::uint64_t bytes) { return std::vector<std::byte>(bytes); }

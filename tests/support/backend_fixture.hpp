@@ -37,14 +37,17 @@ inline std::string backend_skip_reason(const std::string& name) {
   return made.ok() ? std::string{} : made.error().message;
 }
 
-#define FERRY_BACKENDS ::testing::Values(std::string("sim"), std::string("cuda"))
-
 // Names instances after their backend (Suite.Test/sim, Suite.Test/cuda), so that
-// --gtest_filter='*/cuda' picks a backend: INSTANTIATE_TEST_SUITE_P(Backends,
-// Suite, FERRY_BACKENDS, ::ferry::testing::backend_name).
+// --gtest_filter='*/cuda' picks a backend.
 inline std::string backend_name(const ::testing::TestParamInfo<std::string>& info) {
   return info.param;
 }
+
+// The backends, and the name of each instance:
+// INSTANTIATE_TEST_SUITE_P(Backends, Suite, FERRY_BACKENDS).
+#define FERRY_BACKEND_NAMES ::testing::Values(std::string("sim"), std::string("cuda"))
+#define FERRY_BACKENDS FERRY_BACKEND_NAMES, ::ferry::testing::backend_name
+// Inside a ::testing::Combine (which names its instances itself): FERRY_BACKEND_NAMES.
 
 // Skips the current test when `backend` is null (a backend this machine lacks).
 #define FERRY_REQUIRE_BACKEND(backend, name)                                        \
