@@ -6,10 +6,16 @@
 // chunks (64 MiB by default) up to a budget and sub-allocates them, so steady
 // state makes zero pinned allocations or frees in the driver.
 //
-// Allocation: an offset allocator per chunk, best fit over every chunk with
-// coalescing on free; blocks are 256-byte aligned and sized to the request
-// rounded up to 256 — never to a power of two. Bookkeeping lives outside the
-// pinned memory (offsets, not pointers into it).
+// Allocation: exact best fit over every chunk, from one index of free extents
+// ordered by size (a std::set of (bytes, unit, offset)), with each unit's free
+// extents in an offset-ordered map that coalesces neighbours on free. Blocks are
+// 256-byte aligned and sized to the request rounded up to 256 — never to a power
+// of two. Why not the pool's offset allocator (core/offset_allocator.hpp): its
+// size classes round a search up to the next bin, while a pinned budget of a few
+// chunks wants the smallest hole that fits across all of them, and allocations
+// here are per transfer (thousands per second), not per kernel, so an O(log n)
+// search costs nothing that shows. Bookkeeping lives outside the pinned memory
+// (offsets, not pointers into it).
 //
 // Reuse: a block carries a UseSet (stream_order.hpp). Transfers lease their
 // source block for the ticket that reads it (lease_source, from a submit()

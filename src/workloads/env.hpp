@@ -1,0 +1,50 @@
+// Internal to the workloads: the run environment, the backend, meter, stream
+// order, pool, arena and engine one live run owns, made from the options.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "ferry/backend.hpp"
+#include "ferry/device_pool.hpp"
+#include "ferry/device_profile.hpp"
+#include "ferry/host_arena.hpp"
+#include "ferry/stream_order.hpp"
+#include "ferry/transfer_engine.hpp"
+#include "ferry/workload.hpp"
+#include "workloads/meter.hpp"
+
+namespace ferry::workloads {
+
+// Streams every workload uses. Every host->device upload of weights runs on
+// kUpload: the host link is one resource, whatever number of copy engines the
+// device has.
+inline constexpr StreamId kCompute = 0;
+inline constexpr StreamId kUpload = 1;
+inline constexpr StreamId kPrefetch = 2;
+inline constexpr StreamId kHostIo = 3;  // moe host execution: activations out, results in
+
+struct Env {
+  std::unique_ptr<Backend> owned;  // the real backend
+  std::unique_ptr<BusyMeter> meter;
+  std::unique_ptr<StreamOrder> order;
+  std::unique_ptr<DevicePool> pool;
+  std::unique_ptr<HostArena> arena;
+  std::unique_ptr<TransferEngine> engine;
+
+  ~Env();
+};
+
+// The sim profile a run at scale `s` models: per-operation latencies and the
+// mapping granularity shrink by s^2 like every buffer does, so the timeline and
+// the granule-level layout are the full shape's, shrunk (see workload.hpp).
+DeviceProfile scaled_profile(DeviceProfile profile, double s);
+
+// Builds backend, meter, order, pool (of `capacity`), arena and engine. On sim
+// the profile is scaled_profile(options.profile, scale), and the pool's
+// small-block limit and release threshold shrink by scale^2 too.
+// Errors: invalid_argument (profile), unsupported (backend), backend_error.
+Result<std::unique_ptr<Env>> make_env(const WorkloadOptions& options, double scale, std::uint64_t capacity,
+                                      std::uint64_t arena_budget);
+
+}  // namespace ferry::workloads

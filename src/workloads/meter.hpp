@@ -1,0 +1,40 @@
+// Internal to the workloads: the busy-time meter, a backend adaptor that charges
+// every enqueued op's modeled duration to its engine.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <mutex>
+
+#include "ferry/device_profile.hpp"
+#include "ferry/forwarding_backend.hpp"
+
+namespace ferry::workloads {
+
+// A Backend adaptor that forwards everything and adds each enqueued operation's
+// modeled duration to its engine's busy time (the one cost model, cost_model.hpp,
+// that the sim's clock runs on). It tracks pinned and registered host ranges itself, since copy
+// bandwidth depends on them.
+class BusyMeter final : public ForwardingBackend {
+ public:
+  BusyMeter(Backend& inner, DeviceProfile profile);
+  Result<Ticket> enqueue(StreamId stream, Op op) override;
+  Result<std::byte*> allocate_pinned(std::uint64_t bytes) override;
+  Result<void> free_pinned(std::byte* ptr) override;
+  Result<void> register_host(std::byte* ptr, std::uint64_t bytes) override;
+  Result<void> unregister_host(std::byte* ptr) override;
+
+  void reset();
+  std::uint64_t transfer_ns() const;
+  std::uint64_t compute_ns() const;
+
+ private:
+  bool pinned(const std::byte* host, std::uint64_t bytes) const;  // under mu_
+
+  DeviceProfile profile_;
+  mutable std::mutex mu_;
+  std::map<std::uintptr_t, std::uint64_t> pinned_;  // start -> bytes
+  std::uint64_t transfer_ns_ = 0, compute_ns_ = 0;
+};
+
+}  // namespace ferry::workloads
