@@ -1,0 +1,233 @@
+// ferry — the CUDA backend: ferry's Backend interface over CUDA streams, events and
+// the driver's virtual memory management. One class, CudaBackend, declared here and
+// defined by job: streams.cpp (streams, events, polls, waits), host_memory.cpp
+// (pinned blocks, registered ranges, staged copies of pageable memory), issue.cpp
+// (admission, and each Op turned into CUDA calls), setup.cpp (device discovery,
+// construction, teardown, make_cuda_backend).
+//
+// Streams. Stream s of the interface is a non-blocking CUDA stream (never the legacy
+// default stream), created on first use. Every operation gets its ticket at enqueue;
+// once it is issued to CUDA a pooled event is recorded behind it, and completed(s)
+// polls those events in ticket order. Held streams, tickets and the op contract are
+// the HoldingBackend layer's (holding_backend.hpp): this backend implements only the
+// primitives — admit, issue, poll, wait, synchronize.
+//
+// Host memory the device does not own. Copies whose host side lies in a pinned
+// block or a registered range of this backend go straight to cudaMemcpyAsync. Any
+// other host pointer is pageable: cudaMemcpyAsync would block the caller on device
+// work there, so the bytes travel through the stream's two pinned staging buffers
+// and host functions enqueued on the stream copy them between the staging buffer
+// and the caller's memory, in stream order, when the device reaches them. The same
+// mechanism writes a HashOp's result to a pageable pointer. Hence every host pointer
+// in an operation has been read or written by the time its ticket completes.
+//
+// GEMMs. A GemmOp runs on cuBLAS, loaded at run time by the first GemmOp
+// (cublas_api.hpp). Each stream has its own cuBLAS handle, bound to that stream
+// once, so GEMMs on different streams never share a workspace; the handle is made
+// at the stream's first GemmOp enqueue (outside `mu_`: creating one initializes the
+// library) and destroyed before the stream.
+//
+// Locks. `mu_` guards streams, events and scratch; under it we make only calls that
+// enqueue without waiting for the device (kernel launches, cuBLAS GEMMs, copies from
+// or to pinned memory, host-function launches, event record/query, stream waits,
+// stream-ordered allocation). A stream's first GEMM may stall briefly under it while
+// cuBLAS loads its kernels; it cannot deadlock (host functions never take `mu_`).
+// cuBLAS keeps a default workspace per handle, outside the pool's accounting.
+// Everything that may block on the device (synchronizing, freeing pinned or device
+// memory) runs with no lock of ours held. `host_mu_` (pinned and registered ranges,
+// counters) is a leaf: nothing is locked while it is held.
+#pragma once
+
+#include <cuda.h>
+#include <cuda_runtime_api.h>
+
+#include <array>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "cuda/address_space.hpp"
+#include "cuda/cublas_api.hpp"
+#include "cuda/cuda_error.hpp"
+#include "cuda/driver_api.hpp"
+#include "ferry/backend.hpp"
+#include "ferry/holding_backend.hpp"
+#include "ferry/result.hpp"
+#include "ferry/stream.hpp"
+
+namespace ferry::cuda_detail {
+
+inline void* device_ptr(std::uint64_t addr) {
+  return reinterpret_cast<void*>(static_cast<std::uintptr_t>(addr));
+}
+
+// Enqueues a memcpy of host memory on `stream`, run by the driver in stream order
+// (cudaLaunchHostFunc) when the device reaches it (host_memory.cpp).
+cudaError_t launch_host_copy(cudaStream_t stream, void* dst, const void* src, std::size_t bytes);
+
+// One stream-ordered batched host->device copy; cudaErrorNotSupported on runtimes
+// before 12.8 (issue.cpp). The arrays are the runtime's, hence not const.
+cudaError_t memcpy_batch_to_device(std::vector<void*>& dsts, std::vector<void*>& srcs,
+                                   std::vector<std::size_t>& sizes, int device,
+                                   cudaStream_t stream);
+
+class CudaBackend final : public HoldingBackend<Backend> {
+ public:
+  struct Setup {
+    int device = 0;
+    DeviceInfo info;
+    std::unique_ptr<DriverApi> driver;  // null without VMM
+    CUdevice cu_device = 0;
+    bool memory_pools = false;
+    bool register_read_only = false;
+  };
+
+  explicit CudaBackend(Setup setup);
+  ~CudaBackend() override;
+
+  // Allocates what every stream shares. Called once, before the backend is published.
+  Result<void> init();
+
+  const DeviceInfo& info() const noexcept override { return info_; }
+
+  // --- Address space ------------------------------------------------------------
+  Result<std::uint64_t> reserve_address(std::uint64_t bytes) override {
+    bind();
+    return space_.reserve(bytes);
+  }
+  Result<void> release_address(std::uint64_t base, std::uint64_t bytes) override {
+    bind();
+    return space_.release(base, bytes);
+  }
+  Result<void> map(std::uint64_t addr, std::uint64_t bytes) override {
+    bind();
+    return space_.map(addr, bytes);
+  }
+  Result<void> unmap(std::uint64_t addr, std::uint64_t bytes) override {
+    bind();
+    return space_.unmap(addr, bytes);
+  }
+  std::uint64_t mapped_bytes() const override { return space_.mapped_bytes(); }
+
+  // --- Host memory (host_memory.cpp) -------------------------------------------
+  Result<std::byte*> allocate_pinned(std::uint64_t bytes) override;
+  Result<void> free_pinned(std::byte* ptr) override;
+  Result<void> register_host(std::byte* ptr, std::uint64_t bytes) override;
+  Result<void> unregister_host(std::byte* ptr) override;
+  HostMemoryStats host_stats() const override;
+
+  std::uint64_t now_ns() const override {
+    return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                          std::chrono::steady_clock::now().time_since_epoch())
+                                          .count());
+  }
+
+ protected:
+  // --- HoldQueues::Device: the primitives under the hold layer ------------------
+  // admit and issue: issue.cpp; the rest: streams.cpp.
+  Result<void> admit(StreamId stream, const Op& op) override;
+  Result<Ticket> issue(StreamId stream, Op op) override;
+  Ticket issued_completed(StreamId stream) override;
+  Result<void> wait_issued(StreamPoint point, std::chrono::nanoseconds timeout) override;
+  Result<void> synchronize_issued() override;
+
+ private:
+  struct Inflight {
+    Ticket ticket;
+    cudaEvent_t event;
+  };
+  struct Stream {
+    cudaStream_t handle = nullptr;
+    Ticket submitted = 0;  // last ticket issued
+    Ticket completed = 0;  // last ticket whose event has been seen complete
+    std::deque<Inflight> inflight;  // issued, in ticket order
+    void* scratch = nullptr;        // device scratch of the hash kernels, stream-ordered
+    std::uint64_t scratch_bytes = 0;
+    std::array<std::byte*, 2> staging{};  // pinned, for pageable host memory
+    unsigned next_staging = 0;
+    cublasHandle_t cublas = nullptr;  // bound to `handle`; made by the first GemmOp
+  };
+
+  // Makes the device current on the calling thread (and its primary context, which
+  // the driver calls need).
+  void bind() const { (void)cudaSetDevice(device_); }
+
+  Result<void> check(cudaError_t err, const std::string& what) const {
+    if (err == cudaSuccess) return {};
+    return cuda_error(err, what);
+  }
+
+  // --- Admission (issue.cpp): what this device refuses beyond the op contract
+  // (check_op has already passed): ranges that are not mapped, GEMMs cuBLAS cannot
+  // run here.
+  Result<void> validate(const Op& op) const;
+  Result<void> validate_gemm(const GemmOp& o) const;
+  // Gives stream s its cuBLAS handle if it has none. No lock held on entry: creating
+  // a handle initializes the library on the device, far too slow to do under mu_.
+  Result<void> ensure_cublas(StreamId s);
+
+  // host_mu_ held. Whether [p, p + bytes) overlaps a registered range.
+  bool overlaps_registered(const std::byte* p, std::uint64_t bytes) const;
+  // Takes host_mu_ (a leaf, so callers may hold mu_). Whether [p, p + bytes) lies
+  // inside one pinned block or registered range.
+  bool host_pinned(const void* p, std::uint64_t bytes) const;
+
+  // --- Everything below runs with mu_ held.
+
+  // streams.cpp
+  Result<void> ensure_stream(Stream& st, StreamId s);
+  // Records the completion event of `ticket` behind the work just issued.
+  Result<void> record(StreamId s, Stream& st, Ticket ticket);
+  // Retires completed events in ticket order. Never blocks.
+  void poll(Stream& st);
+
+  // host_memory.cpp
+  Result<std::byte*> staging_buffer(Stream& st, StreamId s);
+  Result<void> copy_to_device(StreamId s, Stream& st, std::uint64_t dst, const std::byte* src,
+                              std::uint64_t bytes);
+  Result<void> copy_to_host(StreamId s, Stream& st, std::byte* dst, std::uint64_t src,
+                            std::uint64_t bytes);
+
+  // issue.cpp
+  // Device scratch of at least `bytes`, reused by every operation of the stream
+  // (stream order keeps them apart). Growing frees the old buffer in stream order.
+  Result<std::uint64_t*> scratch(Stream& st, std::uint64_t bytes);
+  Result<void> batch_to_device(StreamId s, Stream& st, const BatchCopyToDeviceOp& op);
+  Result<void> hash(StreamId s, Stream& st, const HashOp& op);
+  Result<void> compute(Stream& st, const ComputeOp& op);
+  Result<void> gemm(Stream& st, const GemmOp& op);
+  Result<void> wait_on(StreamId s, Stream& st, const WaitOp& op);
+  Result<void> issue_op(StreamId s, Stream& st, Op& op, Ticket ticket);
+
+  const int device_;
+  const DeviceInfo info_;
+  const std::unique_ptr<DriverApi> driver_;
+  CudaAddressSpace space_;
+  const bool memory_pools_;
+  const bool register_read_only_;
+
+  // Taken before mu_, never inside it: one thread at a time makes a stream's cuBLAS
+  // handle, so no second handle is ever made and destroyed (which would synchronize
+  // the device inside enqueue).
+  std::mutex cublas_mu_;
+  mutable std::mutex mu_;
+  std::array<Stream, kMaxStreams> streams_;
+  std::vector<cudaEvent_t> free_events_;
+  std::vector<void*> retired_scratch_;
+  std::uint64_t* result_slots_ = nullptr;  // pinned, one per stream
+  std::optional<Error> fault_;             // a sticky device fault
+
+  mutable std::mutex host_mu_;
+  std::map<std::byte*, std::uint64_t> pinned_;      // allocate_pinned blocks
+  std::map<std::byte*, std::uint64_t> registered_;  // register_host ranges
+  HostMemoryStats stats_;
+};
+
+}  // namespace ferry::cuda_detail

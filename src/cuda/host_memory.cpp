@@ -1,0 +1,209 @@
+// ferry — the CUDA backend's host memory: pinned blocks, registered ranges, and the
+// copies between the device and host memory, straight from pinned memory or staged
+// through a stream's pinned buffers (with host functions) for pageable memory.
+#include "cuda/cuda_backend.hpp"
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <map>
+#include <mutex>
+#include <string>
+#include <utility>
+
+#include "cuda/cuda_error.hpp"
+
+namespace ferry::cuda_detail {
+namespace {
+
+constexpr std::uint64_t kStagingBytes = 4ull << 20;  // per buffer, two per stream
+
+// A host-side copy run by the driver in stream order (cudaLaunchHostFunc). It must
+// not call CUDA; it frees itself.
+struct HostCopy {
+  void* dst;
+  const void* src;
+  std::size_t bytes;
+};
+void CUDART_CB run_host_copy(void* data) {
+  auto* job = static_cast<HostCopy*>(data);
+  std::memcpy(job->dst, job->src, job->bytes);
+  delete job;
+}
+
+}  // namespace
+
+cudaError_t launch_host_copy(cudaStream_t stream, void* dst, const void* src, std::size_t bytes) {
+  auto* job = new HostCopy{dst, src, bytes};
+  const cudaError_t err = cudaLaunchHostFunc(stream, run_host_copy, job);
+  if (err != cudaSuccess) delete job;
+  return err;
+}
+
+Result<std::byte*> CudaBackend::allocate_pinned(std::uint64_t bytes) {
+  if (bytes == 0) return make_error(ErrorCode::invalid_argument, "allocate_pinned of 0 bytes");
+  bind();
+  void* p = nullptr;
+  const cudaError_t err = cudaHostAlloc(&p, bytes, cudaHostAllocPortable);
+  if (err != cudaSuccess) {
+    return cuda_error(err, "cudaHostAlloc of " + std::to_string(bytes) + " bytes");
+  }
+  std::lock_guard lock(host_mu_);
+  pinned_.emplace(static_cast<std::byte*>(p), bytes);
+  ++stats_.pinned_allocs;
+  stats_.pinned_bytes += bytes;
+  return static_cast<std::byte*>(p);
+}
+
+Result<void> CudaBackend::free_pinned(std::byte* ptr) {
+  {
+    std::lock_guard lock(host_mu_);
+    auto it = pinned_.find(ptr);
+    if (it == pinned_.end()) {
+      return make_error(ErrorCode::invalid_argument,
+                        "free_pinned: not a live pinned allocation of this backend "
+                        "(double free, or a pointer into a block rather than its start)");
+    }
+    stats_.pinned_bytes -= it->second;
+    ++stats_.pinned_frees;
+    pinned_.erase(it);
+  }
+  bind();
+  const cudaError_t err = cudaFreeHost(ptr);  // may synchronize: no lock held
+  if (err != cudaSuccess) return cuda_error(err, "cudaFreeHost");
+  return {};
+}
+
+Result<void> CudaBackend::register_host(std::byte* ptr, std::uint64_t bytes) {
+  if (ptr == nullptr || bytes == 0) {
+    return make_error(ErrorCode::invalid_argument, "register_host of a null or empty range");
+  }
+  if (reinterpret_cast<std::uintptr_t>(ptr) > std::numeric_limits<std::uintptr_t>::max() - bytes) {
+    return make_error(ErrorCode::invalid_argument, "register_host: the range overflows");
+  }
+  {
+    std::lock_guard lock(host_mu_);
+    if (overlaps_registered(ptr, bytes)) {
+      return make_error(ErrorCode::invalid_argument,
+                        "register_host: the range overlaps one already registered");
+    }
+  }
+  bind();
+  // The copies take the host address, which the runtime translates; no kernel of
+  // ferry reads host memory, so the range's device alias (cudaHostGetDevicePointer,
+  // which can differ from the host address) is never needed.
+  cudaError_t err = cudaHostRegister(ptr, bytes, cudaHostRegisterPortable);
+  if (err != cudaSuccess && register_read_only_) {
+    (void)cudaGetLastError();  // a read-only mapping (an mmap'd weight file) needs the flag
+    err = cudaHostRegister(ptr, bytes, cudaHostRegisterPortable | cudaHostRegisterReadOnly);
+  }
+  if (err != cudaSuccess) {
+    Error e = cuda_error(err, "cudaHostRegister of " + std::to_string(bytes) + " bytes");
+    if (err == cudaErrorHostMemoryAlreadyRegistered) e.code = ErrorCode::invalid_argument;
+    return e;
+  }
+  std::lock_guard lock(host_mu_);
+  registered_.emplace(ptr, bytes);
+  ++stats_.registrations;
+  return {};
+}
+
+Result<void> CudaBackend::unregister_host(std::byte* ptr) {
+  {
+    std::lock_guard lock(host_mu_);
+    if (registered_.erase(ptr) == 0) {
+      return make_error(ErrorCode::invalid_argument,
+                        "unregister_host: not the start of a range registered with this backend");
+    }
+    ++stats_.unregistrations;
+  }
+  bind();
+  const cudaError_t err = cudaHostUnregister(ptr);
+  if (err != cudaSuccess) return cuda_error(err, "cudaHostUnregister");
+  return {};
+}
+
+HostMemoryStats CudaBackend::host_stats() const {
+  std::lock_guard lock(host_mu_);
+  return stats_;
+}
+
+bool CudaBackend::host_pinned(const void* p, std::uint64_t bytes) const {
+  std::lock_guard lock(host_mu_);
+  auto inside = [&](const std::map<std::byte*, std::uint64_t>& ranges) {
+    auto it = ranges.upper_bound(static_cast<std::byte*>(const_cast<void*>(p)));
+    if (it == ranges.begin()) return false;
+    --it;
+    const auto begin = reinterpret_cast<std::uintptr_t>(it->first);
+    const auto at = reinterpret_cast<std::uintptr_t>(p);
+    return at - begin <= it->second && bytes <= it->second - (at - begin);
+  };
+  return inside(pinned_) || inside(registered_);
+}
+
+bool CudaBackend::overlaps_registered(const std::byte* p, std::uint64_t bytes) const {
+  const auto begin = reinterpret_cast<std::uintptr_t>(p);
+  const std::uintptr_t end = begin + bytes;
+  for (const auto& [q, n] : registered_) {
+    const auto qb = reinterpret_cast<std::uintptr_t>(q);
+    if (begin < qb + n && qb < end) return true;
+  }
+  return false;
+}
+
+Result<std::byte*> CudaBackend::staging_buffer(Stream& st, StreamId s) {
+  const unsigned i = st.next_staging;
+  st.next_staging ^= 1u;
+  if (st.staging[i] == nullptr) {
+    void* p = nullptr;
+    const cudaError_t err = cudaHostAlloc(&p, kStagingBytes, cudaHostAllocPortable);
+    if (err != cudaSuccess) {
+      return cuda_error(err, "cudaHostAlloc of a staging buffer for stream " + std::to_string(s));
+    }
+    st.staging[i] = static_cast<std::byte*>(p);
+  }
+  return st.staging[i];
+}
+
+Result<void> CudaBackend::copy_to_device(StreamId s, Stream& st, std::uint64_t dst,
+                                         const std::byte* src, std::uint64_t bytes) {
+  if (bytes == 0) return {};
+  if (host_pinned(src, bytes)) {
+    return check(cudaMemcpyAsync(device_ptr(dst), src, bytes, cudaMemcpyHostToDevice, st.handle),
+                 "cudaMemcpyAsync host->device");
+  }
+  for (std::uint64_t off = 0; off < bytes; off += kStagingBytes) {
+    const std::uint64_t n = std::min(kStagingBytes, bytes - off);
+    auto buf = staging_buffer(st, s);
+    if (!buf.ok()) return std::move(buf).error();
+    FERRY_TRY(check(launch_host_copy(st.handle, *buf, src + off, n), "cudaLaunchHostFunc"));
+    FERRY_TRY(check(cudaMemcpyAsync(device_ptr(dst + off), *buf, n, cudaMemcpyHostToDevice,
+                                    st.handle),
+                    "cudaMemcpyAsync host->device (staged)"));
+  }
+  return {};
+}
+
+Result<void> CudaBackend::copy_to_host(StreamId s, Stream& st, std::byte* dst, std::uint64_t src,
+                                       std::uint64_t bytes) {
+  if (bytes == 0) return {};
+  if (host_pinned(dst, bytes)) {
+    return check(cudaMemcpyAsync(dst, device_ptr(src), bytes, cudaMemcpyDeviceToHost, st.handle),
+                 "cudaMemcpyAsync device->host");
+  }
+  for (std::uint64_t off = 0; off < bytes; off += kStagingBytes) {
+    const std::uint64_t n = std::min(kStagingBytes, bytes - off);
+    auto buf = staging_buffer(st, s);
+    if (!buf.ok()) return std::move(buf).error();
+    FERRY_TRY(check(cudaMemcpyAsync(*buf, device_ptr(src + off), n, cudaMemcpyDeviceToHost,
+                                    st.handle),
+                    "cudaMemcpyAsync device->host (staged)"));
+    FERRY_TRY(check(launch_host_copy(st.handle, dst + off, *buf, n), "cudaLaunchHostFunc"));
+  }
+  return {};
+}
+
+}  // namespace ferry::cuda_detail

@@ -1,0 +1,392 @@
+// ferry — the CUDA backend's admission and issue of operations: what this device
+// refuses beyond the op contract, and each Op turned into CUDA calls on its stream
+// (fill, copies, the batched copy, compute, GEMM on cuBLAS, hash, wait).
+#include "cuda/cuda_backend.hpp"
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include "core/text.hpp"
+#include "cuda/cublas_api.hpp"
+#include "cuda/cuda_error.hpp"
+#include "cuda/kernels.hpp"
+#include "ferry/gemm.hpp"
+#include "ferry/op_contract.hpp"
+
+namespace ferry::cuda_detail {
+namespace {
+
+constexpr std::uint64_t kMinScratchBytes = 64ull << 10;
+
+}  // namespace
+
+// The runtime's signature changed: 12.8 and 12.9 take a trailing failIdx and
+// non-const arrays, 13.0 drops failIdx.
+cudaError_t memcpy_batch_to_device(std::vector<void*>& dsts, std::vector<void*>& srcs,
+                                   std::vector<std::size_t>& sizes, int device,
+                                   cudaStream_t stream) {
+#if CUDART_VERSION >= 12080
+  // A zeroed attribute struct is rejected: the source order must be named.
+  cudaMemcpyAttributes attr{};
+  attr.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
+  attr.srcLocHint.type = cudaMemLocationTypeHost;
+  attr.srcLocHint.id = 0;
+  attr.dstLocHint.type = cudaMemLocationTypeDevice;
+  attr.dstLocHint.id = device;
+  attr.flags = cudaMemcpyFlagDefault;
+  // numAttrs is 1, so one index is read; the array is as long as the batch because
+  // some drivers have been seen reading one index per copy.
+  std::vector<std::size_t> attr_index(dsts.size(), 0);
+#if CUDART_VERSION >= 13000
+  return cudaMemcpyBatchAsync(dsts.data(), srcs.data(), sizes.data(), dsts.size(), &attr,
+                              attr_index.data(), 1, stream);
+#else
+  std::size_t fail_index = std::numeric_limits<std::size_t>::max();
+  return cudaMemcpyBatchAsync(dsts.data(), srcs.data(), sizes.data(), dsts.size(), &attr,
+                              attr_index.data(), 1, &fail_index, stream);
+#endif
+#else
+  (void)dsts;
+  (void)srcs;
+  (void)sizes;
+  (void)device;
+  (void)stream;
+  return cudaErrorNotSupported;
+#endif
+}
+
+Result<void> CudaBackend::admit(StreamId stream, const Op& op) {
+  FERRY_TRY(validate(op));
+  bind();
+  // Before the ticket: a held GemmOp is issued later, under the lock, where the
+  // handle must already exist.
+  if (std::holds_alternative<GemmOp>(op)) FERRY_TRY(ensure_cublas(stream));
+  std::lock_guard lock(mu_);
+  if (fault_) return *fault_;
+  return ensure_stream(streams_[stream], stream);
+}
+
+Result<Ticket> CudaBackend::issue(StreamId stream, Op op) {
+  bind();
+  std::unique_lock lock(mu_);
+  if (fault_) return *fault_;
+  Stream& st = streams_[stream];
+  FERRY_TRY(ensure_stream(st, stream));
+  const Ticket ticket = st.submitted + 1;
+  // On failure the ticket is not handed out.
+  auto issued = issue_op(stream, st, op, ticket);
+  if (!issued.ok()) {
+    // Part of the operation may be on the stream already (a host function among
+    // it): drain it before reporting, so nothing touches the caller's memory after
+    // the error is returned. The wait holds no lock.
+    cudaEvent_t drained = nullptr;
+    if (cudaEventCreateWithFlags(&drained, cudaEventDisableTiming) == cudaSuccess) {
+      if (cudaEventRecord(drained, st.handle) == cudaSuccess) {
+        lock.unlock();
+        (void)cudaEventSynchronize(drained);
+      }
+      (void)cudaEventDestroy(drained);
+    }
+    (void)cudaGetLastError();
+    return std::move(issued).error();
+  }
+  FERRY_TRY(record(stream, st, ticket));
+  st.submitted = ticket;
+  return ticket;
+}
+
+Result<void> CudaBackend::validate(const Op& op) const {
+  return std::visit(
+      Overloaded{
+          [&](const FillOp& o) { return space_.check_mapped(o.dst.addr, o.dst.bytes, "FillOp"); },
+          [&](const CopyToDeviceOp& o) {
+            return space_.check_mapped(o.dst.addr, o.dst.bytes, "CopyToDeviceOp destination");
+          },
+          [&](const CopyToHostOp& o) {
+            return space_.check_mapped(o.src.addr, o.src.bytes, "CopyToHostOp source");
+          },
+          [&](const CopyOnDeviceOp& o) -> Result<void> {
+            FERRY_TRY(space_.check_mapped(o.dst.addr, o.dst.bytes, "CopyOnDeviceOp destination"));
+            return space_.check_mapped(o.src_addr, o.dst.bytes, "CopyOnDeviceOp source");
+          },
+          [&](const BatchCopyToDeviceOp& o) -> Result<void> {
+            for (const CopyToDeviceOp& c : o.copies) {
+              FERRY_TRY(space_.check_mapped(c.dst.addr, c.dst.bytes, "BatchCopyToDeviceOp destination"));
+            }
+            return {};
+          },
+          [&](const ComputeOp& o) -> Result<void> {
+            for (const DeviceRange& in : o.inputs) {
+              FERRY_TRY(space_.check_mapped(in.addr, in.bytes, "ComputeOp input"));
+            }
+            return space_.check_mapped(o.output.addr, o.output.bytes, "ComputeOp output");
+          },
+          [&](const GemmOp& o) { return validate_gemm(o); },
+          [&](const HashOp& o) { return space_.check_mapped(o.src.addr, o.src.bytes, "HashOp source"); },
+          [&](const WaitOp&) -> Result<void> { return {}; },
+          [&](const NopOp&) -> Result<void> { return {}; },
+      },
+      op);
+}
+
+Result<void> CudaBackend::validate_gemm(const GemmOp& o) const {
+  const GemmShape& g = o.shape;
+  // cublasGemmEx takes int dimensions (check_gemm already bounds k).
+  constexpr std::uint32_t kMaxDim = std::numeric_limits<int>::max();
+  if (g.m > kMaxDim || g.n > kMaxDim) {
+    return make_error(ErrorCode::unsupported,
+                      "GemmOp " + g.text() + ": m and n must be below 2^31 on cuda");
+  }
+  FERRY_TRY(space_.check_mapped(o.a.addr, o.a.bytes, "GemmOp a"));
+  FERRY_TRY(space_.check_mapped(o.b.addr, o.b.bytes, "GemmOp b"));
+  FERRY_TRY(space_.check_mapped(o.c.addr, o.c.bytes, "GemmOp c"));
+  std::string why;
+  if (cublas_api(why) == nullptr) {
+    return make_error(ErrorCode::unsupported, "GemmOp " + g.text() + ": " + why);
+  }
+  return {};
+}
+
+Result<void> CudaBackend::ensure_cublas(StreamId s) {
+  {
+    std::lock_guard lock(mu_);
+    if (fault_) return *fault_;
+    if (streams_[s].cublas != nullptr) return {};
+  }
+  std::lock_guard making(cublas_mu_);
+  {
+    std::lock_guard lock(mu_);
+    if (streams_[s].cublas != nullptr) return {};  // another thread made it meanwhile
+  }
+  std::string why;
+  const CublasApi* cublas = cublas_api(why);
+  if (cublas == nullptr) return make_error(ErrorCode::unsupported, "GemmOp: " + why);
+  cublasHandle_t handle = nullptr;
+  cublasStatus_t status = cublas->create(&handle);
+  if (status != CUBLAS_STATUS_SUCCESS) {
+    return make_error(ErrorCode::backend_error, "cublasCreate for stream " + std::to_string(s) +
+                                                    " failed: " + cublas->describe(status));
+  }
+  // Partial sums stay FP32 even when cuBLAS splits k: the result is rounded to
+  // bf16 once, as gemm.hpp defines it.
+  status = cublas->set_math_mode(handle, static_cast<cublasMath_t>(
+                                             CUBLAS_DEFAULT_MATH |
+                                             CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION));
+  Result<void> result;
+  if (status != CUBLAS_STATUS_SUCCESS) {
+    result = make_error(ErrorCode::backend_error,
+                        "cublasSetMathMode failed: " + cublas->describe(status));
+  } else {
+    std::lock_guard lock(mu_);
+    Stream& st = streams_[s];
+    result = ensure_stream(st, s);
+    if (result.ok()) {
+      status = cublas->set_stream(handle, st.handle);
+      if (status == CUBLAS_STATUS_SUCCESS) {
+        st.cublas = handle;
+        handle = nullptr;
+      } else {
+        result = make_error(ErrorCode::backend_error,
+                            "cublasSetStream for stream " + std::to_string(s) +
+                                " failed: " + cublas->describe(status));
+      }
+    }
+  }
+  if (handle != nullptr) (void)cublas->destroy(handle);
+  return result;
+}
+
+Result<std::uint64_t*> CudaBackend::scratch(Stream& st, std::uint64_t bytes) {
+  if (st.scratch_bytes < bytes) {
+    std::uint64_t size = std::max(kMinScratchBytes, st.scratch_bytes);
+    while (size < bytes) size *= 2;
+    void* p = nullptr;
+    cudaError_t err;
+    if (memory_pools_) {
+      if (st.scratch != nullptr) (void)cudaFreeAsync(st.scratch, st.handle);
+      err = cudaMallocAsync(&p, size, st.handle);
+    } else {
+      if (st.scratch != nullptr) retired_scratch_.push_back(st.scratch);  // freed at the end
+      err = cudaMalloc(&p, size);
+    }
+    st.scratch = nullptr;
+    st.scratch_bytes = 0;
+    if (err != cudaSuccess) {
+      return cuda_error(err, "allocating " + std::to_string(size) + " bytes of hash scratch");
+    }
+    st.scratch = p;
+    st.scratch_bytes = size;
+  }
+  return static_cast<std::uint64_t*>(st.scratch);
+}
+
+Result<void> CudaBackend::batch_to_device(StreamId s, Stream& st, const BatchCopyToDeviceOp& op) {
+  std::vector<void*> dsts;
+  std::vector<void*> srcs;
+  std::vector<std::size_t> sizes;
+  for (const CopyToDeviceOp& c : op.copies) {
+    if (c.dst.bytes == 0) continue;  // the batch call rejects empty entries
+    if (info_.batched_copy && host_pinned(c.src, c.dst.bytes)) {
+      dsts.push_back(device_ptr(c.dst.addr));
+      srcs.push_back(const_cast<std::byte*>(c.src));
+      sizes.push_back(c.dst.bytes);
+    } else {
+      FERRY_TRY(copy_to_device(s, st, c.dst.addr, c.src, c.dst.bytes));
+    }
+  }
+  if (dsts.empty()) return {};
+  const cudaError_t err = memcpy_batch_to_device(dsts, srcs, sizes, device_, st.handle);
+  if (err == cudaSuccess) return {};
+  // A rejected batch enqueued nothing: the same copies one by one.
+  (void)cudaGetLastError();
+  for (std::size_t i = 0; i < dsts.size(); ++i) {
+    FERRY_TRY(check(cudaMemcpyAsync(dsts[i], srcs[i], sizes[i], cudaMemcpyHostToDevice, st.handle),
+                    "cudaMemcpyAsync host->device (after cudaMemcpyBatchAsync failed: " +
+                        describe(err) + ")"));
+  }
+  return {};
+}
+
+Result<void> CudaBackend::hash(StreamId s, Stream& st, const HashOp& op) {
+  const std::uint64_t chunks = hash_chunk_count(op.src.bytes);
+  auto buf = scratch(st, 8 * (1 + chunks));
+  if (!buf.ok()) return std::move(buf).error();
+  std::uint64_t* result = *buf;
+  FERRY_TRY(check(launch_content_hash(device_ptr(op.src.addr), op.src.bytes, result + 1, result,
+                                      st.handle),
+                  "launching the hash kernel"));
+  if (host_pinned(op.result, sizeof(std::uint64_t))) {
+    return check(cudaMemcpyAsync(op.result, result, sizeof(std::uint64_t),
+                                 cudaMemcpyDeviceToHost, st.handle),
+                 "cudaMemcpyAsync of the hash");
+  }
+  // A pageable result: through the stream's pinned slot, then a host function.
+  std::uint64_t* slot = result_slots_ + s;
+  FERRY_TRY(check(cudaMemcpyAsync(slot, result, sizeof(std::uint64_t), cudaMemcpyDeviceToHost,
+                                  st.handle),
+                  "cudaMemcpyAsync of the hash"));
+  return check(launch_host_copy(st.handle, op.result, slot, sizeof(std::uint64_t)),
+               "cudaLaunchHostFunc");
+}
+
+// mix_kernel: every input hashed on the device, the hashes folded into the seed,
+// the output filled from it; all in stream order, nothing returns to the host.
+// Every hash is enqueued before the fill, so an output that overlaps an input (an
+// in-place epilogue) is read in full before it is written.
+Result<void> CudaBackend::compute(Stream& st, const ComputeOp& op) {
+  std::uint64_t max_chunks = 0;
+  for (const DeviceRange& in : op.inputs) max_chunks = std::max(max_chunks, hash_chunk_count(in.bytes));
+  const std::uint64_t k = op.inputs.size();
+  auto buf = scratch(st, 8 * (1 + k + max_chunks));
+  if (!buf.ok()) return std::move(buf).error();
+  std::uint64_t* seed = *buf;
+  std::uint64_t* hashes = seed + 1;
+  std::uint64_t* chunk_hashes = hashes + k;
+  for (std::uint64_t i = 0; i < k; ++i) {
+    FERRY_TRY(check(launch_content_hash(device_ptr(op.inputs[i].addr), op.inputs[i].bytes,
+                                        chunk_hashes, hashes + i, st.handle),
+                    "launching the hash kernel"));
+  }
+  FERRY_TRY(check(launch_mix_seed(hashes, k, seed, st.handle), "launching the mix kernel"));
+  return check(launch_fill(device_ptr(op.output.addr), op.output.bytes, op.pattern, 0, seed,
+                           st.handle),
+               "launching the fill kernel");
+}
+
+// C = op(A) . op(B) on the stream's cuBLAS handle (ensure_cublas made it at enqueue).
+Result<void> CudaBackend::gemm(Stream& st, const GemmOp& op) {
+  std::string why;
+  const CublasApi* cublas = cublas_api(why);
+  if (cublas == nullptr || st.cublas == nullptr) {
+    return make_error(ErrorCode::backend_error, "GemmOp issued without a cuBLAS handle");
+  }
+  const GemmShape& g = op.shape;
+  const auto m = static_cast<int>(g.m);
+  const auto n = static_cast<int>(g.n);
+  const auto k = static_cast<int>(g.k);
+  // cuBLAS is column-major, and a row-major r x c matrix is the column-major c x r
+  // matrix of the same bytes (its transpose, leading dimension c). So row-major
+  // C = op(A) op(B) is column-major C^T (n x m, ldc n) = op(B)^T op(A)^T:
+  //   B stored k x n: its column-major view is B^T = op(B)^T        -> N, ldb n
+  //   B stored n x k (trans_b): view is (n x k)^T, op(B)^T = B      -> T, ldb k
+  //   A stored m x k: view is A^T = op(A)^T                         -> N, lda k
+  //   A stored k x m (trans_a): view is (k x m)^T, op(A)^T = A      -> T, lda m
+  const cublasOperation_t op_b = g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t op_a = g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const int ldb = g.trans_b ? k : n;
+  const int lda = g.trans_a ? m : k;
+  const float alpha = 1.0f;
+  const float beta = 0.0f;
+  // COMPUTE_32F (not a _FAST_ mode): bf16 products summed in FP32, as gemm.hpp says.
+  const cublasStatus_t status =
+      cublas->gemm_ex(st.cublas, op_b, op_a, n, m, k, &alpha, device_ptr(op.b.addr),
+                      CUDA_R_16BF, ldb, device_ptr(op.a.addr), CUDA_R_16BF, lda, &beta,
+                      device_ptr(op.c.addr), CUDA_R_16BF, n, CUBLAS_COMPUTE_32F,
+                      CUBLAS_GEMM_DEFAULT);
+  if (status != CUBLAS_STATUS_SUCCESS) {
+    return make_error(ErrorCode::backend_error,
+                      "cublasGemmEx of " + g.text() + " failed: " + cublas->describe(status));
+  }
+  return {};
+}
+
+Result<void> CudaBackend::wait_on(StreamId s, Stream& st, const WaitOp& op) {
+  const StreamPoint p = op.point;
+  if (p.stream == s || p.ticket == 0) return {};  // a stream is already FIFO
+  // The hold layer issued the point before this wait (holding_backend.hpp).
+  Stream& other = streams_[p.stream];
+  poll(other);
+  if (other.completed >= p.ticket) return {};
+  for (const Inflight& f : other.inflight) {
+    // The wait binds to the event's current record, so recycling it later is safe.
+    if (f.ticket == p.ticket) {
+      return check(cudaStreamWaitEvent(st.handle, f.event, 0),
+                   "cudaStreamWaitEvent on " + text::point(p));
+    }
+  }
+  return make_error(ErrorCode::backend_error, "WaitOp: no event for " + text::point(p));
+}
+
+Result<void> CudaBackend::issue_op(StreamId s, Stream& st, Op& op, Ticket ticket) {
+  auto r = std::visit(
+      Overloaded{
+          [&](const FillOp& o) {
+            return check(launch_fill(device_ptr(o.dst.addr), o.dst.bytes, o.pattern, o.seed,
+                                     nullptr, st.handle),
+                         "launching the fill kernel");
+          },
+          [&](const CopyToDeviceOp& o) {
+            return copy_to_device(s, st, o.dst.addr, o.src, o.dst.bytes);
+          },
+          [&](const CopyToHostOp& o) { return copy_to_host(s, st, o.dst, o.src.addr, o.src.bytes); },
+          [&](const CopyOnDeviceOp& o) -> Result<void> {
+            if (o.dst.bytes == 0 || o.dst.addr == o.src_addr) return {};
+            return check(cudaMemcpyAsync(device_ptr(o.dst.addr), device_ptr(o.src_addr),
+                                         o.dst.bytes, cudaMemcpyDeviceToDevice, st.handle),
+                         "cudaMemcpyAsync device->device");
+          },
+          [&](const BatchCopyToDeviceOp& o) { return batch_to_device(s, st, o); },
+          [&](const ComputeOp& o) { return compute(st, o); },
+          [&](const GemmOp& o) { return gemm(st, o); },
+          [&](const HashOp& o) { return hash(s, st, o); },
+          [&](const WaitOp& o) { return wait_on(s, st, o); },
+          [&](const NopOp&) -> Result<void> { return {}; },
+      },
+      op);
+  if (!r.ok()) {
+    Error e = std::move(r).error();
+    e.message = text::point({s, ticket}) + ": " + e.message;
+    return e;
+  }
+  return {};
+}
+
+}  // namespace ferry::cuda_detail

@@ -1,0 +1,251 @@
+// ferry — the CUDA backend's setup and teardown: device discovery, what DeviceInfo
+// says of the device (attributes, nominal rates, VMM, the batched-copy probe), the
+// backend's construction and destruction, and make_cuda_backend.
+#include "cuda/cuda_backend.hpp"
+
+#include <cuda.h>
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "cuda/cublas_api.hpp"
+#include "cuda/cuda_error.hpp"
+#include "cuda/driver_api.hpp"
+#include "ferry/content.hpp"
+#include "ferry/cuda_backend.hpp"
+
+namespace ferry {
+namespace cuda_detail {
+namespace {
+
+constexpr std::uint64_t kFallbackGranularity = 2ull << 20;  // without VMM: the usual large page
+
+// The start-up probe of the batched path: two small batches in a row (some drivers
+// honour only the first batch of a process), each verified byte by byte.
+bool probe_batched_copy(int device, std::string& note) {
+#if CUDART_VERSION < 12080
+  (void)device;
+  note = "this CUDA runtime has no cudaMemcpyBatchAsync";
+  return false;
+#else
+  constexpr std::size_t kPieces = 4;
+  constexpr std::size_t kPiece = 4096 + 8;  // not a power of two on purpose
+  constexpr std::size_t kBytes = kPieces * kPiece;
+  cudaStream_t stream = nullptr;
+  void* dev = nullptr;
+  void* host = nullptr;  // pinned: [0, kBytes) source, [kBytes, 2 kBytes) read-back
+  bool ok = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) == cudaSuccess &&
+            cudaMalloc(&dev, kBytes) == cudaSuccess &&
+            cudaHostAlloc(&host, 2 * kBytes, cudaHostAllocPortable) == cudaSuccess;
+  if (!ok) note = "probe set-up failed: " + describe(cudaGetLastError());
+  auto* src = static_cast<std::byte*>(host);
+  for (int round = 0; ok && round < 2; ++round) {
+    fill_pattern(0xba7c4ull + static_cast<std::uint64_t>(round), 0, {src, kBytes});
+    std::memset(src + kBytes, 0, kBytes);
+    std::vector<void*> dsts;
+    std::vector<void*> srcs;
+    std::vector<std::size_t> sizes;
+    for (std::size_t i = 0; i < kPieces; ++i) {  // in reverse: order inside a batch is free
+      const std::size_t piece = kPieces - 1 - i;
+      dsts.push_back(static_cast<std::byte*>(dev) + piece * kPiece);
+      srcs.push_back(src + piece * kPiece);
+      sizes.push_back(kPiece);
+    }
+    cudaError_t err = cudaMemsetAsync(dev, 0, kBytes, stream);
+    if (err == cudaSuccess) err = memcpy_batch_to_device(dsts, srcs, sizes, device, stream);
+    if (err == cudaSuccess) {
+      err = cudaMemcpyAsync(src + kBytes, dev, kBytes, cudaMemcpyDeviceToHost, stream);
+    }
+    if (err == cudaSuccess) err = cudaStreamSynchronize(stream);
+    if (err != cudaSuccess) {
+      note = "batch " + std::to_string(round + 1) + " failed: " + describe(err);
+      ok = false;
+    } else if (std::memcmp(src, src + kBytes, kBytes) != 0) {
+      note = "batch " + std::to_string(round + 1) + " returned success but did not copy";
+      ok = false;
+    }
+  }
+  if (ok) note = "two verified batches";
+  if (stream != nullptr) (void)cudaStreamSynchronize(stream);
+  if (host != nullptr) (void)cudaFreeHost(host);
+  if (dev != nullptr) (void)cudaFree(dev);
+  if (stream != nullptr) (void)cudaStreamDestroy(stream);
+  (void)cudaGetLastError();
+  return ok;
+#endif
+}
+
+int device_attribute(cudaDeviceAttr attr, int device) {
+  int v = 0;
+  if (cudaDeviceGetAttribute(&v, attr, device) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return v;
+}
+
+// Nominal dense bf16 tensor FLOPs per SM per clock, by architecture (fp16 before bf16
+// existed). Estimates for DeviceInfo, not measurements.
+double flops_per_sm_clock(int major, int minor) {
+  if (major >= 10) return 8192;
+  if (major == 9) return 4096;
+  if (major == 8) return minor == 0 ? 2048 : 512;
+  if (major == 7) return 1024;
+  return 256;
+}
+
+Result<std::unique_ptr<Backend>> create_backend(int device) {
+  cudaError_t err = cudaSetDevice(device);
+  if (err == cudaSuccess) err = cudaFree(nullptr);  // creates the primary context on older runtimes
+  if (err != cudaSuccess) return cuda_error(err, "initializing CUDA device " + std::to_string(device));
+  cudaDeviceProp prop{};
+  err = cudaGetDeviceProperties(&prop, device);
+  if (err != cudaSuccess) return cuda_error(err, "cudaGetDeviceProperties");
+
+  CudaBackend::Setup setup;
+  setup.device = device;
+  DeviceInfo& info = setup.info;
+  info.backend = BackendKind::cuda;
+  info.device = prop.name;
+  info.capacity = prop.totalGlobalMem;
+  info.host_register = device_attribute(cudaDevAttrHostRegisterSupported, device) != 0;
+  setup.register_read_only = device_attribute(cudaDevAttrHostRegisterReadOnlySupported, device) != 0;
+  setup.memory_pools = device_attribute(cudaDevAttrMemoryPoolsSupported, device) != 0;
+
+  const double mem_clock_hz = 1e3 * device_attribute(cudaDevAttrMemoryClockRate, device);
+  const double bus_bytes = device_attribute(cudaDevAttrGlobalMemoryBusWidth, device) / 8.0;
+  info.mem_bytes_per_s = mem_clock_hz > 0 && bus_bytes > 0 ? 2.0 * mem_clock_hz * bus_bytes : 1e12;
+  const double sm_clock_hz = 1e3 * device_attribute(cudaDevAttrClockRate, device);
+  info.flops_per_s = prop.multiProcessorCount * (sm_clock_hz > 0 ? sm_clock_hz : 1.5e9) *
+                     flops_per_sm_clock(prop.major, prop.minor);
+  // No attribute gives the host link; nominal pinned rates by generation, and the
+  // coherent chip-to-chip link of Grace systems.
+  if (prop.integrated != 0) {
+    info.h2d_bytes_per_s = info.mem_bytes_per_s;
+  } else if (device_attribute(cudaDevAttrPageableMemoryAccessUsesHostPageTables, device) != 0) {
+    info.h2d_bytes_per_s = 400e9;
+  } else {
+    info.h2d_bytes_per_s = prop.major >= 9 ? 50e9 : prop.major == 8 ? 24e9 : 12e9;
+  }
+
+  // Virtual memory management, unless the driver lacks it or FERRY_CUDA_VMM=0 asks for
+  // the fallback (to exercise it on a machine that has both).
+  const char* vmm_env = std::getenv("FERRY_CUDA_VMM");
+  const bool want_vmm = vmm_env == nullptr || std::strcmp(vmm_env, "0") != 0;
+  info.granularity = kFallbackGranularity;
+  std::string vmm_note = want_vmm ? "the device does not support it" : "FERRY_CUDA_VMM=0";
+  if (want_vmm) {
+    auto driver = std::make_unique<DriverApi>();
+    int vmm = 0;
+    if (driver->load(vmm_note) && driver->device_get(&setup.cu_device, device) == CUDA_SUCCESS &&
+        driver->device_get_attribute(&vmm, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED,
+                                     setup.cu_device) == CUDA_SUCCESS &&
+        vmm != 0) {
+      CUmemAllocationProp aprop{};
+      aprop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+      aprop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+      aprop.location.id = setup.cu_device;
+      std::size_t granularity = 0;
+      if (driver->mem_get_allocation_granularity(&granularity, &aprop,
+                                                 CU_MEM_ALLOC_GRANULARITY_MINIMUM) == CUDA_SUCCESS &&
+          granularity > 0 && (granularity & (granularity - 1)) == 0) {
+        info.granularity = granularity;
+        info.virtual_memory = true;
+        setup.driver = std::move(driver);
+        vmm_note = "in use";
+      }
+    }
+  }
+
+  std::string batch_note;
+  info.batched_copy = probe_batched_copy(device, batch_note);
+  // FERRY_CUDA_VERBOSE=1: one line on what was chosen and why (for tools/gpu-check).
+  if (const char* v = std::getenv("FERRY_CUDA_VERBOSE"); v != nullptr && std::strcmp(v, "1") == 0) {
+    std::fprintf(stderr, "ferry cuda: %s, %llu MiB, granularity %llu KiB, VMM: %s, batched copy: %s\n",
+                 info.device.c_str(), static_cast<unsigned long long>(info.capacity >> 20),
+                 static_cast<unsigned long long>(info.granularity >> 10), vmm_note.c_str(),
+                 batch_note.c_str());
+  }
+  auto backend = std::make_unique<CudaBackend>(std::move(setup));
+  FERRY_TRY(backend->init());
+  return std::unique_ptr<Backend>(std::move(backend));
+}
+
+}  // namespace
+
+CudaBackend::CudaBackend(Setup setup)
+    : device_(setup.device),
+      info_(std::move(setup.info)),
+      driver_(std::move(setup.driver)),
+      space_(driver_.get(), setup.cu_device, setup.device, info_.granularity),
+      memory_pools_(setup.memory_pools),
+      register_read_only_(setup.register_read_only) {
+  start_queues();
+}
+
+// No other thread may use a backend that is being destroyed, so no lock is taken.
+CudaBackend::~CudaBackend() {
+  bind();
+  (void)synchronize();
+  for (Stream& st : streams_) {
+    if (st.cublas != nullptr) {
+      std::string unused;  // a handle exists, so cuBLAS is loaded: no load happens here
+      if (const CublasApi* cublas = cublas_api(unused)) (void)cublas->destroy(st.cublas);
+    }
+    if (st.handle == nullptr) continue;
+    if (st.scratch != nullptr) {
+      if (memory_pools_) (void)cudaFreeAsync(st.scratch, st.handle);
+      else (void)cudaFree(st.scratch);
+    }
+    (void)cudaStreamSynchronize(st.handle);
+    (void)cudaStreamDestroy(st.handle);
+    for (std::byte* b : st.staging) {
+      if (b != nullptr) (void)cudaFreeHost(b);
+    }
+  }
+  for (void* p : retired_scratch_) (void)cudaFree(p);
+  for (cudaEvent_t e : free_events_) (void)cudaEventDestroy(e);
+  if (result_slots_ != nullptr) (void)cudaFreeHost(result_slots_);
+  for (auto& [ptr, bytes] : registered_) (void)cudaHostUnregister(ptr);
+  for (auto& [ptr, bytes] : pinned_) (void)cudaFreeHost(ptr);
+  (void)cudaGetLastError();
+}
+
+Result<void> CudaBackend::init() {
+  const cudaError_t err = cudaHostAlloc(reinterpret_cast<void**>(&result_slots_),
+                                        kMaxStreams * sizeof(std::uint64_t),
+                                        cudaHostAllocPortable);
+  if (err != cudaSuccess) return cuda_error(err, "cudaHostAlloc of the result slots");
+  return {};
+}
+
+}  // namespace cuda_detail
+
+bool cuda_backend_built() noexcept { return true; }
+
+Result<std::unique_ptr<Backend>> make_cuda_backend(const CudaOptions& options) {
+  int count = 0;
+  const cudaError_t err = cudaGetDeviceCount(&count);
+  if (err != cudaSuccess || count == 0) {
+    (void)cudaGetLastError();
+    return make_error(ErrorCode::unsupported,
+                      std::string("no CUDA device or driver found: ") +
+                          (err != cudaSuccess ? cudaGetErrorString(err)
+                                              : "the driver reports no devices"));
+  }
+  if (options.device < 0 || options.device >= count) {
+    return make_error(ErrorCode::invalid_argument,
+                      "CUDA device " + std::to_string(options.device) + " does not exist (" +
+                          std::to_string(count) + " found)");
+  }
+  return cuda_detail::create_backend(options.device);
+}
+
+}  // namespace ferry
