@@ -14,6 +14,7 @@
 #include <string>
 #include <utility>
 
+#include "core/text.hpp"
 #include "cuda/cuda_error.hpp"
 
 namespace ferry::cuda_detail {
@@ -59,6 +60,19 @@ Result<std::byte*> CudaBackend::allocate_pinned(std::uint64_t bytes) {
 }
 
 Result<void> CudaBackend::free_pinned(std::byte* ptr) {
+  // Held work that reads or writes the block would touch freed memory once
+  // issued: refused, as on the sim (the arena's leases never get here). The hold
+  // layer's lock is taken with no lock of ours held.
+  std::uint64_t bytes = 0;
+  {
+    std::lock_guard lock(host_mu_);
+    if (auto it = pinned_.find(ptr); it != pinned_.end()) bytes = it->second;
+  }
+  if (const auto user = bytes > 0 ? queues().held_user(ptr, bytes) : std::nullopt) {
+    return make_error(ErrorCode::invalid_argument,
+                      "free_pinned(" + text::hex(ptr) + "): " + text::point(*user) +
+                          " is held in the host-side queue and still uses this buffer; wait for it first");
+  }
   {
     std::lock_guard lock(host_mu_);
     auto it = pinned_.find(ptr);
