@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "core/invariant.hpp"
+#include "core/text.hpp"
 #include "ferry/content.hpp"
 
 namespace ferry {
@@ -26,15 +27,7 @@ constexpr std::uint64_t kCanarySeed = 0xc0ffee5eedull;
 constexpr std::uint64_t align_up(std::uint64_t v, std::uint64_t a) { return (v + a - 1) / a * a; }
 constexpr std::uint64_t align_down(std::uint64_t v, std::uint64_t a) { return v / a * a; }
 
-std::string mib(std::uint64_t bytes) {
-  char buf[48];
-  if (bytes >= (std::uint64_t{1} << 20)) {
-    std::snprintf(buf, sizeof buf, "%.1f MiB", static_cast<double>(bytes) / (1 << 20));
-  } else {
-    std::snprintf(buf, sizeof buf, "%llu B", static_cast<unsigned long long>(bytes));
-  }
-  return buf;
-}
+std::string mib(std::uint64_t bytes) { return text::human_bytes(bytes, 1, text::ByteUnit::MiB); }
 
 std::uintptr_t addr(const void* p) { return reinterpret_cast<std::uintptr_t>(p); }
 
