@@ -134,7 +134,6 @@ class SimGpu final : public HoldingBackend<SimBackend> {
   void apply(StreamId stream, const PendingOp& pending);
   std::optional<std::string> find_unmapped(const Op& op) const;
   bool swallowed(const CopyToDeviceOp& copy) const;
-  std::string describe_blockage(StreamPoint point) const;
   std::optional<StreamPoint> host_pointer_user(const std::byte* begin, std::uint64_t bytes) const;
 
   const DeviceProfile profile_;
