@@ -1,28 +1,32 @@
 #include "ferry/pool_snapshot.hpp"
 
 #include <algorithm>
+#include <array>
 
+#include "ferry/names.hpp"
 #include "observe/snapshot_json.hpp"
 
 namespace ferry {
 
-std::string_view to_string(SegmentInfo::Kind kind) noexcept {
-  switch (kind) {
-    case SegmentInfo::Kind::small: return "small";
-    case SegmentInfo::Kind::large: return "large";
-    case SegmentInfo::Kind::shared: return "shared";
-  }
-  return "?";
-}
+namespace {
 
-std::string_view to_string(BlockInfo::State state) noexcept {
-  switch (state) {
-    case BlockInfo::State::live: return "live";
-    case BlockInfo::State::pending_free: return "pending_free";
-    case BlockInfo::State::free: return "free";
-  }
-  return "?";
-}
+constexpr std::array<NamedValue<SegmentInfo::Kind>, 3> kSegmentKinds{{
+    {SegmentInfo::Kind::small, "small"},
+    {SegmentInfo::Kind::large, "large"},
+    {SegmentInfo::Kind::shared, "shared"},
+}};
+
+constexpr std::array<NamedValue<BlockInfo::State>, 3> kBlockStates{{
+    {BlockInfo::State::live, "live"},
+    {BlockInfo::State::pending_free, "pending_free"},
+    {BlockInfo::State::free, "free"},
+}};
+
+}  // namespace
+
+std::string_view to_string(SegmentInfo::Kind kind) noexcept { return name_in<SegmentInfo::Kind>(kSegmentKinds, kind); }
+
+std::string_view to_string(BlockInfo::State state) noexcept { return name_in<BlockInfo::State>(kBlockStates, state); }
 
 PoolSnapshot take_snapshot(const DevicePool& pool, std::span<const NamedHandle> owners) {
   PoolSnapshot s;

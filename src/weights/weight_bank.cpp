@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -14,6 +15,7 @@
 
 #include "ferry/content.hpp"
 #include "ferry/host_arena.hpp"
+#include "ferry/names.hpp"
 #include "ferry/transfer_engine.hpp"
 #include "ferry/weight_bank.hpp"
 
@@ -25,17 +27,19 @@ constexpr std::uint64_t kSyntheticAlign = 256;
 
 std::uint64_t round_up(std::uint64_t v, std::uint64_t a) { return (v + a - 1) / a * a; }
 
+constexpr std::array<NamedValue<BankPlacement>, 2> kPlacements{{
+    {BankPlacement::registered, "registered"},
+    {BankPlacement::arena, "arena"},
+}};
+
 }  // namespace
 
 std::string_view to_string(BankPlacement placement) noexcept {
-  return placement == BankPlacement::registered ? "registered" : "arena";
+  return name_in<BankPlacement>(kPlacements, placement);
 }
 
 Result<BankPlacement> parse_bank_placement(std::string_view text) {
-  if (text == "registered") return BankPlacement::registered;
-  if (text == "arena") return BankPlacement::arena;
-  return make_error(ErrorCode::invalid_argument,
-                    "unknown bank placement \"" + std::string(text) + "\" (registered|arena)");
+  return value_in<BankPlacement>(kPlacements, text, "bank placement");
 }
 
 struct WeightBank::Impl {

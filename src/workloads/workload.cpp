@@ -3,12 +3,14 @@
 
 #include <nlohmann/json.hpp>
 
+#include <array>
 #include <cinttypes>
 #include <cmath>
 #include <cstdio>
 
 #include "ferry/device_profile.hpp"
 #include "ferry/fault_spec.hpp"
+#include "ferry/names.hpp"
 #include "core/text.hpp"
 #include "workloads/exec.hpp"
 
@@ -45,40 +47,33 @@ std::string time_text(std::uint64_t ns) { return text::human_ns(ns, 3); }
 
 }  // namespace
 
-std::string_view to_string(WorkloadKind kind) noexcept {
-  switch (kind) {
-    case WorkloadKind::dense_stream: return "dense-stream";
-    case WorkloadKind::moe_offload: return "moe-offload";
-    case WorkloadKind::dequant_train: return "dequant-train";
-  }
-  return "?";
-}
+constexpr std::array<NamedValue<WorkloadKind>, 3> kWorkloads{{
+    {WorkloadKind::dense_stream, "dense-stream"},
+    {WorkloadKind::moe_offload, "moe-offload"},
+    {WorkloadKind::dequant_train, "dequant-train"},
+}};
 
-std::vector<std::string> workload_names() { return {"dense-stream", "moe-offload", "dequant-train"}; }
+constexpr std::array<NamedValue<MatmulKind>, 3> kMatmuls{{
+    {MatmulKind::automatic, "auto"},
+    {MatmulKind::mix, "mix"},
+    {MatmulKind::gemm, "gemm"},
+}};
+
+std::string_view to_string(WorkloadKind kind) noexcept { return name_in<WorkloadKind>(kWorkloads, kind); }
+
+std::vector<std::string> workload_names() {
+  std::vector<std::string> names;
+  for (const NamedValue<WorkloadKind>& n : kWorkloads) names.emplace_back(n.name);
+  return names;
+}
 
 Result<WorkloadKind> parse_workload(std::string_view text) {
-  for (WorkloadKind k : {WorkloadKind::dense_stream, WorkloadKind::moe_offload, WorkloadKind::dequant_train}) {
-    if (to_string(k) == text) return k;
-  }
-  return make_error(ErrorCode::invalid_argument,
-                    "unknown workload \"" + std::string(text) + "\" (dense-stream|moe-offload|dequant-train)");
+  return value_in<WorkloadKind>(kWorkloads, text, "workload");
 }
 
-std::string_view to_string(MatmulKind kind) noexcept {
-  switch (kind) {
-    case MatmulKind::automatic: return "auto";
-    case MatmulKind::mix: return "mix";
-    case MatmulKind::gemm: return "gemm";
-  }
-  return "?";
-}
+std::string_view to_string(MatmulKind kind) noexcept { return name_in<MatmulKind>(kMatmuls, kind); }
 
-Result<MatmulKind> parse_matmul_kind(std::string_view text) {
-  for (MatmulKind k : {MatmulKind::automatic, MatmulKind::mix, MatmulKind::gemm}) {
-    if (to_string(k) == text) return k;
-  }
-  return make_error(ErrorCode::invalid_argument, "unknown matmul \"" + std::string(text) + "\" (auto|mix|gemm)");
-}
+Result<MatmulKind> parse_matmul_kind(std::string_view text) { return value_in<MatmulKind>(kMatmuls, text, "matmul"); }
 
 // Chosen so that each runs in a few seconds under the sanitized debug build on
 // a 2-core machine (see docs/workloads.md).
