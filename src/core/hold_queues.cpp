@@ -1,3 +1,4 @@
+#include <cassert>
 #include <limits>
 #include <string>
 #include <utility>
@@ -36,6 +37,7 @@ Result<Ticket> HoldQueues::enqueue(StreamId stream, Op op) {
   // the ticket is not handed out.
   Result<Ticket> got = device_.issue(stream, std::move(op));
   if (!got.ok()) return std::move(got).error();
+  assert(*got == q.submitted + 1 && "the device numbers issued ops as the layer does");
   q.issued = q.submitted = *got;
   return *got;
 }
@@ -216,6 +218,7 @@ Result<void> HoldQueues::issue_next(StreamId stream) {
   }
   Result<Ticket> got = ready.ok() ? device_.issue(stream, std::move(op)) : Result<Ticket>(ready.error());
   if (got.ok()) {
+    assert(*got == ticket && "the device numbers issued ops as the layer does");
     q.issued = *got;
     return {};
   }

@@ -1,0 +1,136 @@
+// The hold layer (holding_backend.hpp) against a scripted device: held ops keep
+// their tickets, a wait on held work blocks its stream without breaking the hold,
+// a held op that fails when issued still takes its ticket (a no-op stands in) and
+// becomes the stream's fault, and a device that fails even the no-op breaks only
+// that stream.
+#include <gtest/gtest.h>
+
+#include <array>
+#include <chrono>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "ferry/holding_backend.hpp"
+#include "ferry/op_contract.hpp"
+
+namespace ferry {
+namespace {
+
+constexpr auto kForever = std::chrono::nanoseconds::max();
+
+// Issues go into a log; work completes the moment it is issued. fail_issues
+// makes that many of the next issues fail.
+class ScriptedDevice final : public HoldQueues::Device {
+ public:
+  struct Issued {
+    StreamId stream;
+    Ticket ticket;
+    std::string kind;
+  };
+  std::vector<Issued> log;
+  int fail_issues = 0;
+  std::array<Ticket, kMaxStreams> issued{};
+
+  Result<void> admit(StreamId, const Op&) override { return {}; }
+  Result<Ticket> issue(StreamId stream, Op op) override {
+    if (fail_issues > 0) {
+      --fail_issues;
+      return make_error(ErrorCode::backend_error, "scripted failure of " + std::string(op_name(op)));
+    }
+    log.push_back({stream, ++issued[stream], std::string(op_name(op))});
+    return issued[stream];
+  }
+  Ticket issued_completed(StreamId stream) override { return issued[stream]; }
+  Result<void> wait_issued(StreamPoint, std::chrono::nanoseconds) override { return {}; }
+  Result<void> synchronize_issued() override { return {}; }
+};
+
+class HoldQueuesTest : public ::testing::Test {
+ protected:
+  ScriptedDevice device;
+  DeviceInfo info;
+  HoldQueues queues{device, info};
+
+  void expect_valid() {
+    std::string why;
+    EXPECT_TRUE(queues.validate(&why)) << why;
+  }
+};
+
+TEST_F(HoldQueuesTest, HeldOpsKeepTheirTicketsAndIssueInOrder) {
+  queues.set_hold(0, true);
+  EXPECT_EQ(queues.enqueue(0, NopOp{}).value_or(0), 1u);
+  EXPECT_EQ(queues.enqueue(0, NopOp{}).value_or(0), 2u);
+  EXPECT_EQ(queues.submitted(0), 2u);
+  EXPECT_TRUE(device.log.empty());
+  EXPECT_EQ(queues.completed(0), 0u);
+  expect_valid();
+  ASSERT_TRUE(queues.wait({0, 1}, kForever).ok());  // dispatches through the point only
+  ASSERT_EQ(device.log.size(), 1u);
+  EXPECT_EQ(queues.completed(0), 1u);
+  queues.set_hold(0, false);
+  ASSERT_EQ(device.log.size(), 2u);
+  EXPECT_EQ(device.log[1].ticket, 2u);
+  EXPECT_EQ(queues.enqueue(0, NopOp{}).value_or(0), 3u);  // unheld: issued at once
+  EXPECT_EQ(device.log.size(), 3u);
+  expect_valid();
+}
+
+TEST_F(HoldQueuesTest, AWaitOnHeldWorkBlocksItsStreamAndNeverBreaksTheHold) {
+  queues.set_hold(0, true);
+  const Ticket point = queues.enqueue(0, NopOp{}).value_or(0);
+  ASSERT_TRUE(queues.enqueue(1, WaitOp{{0, point}}).ok());
+  const Ticket after = queues.enqueue(1, NopOp{}).value_or(0);
+  EXPECT_TRUE(device.log.empty()) << "stream 0's hold was broken, or the wait was issued before its point";
+  const Result<void> r = queues.wait({1, after}, kForever);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().code, ErrorCode::timeout);
+  EXPECT_NE(r.error().message.find("stream 0 ticket 1 is held"), std::string::npos) << r.error().message;
+  expect_valid();
+  ASSERT_TRUE(queues.flush(0).ok());  // the point goes out, then what waited for it
+  ASSERT_EQ(device.log.size(), 3u);
+  EXPECT_EQ(device.log[0].stream, 0u);
+  EXPECT_EQ(device.log[1].kind, "wait");
+  EXPECT_TRUE(queues.wait({1, after}, kForever).ok());
+  expect_valid();
+}
+
+TEST_F(HoldQueuesTest, AHeldOpThatFailsWhenIssuedTakesItsTicketAndFaultsItsStream) {
+  queues.set_hold(2, true);
+  ASSERT_TRUE(queues.enqueue(2, NopOp{}).ok());
+  ASSERT_TRUE(queues.enqueue(2, NopOp{}).ok());
+  device.fail_issues = 1;
+  const Result<void> flushed = queues.flush(2);
+  ASSERT_FALSE(flushed.ok());
+  EXPECT_EQ(flushed.error().code, ErrorCode::backend_error);
+  ASSERT_EQ(device.log.size(), 2u);  // a no-op in the failed op's place, then ticket 2
+  EXPECT_EQ(queues.completed(2), 2u) << "leases on the failed ticket could never retire";
+  EXPECT_FALSE(queues.wait({2, 2}, kForever).ok()) << "the fault must reach waits on later points";
+  EXPECT_TRUE(queues.wait({3, 0}, kForever).ok()) << "other streams are not affected";
+  expect_valid();
+}
+
+TEST_F(HoldQueuesTest, ADeviceThatFailsEvenTheNoOpBreaksOnlyThatStream) {
+  queues.set_hold(4, true);
+  ASSERT_TRUE(queues.enqueue(4, NopOp{}).ok());
+  ASSERT_TRUE(queues.enqueue(5, WaitOp{{4, 1}}).ok());  // blocked behind the held point
+  device.fail_issues = 2;
+  EXPECT_FALSE(queues.flush(4).ok());
+  EXPECT_FALSE(queues.enqueue(4, NopOp{}).ok()) << "a broken stream takes no more work";
+  EXPECT_FALSE(queues.wait({4, 1}, kForever).ok());
+  EXPECT_FALSE(queues.wait({5, 1}, kForever).ok()) << "a wait on a lost point fails, never hangs";
+  EXPECT_TRUE(queues.enqueue(6, NopOp{}).ok());
+  expect_valid();
+}
+
+TEST_F(HoldQueuesTest, MalformedOpsAreRefusedBeforeAnyTicket) {
+  queues.set_hold(0, true);
+  EXPECT_FALSE(queues.enqueue(0, WaitOp{{1, 1}}).ok());  // stream 1 has handed out nothing
+  EXPECT_FALSE(queues.enqueue(kMaxStreams, NopOp{}).ok());
+  EXPECT_EQ(queues.submitted(0), 0u);
+  EXPECT_FALSE(queues.wait({0, 1}, kForever).ok());  // never handed out
+}
+
+}  // namespace
+}  // namespace ferry
