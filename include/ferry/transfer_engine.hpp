@@ -76,9 +76,12 @@
 
 namespace ferry {
 
+// Opaque: the engine's shared state and one upload in flight, defined in the
+// implementation.
 namespace detail {
-struct EngineOps;
-}
+struct EngineState;
+struct UploadState;
+}  // namespace detail
 
 // One host->device range. The source is `block` (+ block_offset) when block is
 // non-null, else `host`.
@@ -174,12 +177,10 @@ class PendingUpload {
   StreamPoint point() const noexcept;
   bool valid() const noexcept { return state_ != nullptr; }
 
-  struct State;
-
  private:
   friend class TransferEngine;
   TransferEngine* engine_ = nullptr;
-  std::unique_ptr<State> state_;
+  std::unique_ptr<detail::UploadState> state_;
 };
 
 class TransferEngine {
@@ -259,15 +260,10 @@ class TransferEngine {
   HostArena& arena() noexcept { return arena_; }
 
  private:
-  friend class PendingUpload;
-  friend struct detail::EngineOps;
-  struct Impl;
-
   DevicePool& pool_;
   HostArena& arena_;
-  StreamOrder& order_;
   EngineOptions options_;
-  std::unique_ptr<Impl> impl_;
+  std::unique_ptr<detail::EngineState> state_;
 };
 
 }  // namespace ferry

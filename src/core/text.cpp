@@ -3,6 +3,8 @@
 #include <cinttypes>
 #include <cstdio>
 
+#include "ferry/device_pool.hpp"
+
 namespace ferry::text {
 
 std::string hex(std::uint64_t value) {
@@ -75,6 +77,11 @@ std::string range(std::uint64_t addr, std::uint64_t bytes) {
 
 std::string point(StreamPoint p) {
   return "stream " + std::to_string(p.stream) + " ticket " + std::to_string(p.ticket);
+}
+
+std::string handle(const DeviceHandle& h) {
+  return "{pool " + std::to_string(h.pool) + ", slot " + std::to_string(h.slot) + ", gen " +
+         std::to_string(h.generation) + "}";
 }
 
 }  // namespace ferry::text

@@ -7,6 +7,10 @@
 
 #include "ferry/stream.hpp"
 
+namespace ferry {
+struct DeviceHandle;
+}
+
 namespace ferry::text {
 
 // "0x1f00": the shortest form (addresses in messages).
@@ -33,5 +37,8 @@ std::string range(std::uint64_t addr, std::uint64_t bytes);
 
 // "stream 3 ticket 12".
 std::string point(StreamPoint p);
+
+// "{pool 1, slot 4, gen 2}": a device allocation's handle.
+std::string handle(const DeviceHandle& h);
 
 }  // namespace ferry::text

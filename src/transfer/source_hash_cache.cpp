@@ -1,0 +1,87 @@
+// The source hash cache (source_hash_cache.hpp) and the engine's calls that
+// fill and empty it: register_immutable, precompute_hash, unregister.
+#include "transfer/source_hash_cache.hpp"
+
+#include <iterator>
+
+#include "ferry/content.hpp"
+#include "transfer/engine_state.hpp"
+
+namespace ferry {
+namespace detail {
+
+bool SourceHashCache::in_region(std::uintptr_t start, std::uint64_t bytes) const {
+  auto it = regions_.upper_bound(start);
+  if (it == regions_.begin()) return false;
+  --it;
+  return fits(start - it->first, bytes, it->second.first);
+}
+
+std::uint64_t SourceHashCache::hash(const std::byte* ptr, std::uint64_t bytes) {
+  const Key key{reinterpret_cast<std::uintptr_t>(ptr), bytes};
+  bool cacheable = false;
+  {
+    std::lock_guard lock(mu_);
+    if (auto it = hashes_.find(key); it != hashes_.end()) return it->second;
+    cacheable = in_region(key.first, bytes);
+  }
+  // Hash without the lock: it costs host time proportional to the bytes.
+  const std::uint64_t h = content_hash({ptr, bytes});
+  if (cacheable) {
+    std::lock_guard lock(mu_);
+    hashes_.emplace(key, h);
+  }
+  return h;
+}
+
+void SourceHashCache::add_region(const std::byte* ptr, std::uint64_t bytes, RegionId id,
+                                 std::uint64_t hash) {
+  const auto start = reinterpret_cast<std::uintptr_t>(ptr);
+  std::lock_guard lock(mu_);
+  regions_[start] = {bytes, id};
+  hashes_[{start, bytes}] = hash;
+}
+
+bool SourceHashCache::inside_region(const std::byte* ptr, std::uint64_t bytes) const {
+  std::lock_guard lock(mu_);
+  return bytes > 0 && in_region(reinterpret_cast<std::uintptr_t>(ptr), bytes);
+}
+
+void SourceHashCache::forget_region(RegionId id) {
+  std::lock_guard lock(mu_);
+  for (auto it = regions_.begin(); it != regions_.end(); ++it) {
+    if (it->second.second != id) continue;
+    const std::uintptr_t start = it->first, end = start + it->second.first;
+    for (auto h = hashes_.lower_bound({start, 0}); h != hashes_.end() && h->first.first < end;) {
+      h = hashes_.erase(h);
+    }
+    regions_.erase(it);
+    return;
+  }
+}
+
+}  // namespace detail
+
+Result<RegionId> TransferEngine::register_immutable(std::byte* ptr, std::uint64_t bytes) {
+  auto region = arena_.register_host(ptr, bytes);
+  if (!region.ok()) return region;
+  state_->source_hashes.add_region(ptr, bytes, *region, content_hash({ptr, bytes}));
+  return region;
+}
+
+Result<void> TransferEngine::precompute_hash(const std::byte* ptr, std::uint64_t bytes) {
+  if (!state_->source_hashes.inside_region(ptr, bytes)) {
+    return make_error(ErrorCode::invalid_argument,
+                      "precompute_hash(" + std::to_string(bytes) +
+                          " bytes): not inside a region registered with register_immutable");
+  }
+  (void)state_->source_hashes.hash(ptr, bytes);
+  return {};
+}
+
+Result<void> TransferEngine::unregister(RegionId region) {
+  state_->source_hashes.forget_region(region);
+  return arena_.unregister_host(region);
+}
+
+}  // namespace ferry
