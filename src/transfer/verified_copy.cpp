@@ -6,6 +6,8 @@
 #include <array>
 #include <cstring>
 #include <functional>
+#include <memory>
+#include <optional>
 #include <string_view>
 
 #include "core/text.hpp"
@@ -109,6 +111,7 @@ Result<TransferReceipt> TransferEngine::download(StreamId stream, DeviceHandle s
     auto bounce = in_arena ? nullptr : std::make_shared<detail::Bytes>(bytes);
     std::byte* target = in_arena ? dst.data() : bounce->data();
     auto hash = std::make_shared<std::uint64_t>(0);
+    std::optional<StreamPoint> hashed;
     if (verify) {
       auto h = e.submit(stream, [&](StreamPoint p) -> Result<Op> {
         auto r = e.lease_dst(src, src_offset, bytes, p);
@@ -116,6 +119,7 @@ Result<TransferReceipt> TransferEngine::download(StreamId stream, DeviceHandle s
         return Op{HashOp{*r, hash.get()}};
       });
       if (!h.ok()) return std::move(h).error();
+      hashed = *h;
     }
     auto c = e.submit(stream, [&](StreamPoint p) -> Result<Op> {
       auto r = e.lease_dst(src, src_offset, bytes, p);
@@ -123,7 +127,10 @@ Result<TransferReceipt> TransferEngine::download(StreamId stream, DeviceHandle s
       if (in_arena) FERRY_TRY(arena_.lease_source(target, bytes, p));
       return Op{CopyToHostOp{target, *r}};
     });
-    if (!c.ok()) return std::move(c).error();
+    if (!c.ok()) {
+      if (hashed) e.park(*hashed, hash);  // the device may still write the hash
+      return std::move(c).error();
+    }
     e.count([&](IntegrityCounters& k) { k.bytes_moved += bytes; });
     if (auto w = e.order.wait(*c); !w.ok()) {
       e.park(*c, bounce);
