@@ -34,39 +34,36 @@ Result<Ticket> BusyMeter::enqueue(StreamId stream, Op op) {
   return t;
 }
 
+void BusyMeter::track(const std::byte* ptr, std::uint64_t bytes) {
+  std::lock_guard lock(mu_);
+  if (bytes > 0) {
+    pinned_[reinterpret_cast<std::uintptr_t>(ptr)] = bytes;
+  } else {
+    pinned_.erase(reinterpret_cast<std::uintptr_t>(ptr));
+  }
+}
+
 Result<std::byte*> BusyMeter::allocate_pinned(std::uint64_t bytes) {
   Result<std::byte*> p = inner_.allocate_pinned(bytes);
-  if (p.ok()) {
-    std::lock_guard lock(mu_);
-    pinned_[reinterpret_cast<std::uintptr_t>(*p)] = bytes;
-  }
+  if (p.ok()) track(*p, bytes);
   return p;
 }
 
 Result<void> BusyMeter::free_pinned(std::byte* ptr) {
   Result<void> r = inner_.free_pinned(ptr);
-  if (r.ok()) {
-    std::lock_guard lock(mu_);
-    pinned_.erase(reinterpret_cast<std::uintptr_t>(ptr));
-  }
+  if (r.ok()) track(ptr, 0);
   return r;
 }
 
 Result<void> BusyMeter::register_host(std::byte* ptr, std::uint64_t bytes) {
   Result<void> r = inner_.register_host(ptr, bytes);
-  if (r.ok()) {
-    std::lock_guard lock(mu_);
-    pinned_[reinterpret_cast<std::uintptr_t>(ptr)] = bytes;
-  }
+  if (r.ok()) track(ptr, bytes);
   return r;
 }
 
 Result<void> BusyMeter::unregister_host(std::byte* ptr) {
   Result<void> r = inner_.unregister_host(ptr);
-  if (r.ok()) {
-    std::lock_guard lock(mu_);
-    pinned_.erase(reinterpret_cast<std::uintptr_t>(ptr));
-  }
+  if (r.ok()) track(ptr, 0);
   return r;
 }
 
@@ -77,12 +74,12 @@ void BusyMeter::reset() {
 
 std::uint64_t BusyMeter::transfer_ns() const {
   std::lock_guard lock(mu_);
-  return static_cast<std::uint64_t>(transfer_ns_);
+  return transfer_ns_;
 }
 
 std::uint64_t BusyMeter::compute_ns() const {
   std::lock_guard lock(mu_);
-  return static_cast<std::uint64_t>(compute_ns_);
+  return compute_ns_;
 }
 
 }  // namespace ferry::workloads

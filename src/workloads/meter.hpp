@@ -30,6 +30,7 @@ class BusyMeter final : public ForwardingBackend {
 
  private:
   bool pinned(const std::byte* host, std::uint64_t bytes) const;  // under mu_
+  void track(const std::byte* ptr, std::uint64_t bytes);          // bytes 0: untrack
 
   DeviceProfile profile_;
   mutable std::mutex mu_;
