@@ -149,12 +149,15 @@ class Backend {
   virtual Result<void> unmap(std::uint64_t addr, std::uint64_t bytes) = 0;
   virtual std::uint64_t mapped_bytes() const = 0;
 
-  // --- Streams. enqueue appends op to `stream`'s host-side queue and returns its
-  // ticket (the previous ticket + 1). Inside ferry every enqueue goes through
-  // StreamOrder::submit, whose ticket prediction assumes no other enqueuer. If the stream is not held the op is
-  // dispatched to the device at once. Never blocks on device work.
-  // Errors: invalid_argument (bad stream or op), unsupported (an op this backend
-  // cannot run here: a GemmOp without cuBLAS), backend_error (sticky device fault).
+  // --- Streams. Every backend gets these from one layer (holding_backend.hpp):
+  // enqueue checks op against the one contract (op_contract.hpp), appends it to
+  // `stream`'s host-side queue and returns its ticket (the previous ticket + 1).
+  // Inside ferry every enqueue goes through StreamOrder::submit, whose ticket
+  // prediction assumes no other enqueuer. Unless the stream is held, or the op
+  // waits for held work, it is dispatched to the device at once. Never blocks on
+  // device work. Errors: invalid_argument (bad stream or op: check_op's), unsupported
+  // (an op this backend cannot run here: a GemmOp without cuBLAS), backend_error
+  // (sticky device fault).
   virtual Result<Ticket> enqueue(StreamId stream, Op op) = 0;
   virtual Ticket submitted(StreamId stream) const = 0;  // last ticket handed out
   virtual Ticket completed(StreamId stream) = 0;        // last ticket completed; polls
@@ -168,8 +171,8 @@ class Backend {
   virtual Result<void> flush_all() = 0;
 
   // Blocks until `point` has completed. Dispatches held ops of that stream up to
-  // the point first. Errors: timeout (after `timeout` of backend time, or when the
-  // sim sees it can never complete), backend_error (device fault).
+  // the point first. Errors: timeout (after `timeout` of backend time, or at once
+  // when the point waits for held work, which is named), backend_error (device fault).
   virtual Result<void> wait(StreamPoint point, std::chrono::nanoseconds timeout) = 0;
   // Flushes and waits for every stream. Blocks.
   virtual Result<void> synchronize() = 0;
