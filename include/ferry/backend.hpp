@@ -101,7 +101,7 @@ struct DeviceInfo {
   std::uint64_t capacity = 0;      // physical device memory, bytes
   std::uint64_t granularity = 0;   // unit of map()/unmap(), a power of two
   bool virtual_memory = false;     // map/unmap of granules inside reserved ranges
-  bool batched_copy = false;       // BatchCopyToDeviceOp is native (else emulated per copy)
+  bool batched_copy = false;       // BatchCopyToDeviceOp is native (else unsupported: callers copy per range)
   bool host_register = false;      // register_host() pins existing ranges in place
   double h2d_bytes_per_s = 0;      // nominal host->device bandwidth (pinned)
   double mem_bytes_per_s = 0;      // nominal device memory bandwidth

@@ -1,6 +1,8 @@
 // ferry — the one cost model: how long an op takes on a device profile, and
 // which engine it occupies. The sim's clock runs on it and the workloads' busy
-// meter charges it, so busy-time figures always match the sim's schedule.
+// meter charges it, so the two cannot drift apart. (The meter charges at
+// enqueue: injected completion delays and a failed held op's stand-in no-op are
+// the sim's alone.)
 //
 //   fill, hash          kernel latency + bytes / memory bandwidth
 //   device copy         kernel latency + 2 * bytes / memory bandwidth (read and write)

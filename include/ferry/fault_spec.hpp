@@ -39,6 +39,9 @@ struct SimFaults {
   std::uint64_t fail_map_call = 0;
   // Every operation's completion is delayed by a seeded amount in [0, max].
   std::uint64_t max_completion_delay_ns = 0;
+
+  friend bool operator==(const SimFaults&, const SimFaults&) = default;
+  bool any() const noexcept { return *this != SimFaults{}; }
 };
 
 

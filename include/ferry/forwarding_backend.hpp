@@ -42,6 +42,8 @@ class ForwardingBackend : public Backend {
   Result<void> unregister_host(std::byte* ptr) override { return inner_.unregister_host(ptr); }
   HostMemoryStats host_stats() const override { return inner_.host_stats(); }
   std::uint64_t now_ns() const override { return inner_.now_ns(); }
+  void advance(std::uint64_t ns) override { inner_.advance(ns); }
+  FaultCounters fault_counters() const override { return inner_.fault_counters(); }
 
  protected:
   Backend& inner_;

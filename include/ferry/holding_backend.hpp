@@ -21,12 +21,13 @@
 // are issued, and ops are issued in ticket order, so the device's tickets are the
 // layer's. An op that fails when it is issued later (it was held) still takes
 // its ticket: a no-op is issued in its place and the failure becomes the
-// stream's fault, returned by flush and by waits on later points. If even the
-// no-op fails the stream is broken: nothing more is issued on it.
+// stream's fault, returned by the flush that issued it (when it was a flush) and
+// by every wait on that point or a later one. If even the no-op fails the stream
+// is broken: nothing more is issued on it.
 //
 // Thread safety: every method may be called from any thread. Lock order: the
 // layer's lock, then the device's own; the device never calls back into the
-// layer. Device::issue and Device::admit run under the layer's lock; waits and
+// layer. Device::issue runs under the layer's lock; Device::admit, waits and
 // synchronize run with no lock of the layer's held.
 #pragma once
 
@@ -85,19 +86,24 @@ class HoldQueues {
   bool validate(std::string* why = nullptr) const;
 
  private:
-  // issued <= submitted; held.size() == submitted - issued unless broken; the
-  // op with ticket issued + 1 + i is held[i].
+  // issued <= submitted; queued.size() == submitted - issued unless broken; the
+  // op with ticket issued + 1 + i is queued[i].
   struct Queue {
     bool hold = false;
     Ticket submitted = 0;
     Ticket issued = 0;
-    std::deque<Op> held;
+    std::deque<Op> queued;  // not issued yet: behind the hold, or a wait on held work
     std::optional<Error> fault;  // first failure of a held op issued later
     Ticket fault_ticket = 0;
     bool broken = false;         // even a no-op failed: nothing more is issued
   };
 
   // Everything below runs with mu_ held.
+  bool validate_locked(std::string* why) const;
+  // With heavy validation on (validation.hpp), validate_locked() after a change.
+  void check() const;
+  // Stops the process when the device did not number an op as the layer did.
+  void expect_numbered(StreamId stream, Ticket got, Ticket expected) const;
   // Issues held ops of `stream` through `ticket`, stopping early at a WaitOp
   // whose point is not issued yet (blocked).
   Result<void> dispatch_through(StreamId stream, Ticket ticket);

@@ -3,11 +3,16 @@
 //
 // HoldingBackend calls check_op for every backend, so the sim and cuda refuse
 // the same malformed ops with the same error (tests/core/op_contract_test.cpp
-// runs one list of them on every backend). A backend may refuse more for its
-// own reasons (HoldQueues::Device::admit: memory not mapped, a missing library),
-// never less.
+// runs one list of them on every backend). Beyond it, in HoldQueues::Device::
+// admit, every backend refuses with invalid_argument an op on memory that is not
+// mapped when it is enqueued (only the backend's address space knows; memory
+// unmapped later is a device fault, which the sim counts as an illegal access),
+// and answers unsupported for what it lacks (cuda: no cuBLAS, a GEMM with m or
+// n of 2^31 or more). Nothing else.
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <string_view>
 #include <variant>
@@ -88,6 +93,18 @@ void for_each_host_range(const Op& op, Fn&& fn) {
                  [](const auto&) {},
              },
              op);
+}
+
+// True when `op` reads or writes any of the host bytes [begin, begin + bytes)
+// (memory that must not be freed while the op may still run).
+inline bool touches_host(const Op& op, const std::byte* begin, std::uint64_t bytes) {
+  const auto lo = reinterpret_cast<std::uintptr_t>(begin);
+  bool touches = false;
+  for_each_host_range(op, [&](const std::byte* p, std::uint64_t n) {
+    const auto a = reinterpret_cast<std::uintptr_t>(p);
+    touches = touches || (n > 0 && bytes > 0 && a < lo + bytes && lo < a + n);
+  });
+  return touches;
 }
 
 }  // namespace ferry

@@ -35,7 +35,7 @@ Result<std::unique_ptr<Backend>> make_backend(const BackendSpec& spec) {
       return sim;
     }
     case BackendKind::cuda: {
-      if (describe(spec.faults) != "none") {
+      if (spec.faults.any()) {
         return make_error(ErrorCode::invalid_argument,
                           "fault injection (" + describe(spec.faults) +
                               ") is a sim feature; the cuda backend injects no faults");

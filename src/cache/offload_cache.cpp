@@ -24,11 +24,16 @@ std::string key_text(CacheKey key) { return "cache entry " + std::to_string(key)
 
 }  // namespace
 
+namespace {
+
 // With heavy validation on (validation.hpp), the bookkeeping is checked after
 // every mutating call.
-#define FERRY_CACHE_CHECK(cache)                                                           \
-  detail::check_invariants(heavy_validation_default(), "OffloadCache",                     \
-                           [&](std::string* why) { return (cache).validate(why); })
+void check(const OffloadCache& cache) {
+  detail::check_invariants(heavy_validation_default(), "OffloadCache",
+                           [&](std::string* why) { return cache.validate(why); });
+}
+
+}  // namespace
 
 struct OffloadCache::Impl {
   // absent -> filling -> resident            (demand fetch, by one thread)
@@ -419,14 +424,14 @@ void OffloadCache::set_access_plan(std::vector<CacheKey> plan) {
 
 Result<CacheRef> OffloadCache::acquire(CacheKey key, StreamId use_stream) {
   Result<std::optional<CacheRef>> r = impl_->acquire(key, use_stream, /*fetch=*/true);
-  FERRY_CACHE_CHECK(*this);
+  check(*this);
   if (!r.ok()) return std::move(r).error();
   return std::move(**r);
 }
 
 Result<std::optional<CacheRef>> OffloadCache::acquire_if_resident(CacheKey key, StreamId use_stream) {
   Result<std::optional<CacheRef>> r = impl_->acquire(key, use_stream, /*fetch=*/false);
-  FERRY_CACHE_CHECK(*this);
+  check(*this);
   return r;
 }
 
@@ -440,7 +445,7 @@ Result<void> OffloadCache::release(CacheKey key) {
     }
     --it->second.pins;
   }
-  FERRY_CACHE_CHECK(*this);
+  check(*this);
   return {};
 }
 
@@ -503,7 +508,7 @@ Result<std::uint32_t> OffloadCache::prefetch(std::span<const CacheKey> keys) {
     p.changed.notify_all();
     ++issued;
   }
-  FERRY_CACHE_CHECK(*this);
+  check(*this);
   return issued;
 }
 

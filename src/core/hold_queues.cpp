@@ -1,11 +1,12 @@
-#include <cassert>
 #include <limits>
 #include <string>
 #include <utility>
 
+#include "core/invariant.hpp"
 #include "core/text.hpp"
 #include "ferry/holding_backend.hpp"
 #include "ferry/op_contract.hpp"
+#include "ferry/validation.hpp"
 
 namespace ferry {
 namespace {
@@ -21,14 +22,22 @@ Error bad_stream(const char* what, StreamId stream) {
 }  // namespace
 
 Result<Ticket> HoldQueues::enqueue(StreamId stream, Op op) {
+  {
+    std::lock_guard lock(mu_);
+    FERRY_TRY(check_op(stream, op, info_, [&](StreamId s) { return queues_[s].submitted; }));
+  }
+  // A backend's own checks may be slow (cuda makes a stream's cuBLAS handle):
+  // they run with no lock of the layer's. check_op's verdict stands meanwhile,
+  // since tickets only grow.
+  FERRY_TRY(device_.admit(stream, op));
   std::lock_guard lock(mu_);
-  FERRY_TRY(check_op(stream, op, info_, [&](StreamId s) { return queues_[s].submitted; }));
   Queue& q = queues_[stream];
   if (q.broken) return *q.fault;
-  FERRY_TRY(device_.admit(stream, op));
-  if (q.hold || !q.held.empty() || blocked(op)) {  // behind a hold, or a wait on held work
-    q.held.push_back(std::move(op));
-    return ++q.submitted;
+  if (q.hold || !q.queued.empty() || blocked(op)) {  // behind a hold, or a wait on held work
+    q.queued.push_back(std::move(op));
+    const Ticket ticket = ++q.submitted;
+    check();
+    return ticket;
   }
   if (const auto* w = std::get_if<WaitOp>(&op); w != nullptr && w->point.ticket > queues_[w->point.stream].issued) {
     return *queues_[w->point.stream].fault;  // the point was lost on a broken stream
@@ -37,8 +46,9 @@ Result<Ticket> HoldQueues::enqueue(StreamId stream, Op op) {
   // the ticket is not handed out.
   Result<Ticket> got = device_.issue(stream, std::move(op));
   if (!got.ok()) return std::move(got).error();
-  assert(*got == q.submitted + 1 && "the device numbers issued ops as the layer does");
+  expect_numbered(stream, *got, q.submitted + 1);
   q.issued = q.submitted = *got;
+  check();
   return *got;
 }
 
@@ -62,6 +72,7 @@ void HoldQueues::set_hold(StreamId stream, bool hold) {
     (void)dispatch_through(stream, kAll);
     unblock();
   }
+  check();
 }
 
 bool HoldQueues::held(StreamId stream) const {
@@ -75,17 +86,25 @@ Result<void> HoldQueues::flush(StreamId stream) {
   std::lock_guard lock(mu_);
   Result<void> r = dispatch_through(stream, kAll);
   unblock();
+  check();
   return r;
 }
 
 Result<void> HoldQueues::flush_all() {
   std::lock_guard lock(mu_);
   Result<void> first;
-  for (StreamId s = 0; s < kMaxStreams; ++s) {
-    Result<void> r = dispatch_through(s, kAll);
-    if (!r.ok() && first.ok()) first = std::move(r);
+  // Rounds until nothing moves: a stream blocked on another's held work goes
+  // out once that work has, whatever order the streams come in.
+  for (bool moved = true; moved;) {
+    moved = false;
+    for (StreamId s = 0; s < kMaxStreams; ++s) {
+      const Ticket before = queues_[s].issued;
+      Result<void> r = dispatch_through(s, kAll);
+      if (!r.ok() && first.ok()) first = std::move(r);
+      moved = moved || queues_[s].issued != before;
+    }
   }
-  unblock();
+  check();
   return first;
 }
 
@@ -100,6 +119,7 @@ Result<void> HoldQueues::wait(StreamPoint point, std::chrono::nanoseconds timeou
     }
     (void)dispatch_through(point.stream, point.ticket);  // a failure becomes the stream's fault
     unblock();
+    check();
     if (point.ticket > q.issued) {
       if (q.broken) return *q.fault;
       return make_error(ErrorCode::timeout,
@@ -121,6 +141,23 @@ Result<void> HoldQueues::synchronize() {
 
 bool HoldQueues::validate(std::string* why) const {
   std::lock_guard lock(mu_);
+  return validate_locked(why);
+}
+
+void HoldQueues::check() const {
+  detail::check_invariants(heavy_validation_default(), "HoldQueues",
+                           [&](std::string* why) { return validate_locked(why); });
+}
+
+void HoldQueues::expect_numbered(StreamId stream, Ticket got, Ticket expected) const {
+  // A device that numbers its ops otherwise would make every later wait name the
+  // wrong work (a silent race): our bug, stopped in every build type.
+  if (got == expected) return;
+  detail::invariant_broken("HoldQueues", "the device issued " + text::point({stream, got}) + " as " +
+                                             text::point({stream, expected}));
+}
+
+bool HoldQueues::validate_locked(std::string* why) const {
   for (StreamId s = 0; s < kMaxStreams; ++s) {
     const Queue& q = queues_[s];
     const auto fail = [&](const char* what) {
@@ -128,8 +165,8 @@ bool HoldQueues::validate(std::string* why) const {
       return false;
     };
     if (q.issued > q.submitted) return fail("issued past submitted");
-    if (!q.broken && q.held.size() != q.submitted - q.issued) return fail("held ops != submitted - issued");
-    if (!q.hold && !q.broken && !q.held.empty() && !blocked(q.held.front())) {
+    if (!q.broken && q.queued.size() != q.submitted - q.issued) return fail("held ops != submitted - issued");
+    if (!q.hold && !q.broken && !q.queued.empty() && !blocked(q.queued.front())) {
       return fail("neither held nor blocked, yet ops wait in the queue");
     }
     if (q.broken && !q.fault) return fail("broken without a fault");
@@ -140,7 +177,7 @@ bool HoldQueues::validate(std::string* why) const {
 Result<void> HoldQueues::dispatch_through(StreamId stream, Ticket ticket) {
   Queue& q = queues_[stream];
   Result<void> first;
-  while (!q.broken && !q.held.empty() && q.issued < ticket && !blocked(q.held.front())) {
+  while (!q.broken && !q.queued.empty() && q.issued < ticket && !blocked(q.queued.front())) {
     Result<void> r = issue_next(stream);
     if (!r.ok() && first.ok()) first = std::move(r);
   }
@@ -153,7 +190,7 @@ void HoldQueues::unblock() {
     moved = false;
     for (StreamId s = 0; s < kMaxStreams; ++s) {
       Queue& q = queues_[s];
-      if (q.hold || q.broken || q.held.empty()) continue;
+      if (q.hold || q.broken || q.queued.empty()) continue;
       const Ticket before = q.issued;
       (void)dispatch_through(s, kAll);  // a failure becomes the stream's fault
       moved = moved || q.issued != before;
@@ -177,9 +214,9 @@ std::string HoldQueues::describe_blockage(StreamPoint point) const {
   // and acyclic; the bound only guards against a bug.
   for (std::size_t hop = 0; hop <= kMaxStreams; ++hop) {
     const Queue& q = queues_[p.stream];
-    if (q.issued >= p.ticket || q.held.empty()) break;
+    if (q.issued >= p.ticket || q.queued.empty()) break;
     const StreamPoint front{p.stream, q.issued + 1};
-    const auto* w = std::get_if<WaitOp>(&q.held.front());
+    const auto* w = std::get_if<WaitOp>(&q.queued.front());
     if (q.hold || w == nullptr) {
       return why + text::point(front) + " is held in the stream's host-side queue (flush the stream or release its hold)";
     }
@@ -191,17 +228,11 @@ std::string HoldQueues::describe_blockage(StreamPoint point) const {
 }
 
 std::optional<StreamPoint> HoldQueues::held_user(const std::byte* begin, std::uint64_t bytes) const {
-  const auto lo = reinterpret_cast<std::uintptr_t>(begin);
   std::lock_guard lock(mu_);
   for (StreamId s = 0; s < kMaxStreams; ++s) {
     const Queue& q = queues_[s];
-    for (std::size_t i = 0; i < q.held.size(); ++i) {
-      bool uses = false;
-      for_each_host_range(q.held[i], [&](const std::byte* p, std::uint64_t n) {
-        const auto a = reinterpret_cast<std::uintptr_t>(p);
-        uses = uses || (n > 0 && a < lo + bytes && lo < a + n);
-      });
-      if (uses) return StreamPoint{s, q.issued + 1 + i};
+    for (std::size_t i = 0; i < q.queued.size(); ++i) {
+      if (touches_host(q.queued[i], begin, bytes)) return StreamPoint{s, q.issued + 1 + i};
     }
   }
   return std::nullopt;
@@ -210,15 +241,15 @@ std::optional<StreamPoint> HoldQueues::held_user(const std::byte* begin, std::ui
 Result<void> HoldQueues::issue_next(StreamId stream) {
   Queue& q = queues_[stream];
   const Ticket ticket = q.issued + 1;
-  Op op = std::move(q.held.front());
-  q.held.pop_front();
+  Op op = std::move(q.queued.front());
+  q.queued.pop_front();
   Result<void> ready;  // a wait on a broken stream's lost point fails with that stream's fault
   if (const auto* w = std::get_if<WaitOp>(&op); w != nullptr && w->point.ticket > queues_[w->point.stream].issued) {
     ready = *queues_[w->point.stream].fault;
   }
   Result<Ticket> got = ready.ok() ? device_.issue(stream, std::move(op)) : Result<Ticket>(ready.error());
   if (got.ok()) {
-    assert(*got == ticket && "the device numbers issued ops as the layer does");
+    expect_numbered(stream, *got, ticket);
     q.issued = *got;
     return {};
   }
@@ -227,10 +258,11 @@ Result<void> HoldQueues::issue_next(StreamId stream) {
   // The ticket still completes in order, so leases on it retire.
   Result<Ticket> nop = device_.issue(stream, NopOp{});
   if (nop.ok()) {
+    expect_numbered(stream, *nop, ticket);
     q.issued = *nop;
   } else {
     q.broken = true;
-    q.held.clear();
+    q.queued.clear();
   }
   return error;
 }

@@ -81,12 +81,15 @@ Result<Ticket> CudaBackend::issue(StreamId stream, Op op) {
   Stream& st = streams_[stream];
   FERRY_TRY(ensure_stream(st, stream));
   const Ticket ticket = st.submitted + 1;
-  // On failure the ticket is not handed out.
+  // On failure the device does not number the op (the hold layer then fills
+  // the ticket with a no-op or refuses it).
   auto issued = issue_op(stream, st, op, ticket);
   if (!issued.ok()) {
     // Part of the operation may be on the stream already (a host function among
     // it): drain it before reporting, so nothing touches the caller's memory after
-    // the error is returned. The wait holds no lock.
+    // the error is returned. The wait holds no lock of this backend's, but the hold
+    // layer's is held (Device::issue runs under it): a failed issue is rare, and
+    // other streams' enqueues stall until the drain (docs/architecture.md notes it).
     cudaEvent_t drained = nullptr;
     if (cudaEventCreateWithFlags(&drained, cudaEventDisableTiming) == cudaSuccess) {
       if (cudaEventRecord(drained, st.handle) == cudaSuccess) {
@@ -234,7 +237,7 @@ Result<void> CudaBackend::batch_to_device(StreamId s, Stream& st, const BatchCop
   std::vector<std::size_t> sizes;
   for (const CopyToDeviceOp& c : op.copies) {
     if (c.dst.bytes == 0) continue;  // the batch call rejects empty entries
-    if (info_.batched_copy && host_pinned(c.src, c.dst.bytes)) {
+    if (host_pinned(c.src, c.dst.bytes)) {  // check_op refused the op where the device has no batched copy
       dsts.push_back(device_ptr(c.dst.addr));
       srcs.push_back(const_cast<std::byte*>(c.src));
       sizes.push_back(c.dst.bytes);

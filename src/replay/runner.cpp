@@ -453,7 +453,7 @@ Result<ReplayReport> run(const Trace& trace, const ReplayOptions& options) {
 // Refuses what make_backend would, before anything is parsed or run.
 Result<void> check_options(const ReplayOptions& options) {
   if (options.backend.kind == BackendKind::sim) FERRY_TRY(spec_profile(options.backend));
-  if (options.backend.kind != BackendKind::sim && describe(options.backend.faults) != "none") {
+  if (options.backend.kind != BackendKind::sim && options.backend.faults.any()) {
     return make_error(ErrorCode::invalid_argument,
                       "fault injection (" + describe(options.backend.faults) + ") needs the sim backend; the " +
                           std::string(to_string(options.backend.kind)) + " backend runs on a real device");

@@ -134,9 +134,21 @@ Result<void> SimGpu::check_healthy() const {
                         first_fault_);
 }
 
-Result<void> SimGpu::admit(StreamId, const Op&) {
+Result<void> SimGpu::admit(StreamId stream, const Op& op) {
   std::lock_guard lock(mutex_);
-  return check_healthy();
+  FERRY_TRY(check_healthy());
+  // As on cuda, memory must be mapped when its op is enqueued; memory unmapped
+  // after that is the illegal access apply() detects (an I2 violation).
+  std::optional<std::string> unmapped;
+  for_each_device_range(op, [&](std::uint64_t addr, std::uint64_t bytes, const char* role) {
+    if (unmapped) return;
+    if (const auto hole = memory_.first_unmapped(addr, bytes)) {
+      unmapped = std::string(role) + " " + text::range(addr, bytes) + " is not mapped (at " + hex(*hole) + ")";
+    }
+  });
+  if (!unmapped) return {};
+  return make_error(ErrorCode::invalid_argument, "enqueue(" + std::string(op_name(op)) + ") on stream " +
+                                                     std::to_string(stream) + ": " + *unmapped);
 }
 
 Result<Ticket> SimGpu::issue(StreamId stream, Op op) {
@@ -400,15 +412,10 @@ void SimGpu::apply(StreamId stream, const PendingOp& pending) {
 
 std::optional<StreamPoint> SimGpu::host_pointer_user(const std::byte* begin,
                                                      std::uint64_t bytes) const {
-  const auto lo = reinterpret_cast<std::uintptr_t>(begin);
   std::optional<StreamPoint> user;
   for_each_stream(active_, [&](StreamId s) {
     for (const PendingOp& op : streams_[s].ops) {
-      if (user) return;
-      for_each_host_range(op.op, [&](const std::byte* p, std::uint64_t n) {
-        const auto a = reinterpret_cast<std::uintptr_t>(p);
-        if (!user && n > 0 && a < lo + bytes && lo < a + n) user = StreamPoint{s, op.ticket};
-      });
+      if (!user && touches_host(op.op, begin, bytes)) user = StreamPoint{s, op.ticket};
     }
   });
   return user;
@@ -495,7 +502,8 @@ Result<void> SimGpu::peek(std::uint64_t addr, std::span<std::byte> out) const {
 }
 
 bool SimGpu::validate(std::string* why) const {
-  if (!queues().validate(why)) return false;  // the layer's lock before mutex_
+  // The layer's state, then the model's: two locks taken one after the other.
+  if (!queues().validate(why)) return false;
   std::lock_guard lock(mutex_);
   return validate_locked(why);
 }

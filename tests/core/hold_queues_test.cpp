@@ -30,6 +30,7 @@ class ScriptedDevice final : public HoldQueues::Device {
   };
   std::vector<Issued> log;
   int fail_issues = 0;
+  Ticket skew = 0;  // added to every ticket the device returns: a misnumbering device
   std::array<Ticket, kMaxStreams> issued{};
 
   Result<void> admit(StreamId, const Op&) override { return {}; }
@@ -39,7 +40,7 @@ class ScriptedDevice final : public HoldQueues::Device {
       return make_error(ErrorCode::backend_error, "scripted failure of " + std::string(op_name(op)));
     }
     log.push_back({stream, ++issued[stream], std::string(op_name(op))});
-    return issued[stream];
+    return issued[stream] + skew;
   }
   Ticket issued_completed(StreamId stream) override { return issued[stream]; }
   Result<void> wait_issued(StreamPoint, std::chrono::nanoseconds) override { return {}; }
@@ -122,6 +123,29 @@ TEST_F(HoldQueuesTest, ADeviceThatFailsEvenTheNoOpBreaksOnlyThatStream) {
   EXPECT_FALSE(queues.wait({5, 1}, kForever).ok()) << "a wait on a lost point fails, never hangs";
   EXPECT_TRUE(queues.enqueue(6, NopOp{}).ok());
   expect_valid();
+}
+
+// Stream 0 comes first in any sweep, yet waits for held stream 1: flush_all and
+// synchronize still issue everything.
+TEST_F(HoldQueuesTest, FlushAllIssuesAWaitOnAnotherHeldStreamWhateverTheOrder) {
+  queues.set_hold(0, true);
+  queues.set_hold(1, true);
+  const Ticket x = queues.enqueue(1, NopOp{}).value_or(0);
+  ASSERT_TRUE(queues.enqueue(0, WaitOp{{1, x}}).ok());
+  ASSERT_TRUE(queues.flush_all().ok());
+  EXPECT_EQ(device.log.size(), 2u);
+  EXPECT_EQ(queues.completed(0), 1u);
+  const Ticket y = queues.enqueue(1, NopOp{}).value_or(0);
+  ASSERT_TRUE(queues.enqueue(0, WaitOp{{1, y}}).ok());
+  ASSERT_TRUE(queues.synchronize().ok());
+  EXPECT_EQ(queues.completed(0), 2u);
+  EXPECT_TRUE(queues.held(0) && queues.held(1)) << "flushing dispatches; the holds stay";
+  expect_valid();
+}
+
+TEST_F(HoldQueuesTest, ADeviceThatNumbersOpsOtherwiseStopsTheProcess) {
+  device.skew = 1;
+  EXPECT_DEATH((void)queues.enqueue(0, NopOp{}), "HoldQueues invariant broken");
 }
 
 TEST_F(HoldQueuesTest, MalformedOpsAreRefusedBeforeAnyTicket) {

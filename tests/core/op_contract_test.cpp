@@ -73,8 +73,16 @@ TEST_P(OpContractTest, EveryBackendRefusesWhatCheckOpRefusesWithItsMessage) {
     ASSERT_FALSE(got.ok());
     EXPECT_EQ(got.error().code, expected.error().code);
     EXPECT_EQ(got.error().message, expected.error().message);
-    if (m.stream < kMaxStreams) EXPECT_EQ(backend->submitted(m.stream), 0u) << "a refused op took a ticket";
+    if (m.stream < kMaxStreams) {
+      EXPECT_EQ(backend->submitted(m.stream), 0u) << "a refused op took a ticket";
+    }
   }
+  // Memory not mapped at enqueue is each backend's own check (admit), with the
+  // same code on every backend: past the reservation's end, nothing is mapped.
+  const Result<Ticket> unmapped = backend->enqueue(0, FillOp{{*base + size, 64}, 1});
+  ASSERT_FALSE(unmapped.ok());
+  EXPECT_EQ(unmapped.error().code, ErrorCode::invalid_argument) << unmapped.error().message;
+  EXPECT_EQ(backend->submitted(0), 0u);
   // The same ops, well formed, are accepted: the refusals above are the flaws'.
   const Ticket fill = backend->enqueue(0, FillOp{{*base, 64}, 1}).value_or(0);
   EXPECT_EQ(fill, 1u);

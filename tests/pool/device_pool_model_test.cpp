@@ -41,7 +41,7 @@ class Model {
   }
 
   void step() {
-    const unsigned dice = rng_() % 100;
+    const auto dice = static_cast<unsigned>(rng_() % 100);
     if (dice < 22) alloc();
     else if (dice < 40) free_one();
     else if (dice < 58) fill();
@@ -124,7 +124,7 @@ class Model {
     Buffer* out = pick();
     if (!out || !usable_on(*out, s)) return;
     std::vector<Buffer*> ins;
-    for (unsigned k = 0, n = 1 + rng_() % 3; k < n; ++k) {
+    for (unsigned k = 0, n = 1 + static_cast<unsigned>(rng_() % 3); k < n; ++k) {
       Buffer* in = pick();
       if (!in || in == out || !usable_on(*in, s)) return;
       ins.push_back(in);
