@@ -24,8 +24,8 @@
 // GEMMs. A GemmOp runs on cuBLAS, loaded at run time by the first GemmOp
 // (cublas_api.hpp). Each stream has its own cuBLAS handle, bound to that stream
 // once, so GEMMs on different streams never share a workspace; the handle is made
-// at the stream's first GemmOp enqueue (outside `mu_`: creating one initializes the
-// library) and destroyed before the stream.
+// at the stream's first GemmOp enqueue, in admit (outside `mu_` and the hold
+// layer's lock: creating one initializes the library) and destroyed before the stream.
 //
 // Locks. `mu_` guards streams, events and scratch; under it we make only calls that
 // enqueue without waiting for the device (kernel launches, cuBLAS GEMMs, copies from
@@ -35,7 +35,8 @@
 // cuBLAS keeps a default workspace per handle, outside the pool's accounting.
 // Everything that may block on the device (synchronizing, freeing pinned or device
 // memory) runs with no lock of ours held. `host_mu_` (pinned and registered ranges,
-// counters) is a leaf: nothing is locked while it is held.
+// counters) is a leaf: nothing is locked while it is held. Lock order: the hold
+// layer's lock (held around issue), then `cublas_mu_`, then `mu_`.
 #pragma once
 
 #include <cuda.h>
