@@ -32,15 +32,6 @@ struct DoctorArgs {
   bool json = false;
 };
 
-std::string rate(double bytes_per_s) {
-  char buf[48];
-  if (bytes_per_s >= 1e12) {
-    std::snprintf(buf, sizeof buf, "%.1f TB/s", bytes_per_s / 1e12);
-  } else {
-    std::snprintf(buf, sizeof buf, "%.1f GB/s", bytes_per_s / 1e9);
-  }
-  return buf;
-}
 
 const char* yes_no(bool b) { return b ? "yes" : "no"; }
 
@@ -218,8 +209,8 @@ int run_doctor(const DoctorArgs& args, const Io& io) {
     line("device", device);
     line("memory", human_bytes(info.capacity) + ", granularity " + human_bytes(info.granularity));
     if (info.h2d_bytes_per_s > 0 || info.mem_bytes_per_s > 0) {
-      line("bandwidth", "host->device " + rate(info.h2d_bytes_per_s) + ", device memory " +
-                            rate(info.mem_bytes_per_s) + " (nominal)");
+      line("bandwidth", "host->device " + text::rate(info.h2d_bytes_per_s) + ", device memory " +
+                            text::rate(info.mem_bytes_per_s) + " (nominal)");
     }
     line("virtual memory", yes_no(info.virtual_memory));
     line("batched copy", std::string(yes_no(info.batched_copy)) +

@@ -65,6 +65,16 @@ std::string human_ns(std::uint64_t ns, int decimals) {
   return buf;
 }
 
+std::string rate(double bytes_per_s) {
+  char buf[48];
+  if (bytes_per_s >= 1e12) {
+    std::snprintf(buf, sizeof buf, "%.1f TB/s", bytes_per_s / 1e12);
+  } else {
+    std::snprintf(buf, sizeof buf, "%.1f GB/s", bytes_per_s / 1e9);
+  }
+  return buf;
+}
+
 std::string fixed(double value, int decimals) {
   char buf[64];
   std::snprintf(buf, sizeof buf, "%.*f", decimals, value);

@@ -29,6 +29,9 @@ std::string human_bytes(std::uint64_t bytes, int decimals = 1, ByteUnit largest 
 // "812 ns", "3.2 us", "14.0 ms", "2.5 s" (decimals for every unit above ns).
 std::string human_ns(std::uint64_t ns, int decimals = 1);
 
+// "52.0 GB/s", "4.3 TB/s": a bandwidth, one decimal, decimal units.
+std::string rate(double bytes_per_s);
+
 // printf's %.*f.
 std::string fixed(double value, int decimals);
 

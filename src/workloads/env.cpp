@@ -17,7 +17,7 @@ Env::~Env() {
   pool.reset();
   order.reset();
   meter.reset();
-  owned.reset();
+  backend.reset();
 }
 
 DeviceProfile scaled_profile(DeviceProfile profile, double s) {
@@ -52,10 +52,10 @@ Result<std::unique_ptr<Env>> make_env(const WorkloadOptions& options, double sca
     }
     return e;
   }
-  env->owned = std::move(made).value();
-  if (!env->owned->info().modeled_time) {
+  env->backend = std::move(made).value();
+  if (!env->backend->info().modeled_time) {
     // A real device: no latencies known, the meter charges bandwidth and rate only.
-    const DeviceInfo& info = env->owned->info();
+    const DeviceInfo& info = env->backend->info();
     profile.name = info.device;
     profile.capacity = info.capacity;
     profile.mem_bytes_per_s = info.mem_bytes_per_s;
@@ -63,7 +63,7 @@ Result<std::unique_ptr<Env>> make_env(const WorkloadOptions& options, double sca
     profile.pageable_bytes_per_s = info.h2d_bytes_per_s;
     profile.flops_per_s = info.flops_per_s;
   }
-  env->meter = std::make_unique<BusyMeter>(*env->owned, profile);
+  env->meter = std::make_unique<BusyMeter>(*env->backend, profile);
   env->order = std::make_unique<StreamOrder>(*env->meter);
   PoolOptions pool_options;
   pool_options.capacity = capacity;

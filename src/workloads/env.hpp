@@ -25,7 +25,7 @@ inline constexpr StreamId kPrefetch = 2;
 inline constexpr StreamId kHostIo = 3;  // moe host execution: activations out, results in
 
 struct Env {
-  std::unique_ptr<Backend> owned;  // the real backend
+  std::unique_ptr<Backend> backend;  // the real one; `meter` wraps it
   std::unique_ptr<BusyMeter> meter;
   std::unique_ptr<StreamOrder> order;
   std::unique_ptr<DevicePool> pool;

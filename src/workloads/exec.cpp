@@ -181,7 +181,7 @@ Result<std::vector<std::byte>> Exec::download(StreamId stream, DeviceHandle src)
 void Exec::host_busy(std::uint64_t ns) {
   if (env_ == nullptr) return;
   host_busy_ns_ += ns;
-  if (env_->owned->info().modeled_time) env_->owned->advance(ns);  // real host work took real time
+  if (env_->backend->info().modeled_time) env_->backend->advance(ns);  // real host work took real time
 }
 
 void Exec::progress(std::string_view phase, std::uint64_t done, std::uint64_t total) const {

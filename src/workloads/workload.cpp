@@ -154,8 +154,8 @@ Result<WorkloadReport> run_workload(WorkloadKind kind, const WorkloadOptions& op
   WorkloadReport r;
   r.workload = std::string(to_string(kind));
   r.backend = std::string(to_string(options.backend));
-  r.modeled_time = env->owned->info().modeled_time;
-  r.device = env->owned->info().device;
+  r.modeled_time = env->backend->info().modeled_time;
+  r.device = env->backend->info().device;
   r.shape = w->shape();
   r.weights = bank.source();
   r.scale = s;
@@ -170,14 +170,14 @@ Result<WorkloadReport> run_workload(WorkloadKind kind, const WorkloadOptions& op
   r.capacity = env->pool->capacity();
 
   Exec live(options, *env);
-  const std::uint64_t t0 = env->owned->now_ns();
+  const std::uint64_t t0 = env->backend->now_ns();
   env->meter->reset();
   Result<std::vector<std::byte>> got = w->execute(live, bank);
   // After a successful run the digest's download has waited for everything;
   // after a failed one, work may still be queued: either way nothing is left
   // running when the stats are read and the pool goes away.
-  if (Result<void> sync = env->owned->synchronize(); !sync.ok() && got.ok()) got = sync.error();
-  const std::uint64_t t1 = env->owned->now_ns();
+  if (Result<void> sync = env->backend->synchronize(); !sync.ok() && got.ok()) got = sync.error();
+  const std::uint64_t t1 = env->backend->now_ns();
 
   r.wall_ns = t1 - t0;
   r.transfer_busy_ns = env->meter->transfer_ns();
@@ -200,7 +200,7 @@ Result<WorkloadReport> run_workload(WorkloadKind kind, const WorkloadOptions& op
   r.reclaims = ps.reclaims;
   r.prefetch_skipped = w->prefetch_skipped;
   r.integrity = env->engine->counters();
-  const FaultCounters faults = env->owned->fault_counters();
+  const FaultCounters faults = env->backend->fault_counters();
   r.swallowed_copies = faults.swallowed_copies;
   r.illegal_accesses = faults.illegal_accesses;
   if (w->cache_stats) {
