@@ -32,7 +32,13 @@ struct BackendSpec {
 // Errors: invalid_argument (an unknown profile name, listing the presets).
 Result<DeviceProfile> spec_profile(const BackendSpec& spec);
 
-// Errors: invalid_argument (unknown profile; faults asked of cuda),
+// What make_backend would refuse of `spec` before it touches a device: the one
+// rule, for callers that check their options before they run anything.
+// Errors: invalid_argument (an unknown sim profile; faults asked of a backend
+// that injects none, naming them).
+Result<void> check_spec(const BackendSpec& spec);
+
+// Errors: those of check_spec,
 // unsupported (cuda not built, no driver, no device), backend_error.
 Result<std::unique_ptr<Backend>> make_backend(const BackendSpec& spec);
 

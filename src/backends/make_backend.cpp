@@ -26,22 +26,29 @@ bool backend_built(BackendKind kind) noexcept {
   return false;
 }
 
+Result<void> check_spec(const BackendSpec& spec) {
+  if (spec.kind == BackendKind::sim) {
+    Result<DeviceProfile> profile = spec_profile(spec);
+    return profile.ok() ? Result<void>() : Result<void>(std::move(profile).error());
+  }
+  if (spec.faults.any()) {
+    return make_error(ErrorCode::invalid_argument, "fault injection (" + describe(spec.faults) +
+                                                       ") needs the sim backend; the " +
+                                                       std::string(to_string(spec.kind)) +
+                                                       " backend runs on a real device");
+  }
+  return {};
+}
+
 Result<std::unique_ptr<Backend>> make_backend(const BackendSpec& spec) {
+  FERRY_TRY(check_spec(spec));
   switch (spec.kind) {
     case BackendKind::sim: {
-      Result<DeviceProfile> profile = spec_profile(spec);
-      if (!profile.ok()) return std::move(profile).error();
-      std::unique_ptr<Backend> sim = make_sim_backend({*profile, spec.seed, spec.faults});
+      std::unique_ptr<Backend> sim = make_sim_backend({*spec_profile(spec), spec.seed, spec.faults});
       return sim;
     }
-    case BackendKind::cuda: {
-      if (spec.faults.any()) {
-        return make_error(ErrorCode::invalid_argument,
-                          "fault injection (" + describe(spec.faults) +
-                              ") is a sim feature; the cuda backend injects no faults");
-      }
+    case BackendKind::cuda:
       return make_cuda_backend(CudaOptions{spec.device});
-    }
   }
   return make_error(ErrorCode::invalid_argument, "unknown backend kind");
 }

@@ -450,23 +450,12 @@ Result<ReplayReport> run(const Trace& trace, const ReplayOptions& options) {
   return report;
 }
 
-// Refuses what make_backend would, before anything is parsed or run.
-Result<void> check_options(const ReplayOptions& options) {
-  if (options.backend.kind == BackendKind::sim) FERRY_TRY(spec_profile(options.backend));
-  if (options.backend.kind != BackendKind::sim && options.backend.faults.any()) {
-    return make_error(ErrorCode::invalid_argument,
-                      "fault injection (" + describe(options.backend.faults) + ") needs the sim backend; the " +
-                          std::string(to_string(options.backend.kind)) + " backend runs on a real device");
-  }
-  return {};
-}
-
 }  // namespace
 
 Result<ReplayReport> replay_trace_text(std::string_view text, std::string_view name,
                                        const ReplayOptions& options) {
   try {
-    FERRY_TRY(check_options(options));
+    FERRY_TRY(check_spec(options.backend));  // before anything is parsed or run
     Result<Trace> trace = replay::parse_trace(text, name);
     if (!trace.ok()) return std::move(trace).error();
     return run(*trace, options);
@@ -477,7 +466,7 @@ Result<ReplayReport> replay_trace_text(std::string_view text, std::string_view n
 
 Result<ReplayReport> replay_trace_file(const std::string& path, const ReplayOptions& options) {
   try {
-    FERRY_TRY(check_options(options));
+    FERRY_TRY(check_spec(options.backend));  // before anything is parsed or run
     std::error_code ec;
     if (std::filesystem::is_directory(path, ec)) {
       return make_error(ErrorCode::invalid_argument, path + ": is a directory, not a trace file");
