@@ -22,6 +22,7 @@
 #include "ferry/names.hpp"
 #include "ferry/result.hpp"
 #include "ferry/stream.hpp"
+#include "ferry/user_kernel.hpp"
 
 namespace ferry {
 
@@ -90,10 +91,30 @@ struct HashOp {  // device computes content_hash(src) and stores it at *result;
 struct WaitOp {  // this stream waits until `point` has completed (an event wait)
   StreamPoint point;
 };
+// This stream waits for a native event: one the program recorded on its own
+// stream (cuda: cudaStreamWaitEvent when the op is dispatched, so the event's
+// record at that moment counts), or one export_event() made (cuda and sim).
+struct NativeWaitOp {
+  NativeEvent event = nullptr;
+};
+// A program's own kernel (user_kernel.hpp says what `kernel` receives and may
+// do). `flops` and `mem_bytes` are its modeled cost on sim (0 and 0: one pass
+// over the operands), through the one cost model; cuda ignores them.
+struct UserOperand {
+  DeviceRange range;
+  Access access = Access::read;
+};
+struct UserOp {
+  std::vector<UserOperand> operands;
+  UserKernel kernel;
+  double flops = 0;
+  std::uint64_t mem_bytes = 0;
+  std::string tag;
+};
 struct NopOp {};
 
-using Op = std::variant<FillOp, CopyToDeviceOp, CopyToHostOp, CopyOnDeviceOp,
-                        BatchCopyToDeviceOp, ComputeOp, GemmOp, HashOp, WaitOp, NopOp>;
+using Op = std::variant<FillOp, CopyToDeviceOp, CopyToHostOp, CopyOnDeviceOp, BatchCopyToDeviceOp, ComputeOp,
+                        GemmOp, HashOp, WaitOp, NativeWaitOp, UserOp, NopOp>;
 
 struct DeviceInfo {
   BackendKind backend = BackendKind::sim;
@@ -163,7 +184,8 @@ class Backend {
   virtual Ticket completed(StreamId stream) = 0;        // last ticket completed; polls
 
   // Held streams keep new ops in the host-side queue (report 003's lazy dispatch).
-  // set_hold(s, false) dispatches what the queue holds.
+  // set_hold(s, false) dispatches what the queue holds. An adopted stream is
+  // never held (adopt_stream).
   virtual void set_hold(StreamId stream, bool hold) = 0;
   virtual bool held(StreamId stream) const = 0;
   // Dispatches what the host-side queues hold; the hold itself stays on.
@@ -191,6 +213,37 @@ class Backend {
   virtual void advance(std::uint64_t ns);
 
   virtual FaultCounters fault_counters() const { return {}; }
+
+  // --- Native streams and events: the program's own work beside ferry's
+  // (docs/guide.md "Your streams"). Every backend gets these from the hold layer.
+  //
+  // The native stream behind ferry stream `stream` (made on first use), for the
+  // program to enqueue its own work on; ferry keeps owning it. Work the program
+  // enqueues there directly is ordered with ferry's only while the stream is not
+  // held (held ferry ops are dispatched later, after it). Errors: invalid_argument
+  // (bad stream), backend_error.
+  virtual Result<NativeStream> native_stream(StreamId stream) = 0;
+  // Gives the program's own native stream (e.g. PyTorch's current stream) a
+  // StreamId: ferry ops on it are enqueued on `native` itself, in order with the
+  // program's work there. ferry never destroys it, and never holds it: set_hold on
+  // an adopted stream does nothing (a held op would run after the program's later
+  // work). The id is the highest one no ferry work has used. Errors:
+  // invalid_argument (null, one of ferry's own streams, or adopted already: the
+  // message names its id), out_of_memory (every id is in use), backend_error.
+  virtual Result<StreamId> adopt_stream(NativeStream native) = 0;
+  // Waits (bounded by `timeout`) until every ticket of the adopted stream has
+  // completed, then forgets `native`; the id becomes a plain ferry stream again.
+  // Errors: invalid_argument (not adopted), timeout (work still runs or waits for
+  // held work: the stream stays adopted), backend_error.
+  virtual Result<void> release_stream(StreamId stream, std::chrono::nanoseconds timeout) = 0;
+  // A native event that completes when `point` has, for a program's stream to wait
+  // on (cudaStreamWaitEvent) or a NativeWaitOp. Dispatches held work of the
+  // point's stream up to it, as wait() does. Valid until release_event. Errors:
+  // invalid_argument (a point not handed out), timeout (the point waits for held
+  // work on another stream, which is named), backend_error.
+  virtual Result<NativeEvent> export_event(StreamPoint point) = 0;
+  // Errors: invalid_argument (not an event export_event made, or released already).
+  virtual Result<void> release_event(NativeEvent event) = 0;
 };
 
 }  // namespace ferry

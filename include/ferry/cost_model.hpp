@@ -6,12 +6,12 @@
 //
 //   fill, hash          kernel latency + bytes / memory bandwidth
 //   device copy         kernel latency + 2 * bytes / memory bandwidth (read and write)
-//   compute, gemm       kernel latency + max(flops / rate, bytes / memory bandwidth);
-//                       a compute op with no figures charges the bytes it touches,
-//                       a gemm's 0 figures stand for its shape's
+//   compute, gemm,      kernel latency + max(flops / rate, bytes / memory bandwidth);
+//   user                a compute or user op with no figures charges the bytes it
+//                       touches, a gemm's 0 figures stand for its shape's
 //   host <-> device     link latency + bytes / link bandwidth (pinned or pageable),
 //                       one latency per batch
-//   wait, nop           0
+//   waits, nop          0
 //
 // A profile figure of 0 models that resource as instantaneous. Durations round
 // up to whole nanoseconds (any real work takes at least 1 ns) and are capped at
@@ -29,7 +29,7 @@ namespace ferry {
 
 enum class Engine : std::uint8_t {
   none,      // waits and no-ops
-  compute,   // fill, compute, gemm, hash, device-to-device copy
+  compute,   // fill, compute, gemm, user, hash, device-to-device copy
   copy_h2d,  // a copy engine and the host->device direction of the link
   copy_d2h,  // a copy engine and the device->host direction of the link
 };

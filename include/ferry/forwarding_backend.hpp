@@ -44,6 +44,13 @@ class ForwardingBackend : public Backend {
   std::uint64_t now_ns() const override { return inner_.now_ns(); }
   void advance(std::uint64_t ns) override { inner_.advance(ns); }
   FaultCounters fault_counters() const override { return inner_.fault_counters(); }
+  Result<NativeStream> native_stream(StreamId stream) override { return inner_.native_stream(stream); }
+  Result<StreamId> adopt_stream(NativeStream native) override { return inner_.adopt_stream(native); }
+  Result<void> release_stream(StreamId stream, std::chrono::nanoseconds timeout) override {
+    return inner_.release_stream(stream, timeout);
+  }
+  Result<NativeEvent> export_event(StreamPoint point) override { return inner_.export_event(point); }
+  Result<void> release_event(NativeEvent event) override { return inner_.release_event(event); }
 
  protected:
   Backend& inner_;

@@ -25,6 +25,10 @@
 // by every wait on that point or a later one. If even the no-op fails the stream
 // is broken: nothing more is issued on it.
 //
+// Adopted streams (Backend::adopt_stream) are the program's native streams: the
+// layer never holds them (set_hold does nothing there), and picks their ids among
+// those no ferry work has used.
+//
 // Thread safety: every method may be called from any thread. Lock order: the
 // layer's lock, then the device's own; the device never calls back into the
 // layer. Device::issue runs under the layer's lock; Device::admit, waits and
@@ -46,6 +50,22 @@
 
 namespace ferry {
 
+// The first failure of a stream's operations, sticky: every wait on its ticket or
+// a later one of the stream returns it. Not thread-safe: the owner's lock guards it.
+struct StreamFault {
+  std::optional<Error> error;
+  Ticket ticket = 0;
+  void record(Ticket at, Error e) {
+    if (error) return;
+    error = std::move(e);
+    ticket = at;
+  }
+  Result<void> check(Ticket through) const {
+    if (error && ticket <= through) return *error;
+    return {};
+  }
+};
+
 class HoldQueues {
  public:
   // The primitives a backend implements.
@@ -64,6 +84,17 @@ class HoldQueues {
     virtual Result<void> wait_issued(StreamPoint point, std::chrono::nanoseconds timeout) = 0;
     // Blocks until every issued op has completed.
     virtual Result<void> synchronize_issued() = 0;
+    // The native stream behind `stream` (made on first use).
+    virtual Result<NativeStream> native_of(StreamId stream) = 0;
+    // From now on `stream` issues on the program's `native` (it met the layer's
+    // checks: no ferry work of `stream` is in flight). Refuses one of the
+    // device's own streams with invalid_argument.
+    virtual Result<void> bind_stream(StreamId stream, NativeStream native) = 0;
+    // Forgets the adopted native stream; every issued op of it has completed.
+    virtual Result<void> unbind_stream(StreamId stream) = 0;
+    // An event that completes when the issued `point` has.
+    virtual Result<NativeEvent> export_issued(StreamPoint point) = 0;
+    virtual Result<void> release_export(NativeEvent event) = 0;
   };
 
   // `info` is the device's (check_op reads its capabilities); both outlive this.
@@ -78,6 +109,11 @@ class HoldQueues {
   Result<void> flush_all();
   Result<void> wait(StreamPoint point, std::chrono::nanoseconds timeout);
   Result<void> synchronize();
+  Result<NativeStream> native_stream(StreamId stream);
+  Result<StreamId> adopt_stream(NativeStream native);
+  Result<void> release_stream(StreamId stream, std::chrono::nanoseconds timeout);
+  Result<NativeEvent> export_event(StreamPoint point);
+  Result<void> release_event(NativeEvent event);
   // The first held op that reads or writes host bytes [begin, begin + bytes),
   // if any (such memory must not be freed yet).
   std::optional<StreamPoint> held_user(const std::byte* begin, std::uint64_t bytes) const;
@@ -93,9 +129,11 @@ class HoldQueues {
     Ticket submitted = 0;
     Ticket issued = 0;
     std::deque<Op> queued;  // not issued yet: behind the hold, or a wait on held work
-    std::optional<Error> fault;  // first failure of a held op issued later
-    Ticket fault_ticket = 0;
-    bool broken = false;         // even a no-op failed: nothing more is issued
+    StreamFault fault;      // first failure of a held op issued later
+    bool broken = false;    // even a no-op failed: nothing more is issued
+    NativeStream adopted = nullptr;  // the program's stream, never held
+    Ticket released_at = 0;          // `submitted` when it was last released
+    bool native_given = false;       // native_stream() handed out ferry's own stream
   };
 
   // Everything below runs with mu_ held.
@@ -112,7 +150,9 @@ class HoldQueues {
   bool blocked(const Op& op) const;
   std::string describe_blockage(StreamPoint point) const;
   Result<void> issue_next(StreamId stream);
-  void record_fault(Queue& q, Ticket ticket, Error error);
+  // No ferry work in flight or queued, no native stream handed out: the id may
+  // be given to a program's stream.
+  bool adoptable(const Queue& q) const;
 
   Device& device_;
   const DeviceInfo& info_;
@@ -136,6 +176,13 @@ class HoldingBackend : public Base, protected HoldQueues::Device {
     return queues_->wait(point, timeout);
   }
   Result<void> synchronize() final { return queues_->synchronize(); }
+  Result<NativeStream> native_stream(StreamId stream) final { return queues_->native_stream(stream); }
+  Result<StreamId> adopt_stream(NativeStream native) final { return queues_->adopt_stream(native); }
+  Result<void> release_stream(StreamId stream, std::chrono::nanoseconds timeout) final {
+    return queues_->release_stream(stream, timeout);
+  }
+  Result<NativeEvent> export_event(StreamPoint point) final { return queues_->export_event(point); }
+  Result<void> release_event(NativeEvent event) final { return queues_->release_event(event); }
 
  protected:
   // Call once the backend's DeviceInfo is final (the end of its constructor).

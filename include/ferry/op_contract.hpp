@@ -42,14 +42,16 @@ std::string_view op_name(const Op& op) noexcept;
 //   * a device-to-device copy whose ranges overlap without being the same;
 //   * a GEMM whose shape does not match its ranges (check_gemm), that is not
 //     2-byte aligned, or whose output overlaps an input;
-//   * a HashOp with no result pointer;
+//   * a HashOp with no result pointer, a NativeWaitOp with no event, a UserOp
+//     with no kernel or an operand with an unknown access mark;
 //   * a WaitOp for a point its stream has not handed out yet (which also rules
 //     out cycles), where `submitted(s)` is stream s's last ticket.
 // And unsupported for a BatchCopyToDeviceOp on a device without batched copy.
 Result<void> check_op(StreamId stream, const Op& op, const DeviceInfo& info,
                       const std::function<Ticket(StreamId)>& submitted);
 
-// Calls fn(addr, bytes, role) for each device range `op` reads or writes.
+// Calls fn(addr, bytes, role) for each device range `op` reads or writes (a
+// UserOp's roles are its operands' access marks: "read", "write", "read_write").
 template <class Fn>
 void for_each_device_range(const Op& op, Fn&& fn) {
   std::visit(Overloaded{
@@ -73,6 +75,9 @@ void for_each_device_range(const Op& op, Fn&& fn) {
                    fn(g.c.addr, g.c.bytes, "c");
                  },
                  [&](const HashOp& h) { fn(h.src.addr, h.src.bytes, "src"); },
+                 [&](const UserOp& u) {
+                   for (const UserOperand& o : u.operands) fn(o.range.addr, o.range.bytes, to_string(o.access).data());
+                 },
                  [](const auto&) {},
              },
              op);

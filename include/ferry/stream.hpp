@@ -22,4 +22,11 @@ struct StreamPoint {
   friend bool operator==(const StreamPoint&, const StreamPoint&) = default;
 };
 
+// A stream or an event of the device's own API: a cudaStream_t / cudaEvent_t on
+// cuda. On sim, where there is no such API, they are opaque tokens the sim hands
+// out (native_stream, export_event) or takes as a program's identity for a
+// stream (adopt_stream); they are never dereferenced.
+using NativeStream = void*;
+using NativeEvent = void*;
+
 }  // namespace ferry

@@ -28,6 +28,7 @@ Engine engine_of(const Op& op) noexcept {
                         [](const BatchCopyToDeviceOp&) { return Engine::copy_h2d; },
                         [](const CopyToHostOp&) { return Engine::copy_d2h; },
                         [](const WaitOp&) { return Engine::none; },
+                        [](const NativeWaitOp&) { return Engine::none; },
                         [](const NopOp&) { return Engine::none; },
                         [](const auto&) { return Engine::compute; },
                     },
@@ -62,6 +63,14 @@ std::uint64_t modeled_ns(const Op& op, const DeviceProfile& profile, const Pinne
             }
             return kernel + std::max(math_ns(c.flops), transfer_ns(c.mem_bytes, mem));
           },
+          [&](const UserOp& u) {  // like a compute kernel: one pass over its operands unless told
+            if (u.flops == 0 && u.mem_bytes == 0) {
+              std::uint64_t touched = 0;
+              for (const UserOperand& o : u.operands) touched = saturating_add(touched, o.range.bytes);
+              return kernel + transfer_ns(touched, mem);
+            }
+            return kernel + std::max(math_ns(u.flops), transfer_ns(u.mem_bytes, mem));
+          },
           [&](const GemmOp& g) {
             const double flops = g.flops > 0 ? g.flops : g.shape.flops();
             const std::uint64_t bytes =
@@ -70,6 +79,7 @@ std::uint64_t modeled_ns(const Op& op, const DeviceProfile& profile, const Pinne
           },
           [&](const HashOp& h) { return kernel + transfer_ns(h.src.bytes, mem); },
           [](const WaitOp&) { return 0.0; },
+          [](const NativeWaitOp&) { return 0.0; },
           [](const NopOp&) { return 0.0; },
       },
       op));

@@ -32,7 +32,7 @@ Result<Ticket> HoldQueues::enqueue(StreamId stream, Op op) {
   FERRY_TRY(device_.admit(stream, op));
   std::lock_guard lock(mu_);
   Queue& q = queues_[stream];
-  if (q.broken) return *q.fault;
+  if (q.broken) return *q.fault.error;
   if (q.hold || !q.queued.empty() || blocked(op)) {  // behind a hold, or a wait on held work
     q.queued.push_back(std::move(op));
     const Ticket ticket = ++q.submitted;
@@ -40,7 +40,7 @@ Result<Ticket> HoldQueues::enqueue(StreamId stream, Op op) {
     return ticket;
   }
   if (const auto* w = std::get_if<WaitOp>(&op); w != nullptr && w->point.ticket > queues_[w->point.stream].issued) {
-    return *queues_[w->point.stream].fault;  // the point was lost on a broken stream
+    return *queues_[w->point.stream].fault.error;  // the point was lost on a broken stream
   }
   // Nothing of this stream waits in the queue: issued at once, and on failure
   // the ticket is not handed out.
@@ -66,6 +66,7 @@ Ticket HoldQueues::completed(StreamId stream) {
 void HoldQueues::set_hold(StreamId stream, bool hold) {
   if (stream >= kMaxStreams) return;
   std::lock_guard lock(mu_);
+  if (queues_[stream].adopted != nullptr) return;  // the program's stream: never held
   // A failure is kept as the stream's fault, reported by flush and by waits.
   queues_[stream].hold = hold;
   if (!hold) {
@@ -121,7 +122,7 @@ Result<void> HoldQueues::wait(StreamPoint point, std::chrono::nanoseconds timeou
     unblock();
     check();
     if (point.ticket > q.issued) {
-      if (q.broken) return *q.fault;
+      if (q.broken) return *q.fault.error;
       return make_error(ErrorCode::timeout,
                         "wait for " + text::point(point) + " can never complete: " + describe_blockage(point));
     }
@@ -129,8 +130,7 @@ Result<void> HoldQueues::wait(StreamPoint point, std::chrono::nanoseconds timeou
   FERRY_TRY(device_.wait_issued(point, timeout));
   std::lock_guard lock(mu_);
   const Queue& q = queues_[point.stream];
-  if (q.fault && q.fault_ticket <= point.ticket) return *q.fault;
-  return {};
+  return q.fault.check(point.ticket);
 }
 
 Result<void> HoldQueues::synchronize() {
@@ -169,7 +169,8 @@ bool HoldQueues::validate_locked(std::string* why) const {
     if (!q.hold && !q.broken && !q.queued.empty() && !blocked(q.queued.front())) {
       return fail("neither held nor blocked, yet ops wait in the queue");
     }
-    if (q.broken && !q.fault) return fail("broken without a fault");
+    if (q.broken && !q.fault.error) return fail("broken without a fault");
+    if (q.adopted != nullptr && q.hold) return fail("an adopted stream is held");
   }
   return true;
 }
@@ -181,7 +182,7 @@ Result<void> HoldQueues::dispatch_through(StreamId stream, Ticket ticket) {
     Result<void> r = issue_next(stream);
     if (!r.ok() && first.ok()) first = std::move(r);
   }
-  if (q.broken && first.ok() && q.issued < std::min(ticket, q.submitted)) first = *q.fault;
+  if (q.broken && first.ok() && q.issued < std::min(ticket, q.submitted)) first = *q.fault.error;
   return first;
 }
 
@@ -245,7 +246,7 @@ Result<void> HoldQueues::issue_next(StreamId stream) {
   q.queued.pop_front();
   Result<void> ready;  // a wait on a broken stream's lost point fails with that stream's fault
   if (const auto* w = std::get_if<WaitOp>(&op); w != nullptr && w->point.ticket > queues_[w->point.stream].issued) {
-    ready = *queues_[w->point.stream].fault;
+    ready = *queues_[w->point.stream].fault.error;
   }
   Result<Ticket> got = ready.ok() ? device_.issue(stream, std::move(op)) : Result<Ticket>(ready.error());
   if (got.ok()) {
@@ -254,7 +255,7 @@ Result<void> HoldQueues::issue_next(StreamId stream) {
     return {};
   }
   Error error = std::move(got).error();
-  record_fault(q, ticket, error);
+  q.fault.record(ticket, error);
   // The ticket still completes in order, so leases on it retire.
   Result<Ticket> nop = device_.issue(stream, NopOp{});
   if (nop.ok()) {
@@ -267,10 +268,104 @@ Result<void> HoldQueues::issue_next(StreamId stream) {
   return error;
 }
 
-void HoldQueues::record_fault(Queue& q, Ticket ticket, Error error) {
-  if (q.fault) return;
-  q.fault = std::move(error);
-  q.fault_ticket = ticket;
+bool HoldQueues::adoptable(const Queue& q) const {
+  return q.adopted == nullptr && !q.hold && !q.native_given && q.queued.empty() && q.submitted == q.released_at;
+}
+
+Result<NativeStream> HoldQueues::native_stream(StreamId stream) {
+  if (stream >= kMaxStreams) return bad_stream("native_stream", stream);
+  std::lock_guard lock(mu_);
+  Queue& q = queues_[stream];
+  if (q.adopted != nullptr) return q.adopted;
+  Result<NativeStream> native = device_.native_of(stream);
+  if (native.ok()) q.native_given = true;  // the program may use it: never given away
+  return native;
+}
+
+Result<StreamId> HoldQueues::adopt_stream(NativeStream native) {
+  if (native == nullptr) return make_error(ErrorCode::invalid_argument, "adopt_stream: the native stream is null");
+  std::lock_guard lock(mu_);
+  for (StreamId s = 0; s < kMaxStreams; ++s) {
+    if (queues_[s].adopted == native) {
+      return make_error(ErrorCode::invalid_argument, "adopt_stream(" + text::hex(native) +
+                                                         "): adopted already, as stream " + std::to_string(s));
+    }
+  }
+  // From the top down, so a program that numbers its ferry streams 0, 1, ...
+  // keeps them.
+  for (StreamId s = kMaxStreams; s-- > 0;) {
+    Queue& q = queues_[s];
+    if (!adoptable(q)) continue;
+    FERRY_TRY(device_.bind_stream(s, native));
+    q.adopted = native;
+    check();
+    return s;
+  }
+  return make_error(ErrorCode::out_of_memory, "adopt_stream(" + text::hex(native) + "): all " +
+                                                  std::to_string(kMaxStreams) +
+                                                  " stream ids carry ferry work or an adopted stream");
+}
+
+Result<void> HoldQueues::release_stream(StreamId stream, std::chrono::nanoseconds timeout) {
+  if (stream >= kMaxStreams) return bad_stream("release_stream", stream);
+  const auto not_adopted = [&] {
+    return make_error(ErrorCode::invalid_argument,
+                      "release_stream(" + std::to_string(stream) + "): not an adopted stream");
+  };
+  for (;;) {
+    Ticket last = 0;
+    {
+      std::lock_guard lock(mu_);
+      Queue& q = queues_[stream];
+      if (q.adopted == nullptr) return not_adopted();
+      (void)dispatch_through(stream, kAll);  // never held; a wait on held work may block it
+      unblock();
+      if (q.issued < q.submitted && !q.broken) {
+        return make_error(ErrorCode::timeout, "release_stream(" + std::to_string(stream) + "): " +
+                                                  describe_blockage({stream, q.submitted}));
+      }
+      last = q.issued;
+    }
+    Result<void> waited = device_.wait_issued({stream, last}, timeout);
+    // A stream fault is not a reason to keep the stream: its tickets completed.
+    if (device_.issued_completed(stream) < last) {
+      return waited.ok() ? make_error(ErrorCode::backend_error, "release_stream: the wait ended early") : waited;
+    }
+    std::lock_guard lock(mu_);
+    Queue& q = queues_[stream];
+    if (q.adopted == nullptr) return not_adopted();  // released by another thread meanwhile
+    if (q.submitted != last) continue;  // work enqueued meanwhile: wait for it too
+    FERRY_TRY(device_.unbind_stream(stream));
+    q.adopted = nullptr;
+    q.released_at = q.submitted;
+    check();
+    return {};
+  }
+}
+
+Result<NativeEvent> HoldQueues::export_event(StreamPoint point) {
+  if (point.stream >= kMaxStreams) return bad_stream("export_event", point.stream);
+  std::lock_guard lock(mu_);
+  Queue& q = queues_[point.stream];
+  if (point.ticket > q.submitted) {
+    return make_error(ErrorCode::invalid_argument, "export_event for " + text::point(point) +
+                                                       ": that stream has only " + std::to_string(q.submitted) +
+                                                       " tickets");
+  }
+  (void)dispatch_through(point.stream, point.ticket);  // a failure becomes the stream's fault
+  unblock();
+  check();
+  if (point.ticket > q.issued) {
+    if (q.broken) return *q.fault.error;
+    return make_error(ErrorCode::timeout,
+                      "export_event for " + text::point(point) + ": " + describe_blockage(point));
+  }
+  return device_.export_issued(point);
+}
+
+Result<void> HoldQueues::release_event(NativeEvent event) {
+  std::lock_guard lock(mu_);
+  return device_.release_export(event);
 }
 
 }  // namespace ferry

@@ -12,9 +12,9 @@
 namespace ferry {
 namespace {
 
-constexpr std::array<std::string_view, 10> kOpNames{"fill", "copy_to_device", "copy_to_host", "copy_on_device",
+constexpr std::array<std::string_view, 12> kOpNames{"fill", "copy_to_device", "copy_to_host", "copy_on_device",
                                                     "batch_copy_to_device", "compute", "gemm", "hash",
-                                                    "wait", "nop"};
+                                                    "wait", "native_wait", "user", "nop"};
 static_assert(std::variant_size_v<Op> == kOpNames.size());
 
 bool device_range_ok(std::uint64_t addr, std::uint64_t bytes) {
@@ -138,6 +138,20 @@ Result<void> check_op(StreamId stream, const Op& op, const DeviceInfo& info,
                          " tickets");
             }
             return {};
+          },
+          [&](const NativeWaitOp& w) -> Result<void> {
+            if (w.event == nullptr) return bad("the native event is null");
+            return {};
+          },
+          [&](const UserOp& u) -> Result<void> {
+            if (!u.kernel) return bad("no kernel (an empty callable)");
+            for (const UserOperand& o : u.operands) {
+              if (static_cast<unsigned>(o.access) > static_cast<unsigned>(Access::read_write)) {
+                return bad("operand " + text::range(o.range.addr, o.range.bytes) + " has an unknown access mark");
+              }
+              FERRY_TRY(device(o.range.addr, o.range.bytes, to_string(o.access).data()));
+            }
+            return flops(u.flops);
           },
           [](const NopOp&) { return Result<void>(); },
       },

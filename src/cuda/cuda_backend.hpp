@@ -6,7 +6,10 @@
 // construction, teardown, make_cuda_backend).
 //
 // Streams. Stream s of the interface is a non-blocking CUDA stream (never the legacy
-// default stream), created on first use. Every operation gets its ticket at enqueue;
+// default stream), created on first use, or a program's adopted stream, which is
+// never destroyed or synchronized here (release adopted streams before destroying
+// the backend). Exported events are the pooled events themselves, kept out of the
+// pool until released. Every operation gets its ticket at enqueue;
 // once it is issued to CUDA a pooled event is recorded behind it, and completed(s)
 // polls those events in ticket order. Held streams, tickets and the op contract are
 // the HoldingBackend layer's (holding_backend.hpp): this backend implements only the
@@ -138,6 +141,12 @@ class CudaBackend final : public HoldingBackend<Backend> {
   Ticket issued_completed(StreamId stream) override;
   Result<void> wait_issued(StreamPoint point, std::chrono::nanoseconds timeout) override;
   Result<void> synchronize_issued() override;
+  // Native streams and events: streams.cpp.
+  Result<NativeStream> native_of(StreamId stream) override;
+  Result<void> bind_stream(StreamId stream, NativeStream native) override;
+  Result<void> unbind_stream(StreamId stream) override;
+  Result<NativeEvent> export_issued(StreamPoint point) override;
+  Result<void> release_export(NativeEvent event) override;
 
  private:
   struct Inflight {
@@ -154,6 +163,8 @@ class CudaBackend final : public HoldingBackend<Backend> {
     std::array<std::byte*, 2> staging{};  // pinned, for pageable host memory
     unsigned next_staging = 0;
     cublasHandle_t cublas = nullptr;  // bound to `handle`; made by the first GemmOp
+    bool adopted = false;   // `handle` is the program's: never destroyed or synchronized here
+    StreamFault fault;      // a user kernel that failed (user_kernel.hpp)
   };
 
   // Makes the device current on the calling thread (and its primary context, which
@@ -186,8 +197,12 @@ class CudaBackend final : public HoldingBackend<Backend> {
   Result<void> ensure_stream(Stream& st, StreamId s);
   // Records the completion event of `ticket` behind the work just issued.
   Result<void> record(StreamId s, Stream& st, Ticket ticket);
-  // Retires completed events in ticket order. Never blocks.
+  // Retires completed events in ticket order. Never blocks. An exported event
+  // stays out of the pool until release_event.
   void poll(Stream& st);
+  // Frees what is bound to st.handle (scratch in stream order, the cuBLAS
+  // handle) before the handle changes hands.
+  void detach_resources(Stream& st);
 
   // host_memory.cpp
   Result<std::byte*> staging_buffer(Stream& st, StreamId s);
@@ -205,6 +220,9 @@ class CudaBackend final : public HoldingBackend<Backend> {
   Result<void> compute(Stream& st, const ComputeOp& op);
   Result<void> gemm(Stream& st, const GemmOp& op);
   Result<void> wait_on(StreamId s, Stream& st, const WaitOp& op);
+  // Calls the program's kernel with the native stream; its failure becomes the
+  // stream's fault, not the issue's (the ticket still completes).
+  void run_user(StreamId s, Stream& st, const UserOp& op, Ticket ticket);
   Result<void> issue_op(StreamId s, Stream& st, Op& op, Ticket ticket);
 
   const int device_;
@@ -221,6 +239,7 @@ class CudaBackend final : public HoldingBackend<Backend> {
   mutable std::mutex mu_;
   std::array<Stream, kMaxStreams> streams_;
   std::vector<cudaEvent_t> free_events_;
+  std::map<cudaEvent_t, unsigned> exported_;  // export_event's, with their export counts
   std::vector<void*> retired_scratch_;
   std::uint64_t* result_slots_ = nullptr;  // pinned, one per stream
   std::optional<Error> fault_;             // a sticky device fault

@@ -134,7 +134,14 @@ Result<void> CudaBackend::validate(const Op& op) const {
           },
           [&](const GemmOp& o) { return validate_gemm(o); },
           [&](const HashOp& o) { return space_.check_mapped(o.src.addr, o.src.bytes, "HashOp source"); },
+          [&](const UserOp& o) -> Result<void> {
+            for (const UserOperand& u : o.operands) {
+              FERRY_TRY(space_.check_mapped(u.range.addr, u.range.bytes, "UserOp operand"));
+            }
+            return {};
+          },
           [&](const WaitOp&) -> Result<void> { return {}; },
+          [&](const NativeWaitOp&) -> Result<void> { return {}; },
           [&](const NopOp&) -> Result<void> { return {}; },
       },
       op);
@@ -358,6 +365,14 @@ Result<void> CudaBackend::wait_on(StreamId s, Stream& st, const WaitOp& op) {
   return make_error(ErrorCode::backend_error, "WaitOp: no event for " + text::point(p));
 }
 
+void CudaBackend::run_user(StreamId s, Stream& st, const UserOp& op, Ticket ticket) {
+  std::vector<KernelArg> args;
+  args.reserve(op.operands.size());
+  for (const UserOperand& o : op.operands) args.push_back(KernelArg{o.range.addr, o.range.bytes, o.access, {}, {}});
+  Result<void> r = call_user_kernel(op.kernel, KernelLaunch{st.handle, args, {s, ticket}, op.tag});
+  if (!r.ok()) st.fault.record(ticket, std::move(r).error());
+}
+
 Result<void> CudaBackend::issue_op(StreamId s, Stream& st, Op& op, Ticket ticket) {
   auto r = std::visit(
       Overloaded{
@@ -381,6 +396,14 @@ Result<void> CudaBackend::issue_op(StreamId s, Stream& st, Op& op, Ticket ticket
           [&](const GemmOp& o) { return gemm(st, o); },
           [&](const HashOp& o) { return hash(s, st, o); },
           [&](const WaitOp& o) { return wait_on(s, st, o); },
+          [&](const NativeWaitOp& o) {
+            return check(cudaStreamWaitEvent(st.handle, static_cast<cudaEvent_t>(o.event), 0),
+                         "cudaStreamWaitEvent on a native event");
+          },
+          [&](const UserOp& o) -> Result<void> {
+            run_user(s, st, o, ticket);
+            return {};
+          },
           [&](const NopOp&) -> Result<void> { return {}; },
       },
       op);

@@ -200,6 +200,13 @@ CudaBackend::~CudaBackend() {
       if (const CublasApi* cublas = cublas_api(unused)) (void)cublas->destroy(st.cublas);
     }
     if (st.handle == nullptr) continue;
+    if (st.adopted) {  // the program's stream, perhaps gone already: touch nothing of it
+      if (st.scratch != nullptr) (void)cudaFree(st.scratch);
+      for (std::byte* b : st.staging) {
+        if (b != nullptr) (void)cudaFreeHost(b);
+      }
+      continue;
+    }
     if (st.scratch != nullptr) {
       if (memory_pools_) (void)cudaFreeAsync(st.scratch, st.handle);
       else (void)cudaFree(st.scratch);
@@ -212,6 +219,7 @@ CudaBackend::~CudaBackend() {
   }
   for (void* p : retired_scratch_) (void)cudaFree(p);
   for (cudaEvent_t e : free_events_) (void)cudaEventDestroy(e);
+  for (const auto& [e, count] : exported_) (void)cudaEventDestroy(e);  // never released by the program
   if (result_slots_ != nullptr) (void)cudaFreeHost(result_slots_);
   for (auto& [ptr, bytes] : registered_) (void)cudaHostUnregister(ptr);
   for (auto& [ptr, bytes] : pinned_) (void)cudaFreeHost(ptr);

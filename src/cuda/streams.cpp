@@ -36,7 +36,7 @@ Result<void> CudaBackend::wait_issued(StreamPoint point, std::chrono::nanosecond
       std::lock_guard lock(mu_);
       Stream& st = streams_[point.stream];
       poll(st);
-      if (st.completed >= point.ticket) return {};
+      if (st.completed >= point.ticket) return st.fault.check(point.ticket);
       if (fault_) return *fault_;
     }
     const auto waited = std::chrono::steady_clock::now() - start;
@@ -109,10 +109,113 @@ void CudaBackend::poll(Stream& st) {
       return;
     }
     st.completed = st.inflight.front().ticket;
-    free_events_.push_back(st.inflight.front().event);
+    if (!exported_.contains(st.inflight.front().event)) free_events_.push_back(st.inflight.front().event);
     st.inflight.pop_front();
   }
   st.completed = st.submitted;  // every issued ticket has completed
+}
+
+void CudaBackend::detach_resources(Stream& st) {
+  if (st.scratch != nullptr) {
+    if (memory_pools_) (void)cudaFreeAsync(st.scratch, st.handle);
+    else retired_scratch_.push_back(st.scratch);  // freed at the end
+    st.scratch = nullptr;
+    st.scratch_bytes = 0;
+  }
+  if (st.cublas != nullptr) {
+    std::string unused;  // a handle exists, so cuBLAS is loaded: no load happens here
+    if (const CublasApi* cublas = cublas_api(unused)) (void)cublas->destroy(st.cublas);
+    st.cublas = nullptr;
+  }
+}
+
+Result<NativeStream> CudaBackend::native_of(StreamId stream) {
+  bind();
+  std::lock_guard lock(mu_);
+  if (fault_) return *fault_;
+  Stream& st = streams_[stream];
+  FERRY_TRY(ensure_stream(st, stream));
+  return static_cast<NativeStream>(st.handle);
+}
+
+Result<void> CudaBackend::bind_stream(StreamId stream, NativeStream native) {
+  bind();
+  std::lock_guard lock(mu_);
+  if (fault_) return *fault_;
+  const auto handle = static_cast<cudaStream_t>(native);
+  for (StreamId s = 0; s < kMaxStreams; ++s) {
+    if (s != stream && streams_[s].handle == handle && !streams_[s].adopted) {
+      return make_error(ErrorCode::invalid_argument, "adopt_stream(" + text::hex(native) +
+                                                         "): that is ferry's own stream " + std::to_string(s));
+    }
+  }
+  Stream& st = streams_[stream];
+  poll(st);
+  // The hold layer picks an id with no ferry work in flight, so a stream ferry
+  // made for it is idle and can go.
+  if (st.handle != nullptr && !st.adopted) {
+    detach_resources(st);
+    (void)cudaStreamDestroy(st.handle);
+  }
+  st.handle = handle;
+  st.adopted = true;
+  return {};
+}
+
+Result<void> CudaBackend::unbind_stream(StreamId stream) {
+  bind();
+  std::lock_guard lock(mu_);
+  Stream& st = streams_[stream];
+  poll(st);
+  if (!st.inflight.empty()) {
+    return make_error(ErrorCode::backend_error, "release_stream(" + std::to_string(stream) + "): " +
+                                                    std::to_string(st.inflight.size()) + " tickets still in flight");
+  }
+  detach_resources(st);
+  st.handle = nullptr;  // the program's: not destroyed; a ferry stream is made on next use
+  st.adopted = false;
+  return {};
+}
+
+Result<NativeEvent> CudaBackend::export_issued(StreamPoint point) {
+  bind();
+  std::lock_guard lock(mu_);
+  if (fault_) return *fault_;
+  Stream& st = streams_[point.stream];
+  poll(st);
+  cudaEvent_t ev = nullptr;
+  for (const Inflight& f : st.inflight) {
+    if (f.ticket == point.ticket) ev = f.event;  // recorded right behind the point: exact
+  }
+  if (ev == nullptr) {
+    if (point.ticket > st.completed) {
+      return make_error(ErrorCode::backend_error, "export_event: no event for " + text::point(point));
+    }
+    // A completed point: an event never recorded counts as complete (cudaEventQuery
+    // answers success, a stream wait on it returns at once).
+    const cudaError_t err = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
+    if (err != cudaSuccess) return cuda_error(err, "cudaEventCreateWithFlags");
+  }
+  ++exported_[ev];
+  return static_cast<NativeEvent>(ev);
+}
+
+Result<void> CudaBackend::release_export(NativeEvent event) {
+  std::lock_guard lock(mu_);
+  const auto it = exported_.find(static_cast<cudaEvent_t>(event));
+  if (it == exported_.end()) {
+    return make_error(ErrorCode::invalid_argument, "release_event(" + text::hex(event) +
+                                                       "): not an event export_event made, or released already");
+  }
+  if (--it->second > 0) return {};
+  exported_.erase(it);
+  for (const Stream& st : streams_) {
+    for (const Inflight& f : st.inflight) {
+      if (f.event == static_cast<cudaEvent_t>(event)) return {};  // poll() pools it once it completes
+    }
+  }
+  free_events_.push_back(static_cast<cudaEvent_t>(event));
+  return {};
 }
 
 }  // namespace ferry::cuda_detail

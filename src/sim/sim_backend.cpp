@@ -146,6 +146,9 @@ Result<void> SimGpu::admit(StreamId stream, const Op& op) {
       unmapped = std::string(role) + " " + text::range(addr, bytes) + " is not mapped (at " + hex(*hole) + ")";
     }
   });
+  if (const auto* w = std::get_if<NativeWaitOp>(&op); w != nullptr && !events_.contains(w->event)) {
+    unmapped = "event " + hex(w->event) + " is not one export_event made (the sim has no other native events)";
+  }
   if (!unmapped) return {};
   return make_error(ErrorCode::invalid_argument, "enqueue(" + std::string(op_name(op)) + ") on stream " +
                                                      std::to_string(stream) + ": " + *unmapped);
@@ -154,6 +157,15 @@ Result<void> SimGpu::admit(StreamId stream, const Op& op) {
 Result<Ticket> SimGpu::issue(StreamId stream, Op op) {
   std::lock_guard lock(mutex_);
   FERRY_TRY(check_healthy());
+  if (const auto* w = std::get_if<NativeWaitOp>(&op)) {
+    // The event stands for its point: from here on it is a wait like any other.
+    const auto event = events_.find(w->event);
+    if (event == events_.end()) {
+      return make_error(ErrorCode::invalid_argument, "native wait on stream " + std::to_string(stream) + ": event " +
+                                                         hex(w->event) + " was released before it was issued");
+    }
+    op = WaitOp{*event->second};
+  }
   StreamState& st = streams_[stream];
   PendingOp pending;
   pending.ticket = ++st.submitted;
@@ -185,7 +197,7 @@ Result<void> SimGpu::wait_issued(StreamPoint point, std::chrono::nanoseconds tim
   FERRY_TRY(check_healthy());
   switch (end) {
     case RunEnd::done:
-      return {};
+      return streams_[point.stream].fault.check(point.ticket);
     case RunEnd::reached:
       return make_error(ErrorCode::timeout,
                         "wait for " + text::point(point) + ": not complete after " +
@@ -402,10 +414,80 @@ void SimGpu::apply(StreamId stream, const PendingOp& pending) {
                    }
                  },
                  [&](const HashOp& h) { *h.result = hash(h.src); },
+                 [&](const UserOp& u) {
+                   if (Result<void> r = run_user(stream, pending.ticket, u); !r.ok()) {
+                     streams_[stream].fault.record(pending.ticket, std::move(r).error());
+                   }
+                 },
                  [](const WaitOp&) {},
+                 [](const NativeWaitOp&) {},  // issue() made it a WaitOp
                  [](const NopOp&) {},
              },
              pending.op);
+}
+
+Result<void> SimGpu::run_user(StreamId stream, Ticket ticket, const UserOp& op) {
+  std::vector<std::vector<std::byte>> bytes(op.operands.size());
+  std::vector<KernelArg> args(op.operands.size());
+  try {
+    for (std::size_t i = 0; i < op.operands.size(); ++i) bytes[i].resize(op.operands[i].range.bytes);
+  } catch (const std::bad_alloc&) {
+    return make_error(ErrorCode::out_of_memory, "user op '" + op.tag + "' at " + text::point({stream, ticket}) +
+                                                    ": no host memory for views of its operands");
+  }
+  for (std::size_t i = 0; i < op.operands.size(); ++i) {
+    const UserOperand& o = op.operands[i];
+    memory_.read(o.range.addr, bytes[i]);  // a write-only view starts as the current bytes
+    args[i] = KernelArg{o.range.addr, o.range.bytes, o.access, {}, {}};
+    if (reads(o.access)) args[i].in = bytes[i];
+    if (writes(o.access)) args[i].out = bytes[i];
+  }
+  FERRY_TRY(call_user_kernel(op.kernel, KernelLaunch{nullptr, args, {stream, ticket}, op.tag}));
+  for (std::size_t i = 0; i < op.operands.size(); ++i) {
+    if (writes(op.operands[i].access)) memory_.write(op.operands[i].range.addr, bytes[i]);
+  }
+  return {};
+}
+
+// --- Native streams and events ----------------------------------------------
+
+Result<NativeStream> SimGpu::native_of(StreamId stream) {
+  std::lock_guard lock(mutex_);
+  return static_cast<NativeStream>(&streams_[stream]);
+}
+
+Result<void> SimGpu::bind_stream(StreamId stream, NativeStream native) {
+  std::lock_guard lock(mutex_);
+  const auto* p = static_cast<const std::byte*>(native);
+  const auto* first = reinterpret_cast<const std::byte*>(streams_.data());
+  if (p >= first && p < first + streams_.size() * sizeof(StreamState)) {
+    return make_error(ErrorCode::invalid_argument, "adopt_stream(" + hex(native) +
+                                                       "): that is one of the sim's own streams");
+  }
+  if (events_.contains(native)) {
+    return make_error(ErrorCode::invalid_argument, "adopt_stream(" + hex(native) + "): that is an event");
+  }
+  (void)stream;  // the sim runs no program work: the token is only the stream's identity
+  return {};
+}
+
+Result<void> SimGpu::unbind_stream(StreamId) { return {}; }
+
+Result<NativeEvent> SimGpu::export_issued(StreamPoint point) {
+  std::lock_guard lock(mutex_);
+  auto holder = std::make_unique<StreamPoint>(point);
+  const void* token = holder.get();
+  events_.emplace(token, std::move(holder));
+  return const_cast<void*>(token);
+}
+
+Result<void> SimGpu::release_export(NativeEvent event) {
+  std::lock_guard lock(mutex_);
+  if (events_.erase(event) == 0) {
+    return make_error(ErrorCode::invalid_argument, "release_event(" + hex(event) +
+                                                       "): not an event export_event made, or released already");
+  }
+  return {};
 }
 
 // --- Host memory ------------------------------------------------------------

@@ -38,6 +38,7 @@
 #include <chrono>
 #include <cstdint>
 #include <deque>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -87,6 +88,13 @@ class SimGpu final : public HoldingBackend<SimBackend> {
   Ticket issued_completed(StreamId stream) override;
   Result<void> wait_issued(StreamPoint point, std::chrono::nanoseconds timeout) override;
   Result<void> synchronize_issued() override;
+  // Native streams are tokens: the address of the stream's state. Events are
+  // tokens too, each standing for the point it was exported for.
+  Result<NativeStream> native_of(StreamId stream) override;
+  Result<void> bind_stream(StreamId stream, NativeStream native) override;
+  Result<void> unbind_stream(StreamId stream) override;
+  Result<NativeEvent> export_issued(StreamPoint point) override;
+  Result<void> release_export(NativeEvent event) override;
 
  private:
   bool validate_locked(std::string* why) const;
@@ -112,6 +120,7 @@ class SimGpu final : public HoldingBackend<SimBackend> {
     Ticket completed = 0;
     std::uint64_t last_completion_ns = 0;
     std::deque<PendingOp> ops;
+    StreamFault fault;  // a user kernel that failed (user_kernel.hpp)
   };
 
   enum class RunEnd { done, reached, stuck };
@@ -132,6 +141,8 @@ class SimGpu final : public HoldingBackend<SimBackend> {
   void complete_ops_at(std::uint64_t t);
   std::uint64_t duration_ns(const Op& op) const;
   void apply(StreamId stream, const PendingOp& pending);
+  // Runs a user kernel on host copies of its operands; writes back on success.
+  Result<void> run_user(StreamId stream, Ticket ticket, const UserOp& op);
   std::optional<std::string> find_unmapped(const Op& op) const;
   bool swallowed(const CopyToDeviceOp& copy) const;
   std::optional<StreamPoint> host_pointer_user(const std::byte* begin, std::uint64_t bytes) const;
@@ -155,6 +166,7 @@ class SimGpu final : public HoldingBackend<SimBackend> {
   std::uint64_t map_calls_ = 0;
   std::uint64_t illegal_accesses_ = 0;
   std::uint64_t swallowed_copies_ = 0;
+  std::map<const void*, std::unique_ptr<StreamPoint>> events_;  // export_event's, by token
   std::string first_fault_;  // set by the first illegal access (or a GEMM the host cannot run); sticky
 };
 

@@ -7,6 +7,7 @@
 
 #include <array>
 #include <chrono>
+#include <deque>
 #include <string>
 #include <utility>
 #include <vector>
@@ -45,6 +46,23 @@ class ScriptedDevice final : public HoldQueues::Device {
   Ticket issued_completed(StreamId stream) override { return issued[stream]; }
   Result<void> wait_issued(StreamPoint, std::chrono::nanoseconds) override { return {}; }
   Result<void> synchronize_issued() override { return {}; }
+  Result<NativeStream> native_of(StreamId stream) override { return static_cast<NativeStream>(&issued[stream]); }
+  Result<void> bind_stream(StreamId stream, NativeStream native) override {
+    bound[stream] = native;
+    return {};
+  }
+  Result<void> unbind_stream(StreamId stream) override {
+    bound[stream] = nullptr;
+    return {};
+  }
+  Result<NativeEvent> export_issued(StreamPoint point) override {
+    exports.push_back(point);
+    return static_cast<NativeEvent>(&exports.back());
+  }
+  Result<void> release_export(NativeEvent) override { return {}; }
+
+  std::array<NativeStream, kMaxStreams> bound{};
+  std::deque<StreamPoint> exports;
 };
 
 class HoldQueuesTest : public ::testing::Test {
@@ -154,6 +172,70 @@ TEST_F(HoldQueuesTest, MalformedOpsAreRefusedBeforeAnyTicket) {
   EXPECT_FALSE(queues.enqueue(kMaxStreams, NopOp{}).ok());
   EXPECT_EQ(queues.submitted(0), 0u);
   EXPECT_FALSE(queues.wait({0, 1}, kForever).ok());  // never handed out
+}
+
+// Adopted streams are the program's: never held, ids from the top among those no
+// ferry work used, released only once their work has completed.
+TEST_F(HoldQueuesTest, AdoptedStreamsAreNeverHeldAndTakeUnusedIds) {
+  int program_stream = 0;
+  int another = 0;
+  ASSERT_TRUE(queues.enqueue(kMaxStreams - 1, NopOp{}).ok());  // ferry work: not adoptable
+  ASSERT_TRUE(queues.native_stream(kMaxStreams - 2).ok());     // handed out: not adoptable
+  auto s = queues.adopt_stream(&program_stream);
+  ASSERT_TRUE(s.ok()) << s.error().message;
+  EXPECT_EQ(*s, kMaxStreams - 3);
+  EXPECT_EQ(device.bound[*s], &program_stream);
+  EXPECT_EQ(queues.native_stream(*s).value_or(nullptr), &program_stream);
+  auto twice = queues.adopt_stream(&program_stream);
+  ASSERT_FALSE(twice.ok());
+  EXPECT_NE(twice.error().message.find(std::to_string(*s)), std::string::npos);
+  EXPECT_FALSE(queues.adopt_stream(nullptr).ok());
+
+  queues.set_hold(*s, true);
+  EXPECT_FALSE(queues.held(*s)) << "an adopted stream was held";
+  ASSERT_TRUE(queues.enqueue(*s, NopOp{}).ok());
+  EXPECT_EQ(device.log.back().stream, *s) << "an op on an adopted stream waited in the queue";
+
+  auto second = queues.adopt_stream(&another);
+  ASSERT_TRUE(second.ok());
+  EXPECT_EQ(*second, kMaxStreams - 4);
+  ASSERT_TRUE(queues.release_stream(*s, kForever).ok());
+  EXPECT_EQ(device.bound[*s], nullptr);
+  EXPECT_FALSE(queues.release_stream(*s, kForever).ok()) << "released twice";
+  // A released id is free again: the next adoption may take it.
+  auto third = queues.adopt_stream(&program_stream);
+  ASSERT_TRUE(third.ok());
+  EXPECT_EQ(*third, *s);
+  expect_valid();
+}
+
+TEST_F(HoldQueuesTest, ReleasingAnAdoptedStreamBlockedOnHeldWorkTimesOutAndKeepsIt) {
+  int program_stream = 0;
+  auto s = queues.adopt_stream(&program_stream);
+  ASSERT_TRUE(s.ok());
+  queues.set_hold(0, true);
+  const Ticket held = queues.enqueue(0, NopOp{}).value_or(0);
+  ASSERT_TRUE(queues.enqueue(*s, WaitOp{{0, held}}).ok());
+  auto r = queues.release_stream(*s, kForever);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().code, ErrorCode::timeout);
+  EXPECT_NE(r.error().message.find("held"), std::string::npos) << r.error().message;
+  EXPECT_EQ(device.bound[*s], &program_stream) << "released with work still queued";
+  queues.set_hold(0, false);
+  EXPECT_TRUE(queues.release_stream(*s, kForever).ok());
+  expect_valid();
+}
+
+TEST_F(HoldQueuesTest, ExportingAnEventDispatchesHeldWorkUpToThePoint) {
+  queues.set_hold(0, true);
+  const Ticket a = queues.enqueue(0, NopOp{}).value_or(0);
+  ASSERT_TRUE(queues.enqueue(0, NopOp{}).ok());
+  auto e = queues.export_event({0, a});
+  ASSERT_TRUE(e.ok()) << e.error().message;
+  EXPECT_EQ(device.issued[0], a) << "held work up to the point, and only that, is dispatched";
+  EXPECT_TRUE(queues.held(0));
+  EXPECT_FALSE(queues.export_event({0, 9}).ok());
+  expect_valid();
 }
 
 }  // namespace

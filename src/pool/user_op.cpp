@@ -1,0 +1,50 @@
+#include "ferry/user_op.hpp"
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/text.hpp"
+
+namespace ferry {
+
+Result<Ticket> enqueue_user(DevicePool& pool, StreamId stream, std::span<const Operand> operands,
+                            UserKernel kernel, UserCost cost, std::string tag) {
+  for (const Operand& o : operands) FERRY_TRY(pool.make_ready(o.handle, stream));
+  return pool.order().submit(stream, [&](Ticket t) -> Result<Op> {
+    UserOp op;
+    op.operands.reserve(operands.size());
+    for (std::size_t i = 0; i < operands.size(); ++i) {
+      const Operand& o = operands[i];
+      Result<DeviceSpan> span = pool.lease(o.handle, {stream, t});
+      if (!span.ok()) return std::move(span).error();
+      const std::uint64_t bytes = o.bytes == kRestOfBlock && o.offset <= span->bytes ? span->bytes - o.offset : o.bytes;
+      if (o.offset > span->bytes || bytes > span->bytes - o.offset) {
+        return make_error(ErrorCode::invalid_argument,
+                          "enqueue_user" + (tag.empty() ? std::string() : " '" + tag + "'") + ": operand " +
+                              std::to_string(i) + " asks for bytes [" + std::to_string(o.offset) + ", +" +
+                              std::to_string(o.bytes) + ") of a block of " + std::to_string(span->bytes) + " bytes");
+      }
+      op.operands.push_back(UserOperand{{span->addr + o.offset, bytes}, o.access});
+    }
+    op.kernel = std::move(kernel);
+    op.flops = cost.flops;
+    op.mem_bytes = cost.mem_bytes;
+    op.tag = std::move(tag);
+    return Op{std::move(op)};
+  });
+}
+
+Result<Ticket> record_use(DevicePool& pool, StreamId stream, std::span<const DeviceHandle> handles) {
+  // All or nothing: a stale handle leases none.
+  for (DeviceHandle h : handles) FERRY_TRY(pool.resolve(h));
+  return pool.order().submit(stream, [&](Ticket t) -> Result<Op> {
+    for (DeviceHandle h : handles) {
+      Result<DeviceSpan> span = pool.lease(h, {stream, t});
+      if (!span.ok()) return std::move(span).error();
+    }
+    return Op{NopOp{}};
+  });
+}
+
+}  // namespace ferry
