@@ -227,7 +227,8 @@ class Backend {
   // StreamId: ferry ops on it are enqueued on `native` itself, in order with the
   // program's work there. ferry never destroys it, and never holds it: set_hold on
   // an adopted stream does nothing (a held op would run after the program's later
-  // work). The id is the highest one no ferry work has used. Errors:
+  // work). The id is the first one from kFirstAdoptedStream up (then below it, from
+  // the top) that no ferry work has used. Errors:
   // invalid_argument (null, one of ferry's own streams, or adopted already: the
   // message names its id), out_of_memory (every id is in use), backend_error.
   virtual Result<StreamId> adopt_stream(NativeStream native) = 0;

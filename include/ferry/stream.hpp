@@ -15,6 +15,10 @@ using Ticket = std::uint64_t;  // 0 means "nothing enqueued yet"
 
 // Streams are small integers 0..kMaxStreams-1, created on first use.
 inline constexpr StreamId kMaxStreams = 64;
+// Adopted streams (Backend::adopt_stream) take ids from here up, away from the
+// low ids a program numbers its streams with and the top ids the transfer
+// engine hashes on by default.
+inline constexpr StreamId kFirstAdoptedStream = 32;
 
 struct StreamPoint {
   StreamId stream = 0;

@@ -291,9 +291,10 @@ Result<StreamId> HoldQueues::adopt_stream(NativeStream native) {
                                                          "): adopted already, as stream " + std::to_string(s));
     }
   }
-  // From the top down, so a program that numbers its ferry streams 0, 1, ...
-  // keeps them.
-  for (StreamId s = kMaxStreams; s-- > 0;) {
+  // kFirstAdoptedStream up, then below it from the top: away from the ids a
+  // program numbers its own ferry streams with (stream.hpp).
+  for (StreamId i = 0; i < kMaxStreams; ++i) {
+    const StreamId s = i < kMaxStreams - kFirstAdoptedStream ? kFirstAdoptedStream + i : kMaxStreams - 1 - i;
     Queue& q = queues_[s];
     if (!adoptable(q)) continue;
     FERRY_TRY(device_.bind_stream(s, native));

@@ -174,16 +174,17 @@ TEST_F(HoldQueuesTest, MalformedOpsAreRefusedBeforeAnyTicket) {
   EXPECT_FALSE(queues.wait({0, 1}, kForever).ok());  // never handed out
 }
 
-// Adopted streams are the program's: never held, ids from the top among those no
-// ferry work used, released only once their work has completed.
+// Adopted streams are the program's: never held, ids from kFirstAdoptedStream up
+// among those no ferry work used, released only once their work has completed.
 TEST_F(HoldQueuesTest, AdoptedStreamsAreNeverHeldAndTakeUnusedIds) {
   int program_stream = 0;
   int another = 0;
-  ASSERT_TRUE(queues.enqueue(kMaxStreams - 1, NopOp{}).ok());  // ferry work: not adoptable
-  ASSERT_TRUE(queues.native_stream(kMaxStreams - 2).ok());     // handed out: not adoptable
+  constexpr StreamId first = kFirstAdoptedStream;
+  ASSERT_TRUE(queues.enqueue(first, NopOp{}).ok());       // ferry work: not adoptable
+  ASSERT_TRUE(queues.native_stream(first + 1).ok());      // handed out: not adoptable
   auto s = queues.adopt_stream(&program_stream);
   ASSERT_TRUE(s.ok()) << s.error().message;
-  EXPECT_EQ(*s, kMaxStreams - 3);
+  EXPECT_EQ(*s, first + 2);
   EXPECT_EQ(device.bound[*s], &program_stream);
   EXPECT_EQ(queues.native_stream(*s).value_or(nullptr), &program_stream);
   auto twice = queues.adopt_stream(&program_stream);
@@ -198,7 +199,7 @@ TEST_F(HoldQueuesTest, AdoptedStreamsAreNeverHeldAndTakeUnusedIds) {
 
   auto second = queues.adopt_stream(&another);
   ASSERT_TRUE(second.ok());
-  EXPECT_EQ(*second, kMaxStreams - 4);
+  EXPECT_EQ(*second, first + 3);
   ASSERT_TRUE(queues.release_stream(*s, kForever).ok());
   EXPECT_EQ(device.bound[*s], nullptr);
   EXPECT_FALSE(queues.release_stream(*s, kForever).ok()) << "released twice";

@@ -1,16 +1,20 @@
 // Randomized model test: long seeded sequences of alloc / free / fill / compute /
-// hold / release / sync / trim on several streams under pool pressure. A host
+// user op (random access marks) / hold / release / sync / trim on several streams
+// under pool pressure. A host
 // reference model predicts every buffer's bytes; after every sync the device
 // bytes are compared with it, and validate() runs after every operation.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <optional>
 #include <random>
 
 #include "backend_fixture.hpp"
 #include "ferry/device_pool.hpp"
+#include "ferry/user_op.hpp"
 #include "pool_helpers.hpp"
+#include "program_kernels.hpp"
 
 namespace ferry {
 namespace {
@@ -45,7 +49,8 @@ class Model {
     if (dice < 22) alloc();
     else if (dice < 40) free_one();
     else if (dice < 58) fill();
-    else if (dice < 74) compute();
+    else if (dice < 66) compute();
+    else if (dice < 74) user_op();
     else if (dice < 82) hold_or_release();
     else if (dice < 95) sync();
     else trim();
@@ -68,6 +73,7 @@ class Model {
   }
 
   std::uint64_t checks() const { return checks_; }
+  std::uint64_t user_ops() const { return user_ops_; }
   PoolStats stats() const { return pool_.stats(); }
 
  private:
@@ -145,6 +151,62 @@ class Model {
     else out->expect.reset();
   }
 
+  // The program's kernel: every writable operand but the first readable one gets
+  // that one's bytes (or `value` when none is readable). Operands are [0, len) of
+  // distinct buffers.
+  static Result<void> kernel(const KernelLaunch& l, unsigned char value) {
+    std::optional<std::size_t> src;
+    for (std::size_t i = 0; i < l.args.size() && !src; ++i) {
+      if (reads(l.args[i].access)) src = i;
+    }
+    for (std::size_t i = 0; i < l.args.size(); ++i) {
+      if (!writes(l.args[i].access) || i == src) continue;
+      FERRY_TRY(src ? testing::copy_operand(l, i, *src) : testing::set_operand(l, i, value));
+    }
+    return {};
+  }
+
+  void user_op() {
+    const StreamId s = any_stream();
+    std::vector<Buffer*> bufs;
+    for (unsigned k = 0, n = 1 + static_cast<unsigned>(rng_() % 3); k < n; ++k) {
+      Buffer* b = pick();
+      if (!b || !usable_on(*b, s) || std::find(bufs.begin(), bufs.end(), b) != bufs.end()) return;
+      bufs.push_back(b);
+    }
+    std::uint64_t len = UINT64_MAX;
+    for (Buffer* b : bufs) len = std::min(len, b->bytes);
+    std::vector<Operand> operands;
+    for (Buffer* b : bufs) operands.push_back({b->handle, static_cast<Access>(rng_() % 3), 0, len});
+    const auto value = static_cast<unsigned char>(rng_());
+    auto t = enqueue_user(pool_, s, operands, [value](const KernelLaunch& l) { return kernel(l, value); });
+    ASSERT_TRUE(t.ok()) << t.error().message;
+    // The reference: the same rule on the expected bytes.
+    std::optional<std::size_t> src;
+    for (std::size_t i = 0; i < operands.size() && !src; ++i) {
+      if (reads(operands[i].access)) src = i;
+    }
+    std::optional<std::vector<std::byte>> written = std::vector<std::byte>(len, std::byte{value});
+    if (src) {
+      written = bufs[*src]->expect ? std::optional(std::vector<std::byte>(bufs[*src]->expect->begin(),
+                                                                          bufs[*src]->expect->begin() + len))
+                                   : std::nullopt;
+    }
+    for (std::size_t i = 0; i < operands.size(); ++i) {
+      Buffer& b = *bufs[i];
+      b.touched.add({s, *t});
+      if (!writes(operands[i].access) || i == src) continue;
+      if (!written || (!b.expect && len < b.bytes)) {
+        b.expect.reset();  // part or all of it is not known any more
+      } else if (!b.expect) {
+        b.expect = *written;
+      } else {
+        std::copy(written->begin(), written->end(), b.expect->begin());
+      }
+    }
+    ++user_ops_;
+  }
+
   void hold_or_release() {
     const StreamId s = any_stream();
     backend_.set_hold(s, !backend_.held(s));
@@ -180,6 +242,7 @@ class Model {
   std::map<int, Buffer> buffers_;
   int next_id_ = 0;
   std::uint64_t checks_ = 0;
+  std::uint64_t user_ops_ = 0;
 };
 
 class DevicePoolModelTest : public ::testing::TestWithParam<std::string> {};
@@ -196,6 +259,7 @@ TEST_P(DevicePoolModelTest, RandomTrafficUnderPressureKeepsEveryByte) {
     ASSERT_NO_FATAL_FAILURE(m.finish());
     if (::testing::Test::HasFailure()) return;
     EXPECT_GT(m.checks(), 100u) << "seed " << seed;
+    EXPECT_GT(m.user_ops(), 30u) << "seed " << seed;
     EXPECT_GT(m.stats().reclaims, 0u) << "seed " << seed << ": the run never met pressure";
     tight_fits += m.stats().tight_fits;
   }

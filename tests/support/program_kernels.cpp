@@ -11,12 +11,11 @@
 namespace ferry::testing {
 namespace {
 
-Result<void> on_device(const KernelLaunch& launch, const char* what, [[maybe_unused]] int err) {
+Result<void> on_device(const char* what, [[maybe_unused]] int err) {
 #if FERRY_TEST_HAVE_CUDA
   if (err == 0) return {};
   return make_error(ErrorCode::backend_error, std::string(what) + ": " + cudaGetErrorString(static_cast<cudaError_t>(err)));
 #else
-  (void)launch;
   return make_error(ErrorCode::unsupported, std::string(what) + ": built without CUDA");
 #endif
 }
@@ -41,9 +40,9 @@ Result<void> copy_operand(const KernelLaunch& launch, std::size_t dst, std::size
   const cudaError_t err =
       cudaMemcpyAsync(reinterpret_cast<void*>(d.addr), reinterpret_cast<const void*>(s.addr), d.bytes,
                       cudaMemcpyDeviceToDevice, static_cast<cudaStream_t>(launch.stream));
-  return on_device(launch, "cudaMemcpyAsync", static_cast<int>(err));
+  return on_device("cudaMemcpyAsync", static_cast<int>(err));
 #else
-  return on_device(launch, "copy_operand", 1);
+  return on_device("copy_operand", 1);
 #endif
 }
 
@@ -58,9 +57,9 @@ Result<void> set_operand(const KernelLaunch& launch, std::size_t index, unsigned
 #if FERRY_TEST_HAVE_CUDA
   const cudaError_t err = cudaMemsetAsync(reinterpret_cast<void*>(a.addr), value, a.bytes,
                                           static_cast<cudaStream_t>(launch.stream));
-  return on_device(launch, "cudaMemsetAsync", static_cast<int>(err));
+  return on_device("cudaMemsetAsync", static_cast<int>(err));
 #else
-  return on_device(launch, "set_operand", 1);
+  return on_device("set_operand", 1);
 #endif
 }
 
