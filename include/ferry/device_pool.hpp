@@ -150,6 +150,14 @@ class DevicePool {
   Result<void> trim();
 
   PoolStats stats() const;
+  // Sets every peak of stats() to its current value (torch.cuda.reset_peak_memory_stats),
+  // so that the peak of one phase can be read on its own; the counters (allocs,
+  // frees, ooms, ...) keep counting. Never fails, never blocks on the device.
+  void reset_peak_stats();
+  // The longest run of free address space a request could be placed in now,
+  // capped by the physical room left (capacity - reserved + cached): the figure
+  // the out_of_memory message reports. Never blocks on the device.
+  std::uint64_t largest_free_extent() const;
   std::uint64_t capacity() const noexcept;
   std::vector<BlockInfo> snapshot() const;
   // Every reserved range, by address. Scans every granule of the ranges (for
@@ -177,5 +185,17 @@ Result<Ticket> enqueue_compute(DevicePool& pool, StreamId stream,
                                Pattern pattern = Pattern::bytes);
 Result<Ticket> enqueue_copy_to_host(DevicePool& pool, StreamId stream, DeviceHandle src,
                                     std::span<std::byte> dst);
+
+// A multi-line table of the pool's memory, in the manner of PyTorch's
+// torch.cuda.memory_summary(): allocated, requested, reserved and active bytes
+// (current and peak), pending free, cached, the largest free extent, capacity;
+// the allocs, frees, ooms, reclaims and recoveries counters; and the live and
+// pending-free blocks by (rounded) size class:
+//   <= 1 KiB, <= 64 KiB, <= 1 MiB, <= 16 MiB, > 16 MiB.
+// It sits here rather than with Allocation because it reads only the pool.
+// stats(), snapshot() and largest_free_extent() are read one after another, each
+// under the pool's lock: with other threads allocating meanwhile, the sections
+// may describe slightly different moments. Never fails, never blocks on the device.
+std::string memory_summary(const DevicePool& pool);
 
 }  // namespace ferry

@@ -295,6 +295,8 @@ struct DevicePool::Impl {
       sweep(pending_on[s], s);
       if (pending_on[s].empty()) pending_streams &= ~(std::uint64_t{1} << s);
     }
+    // active_bytes follows pending_free_bytes, which the sweep lowered.
+    note_peaks();
   }
 
   void push_pending(StreamId s, std::uint32_t b) {
@@ -702,6 +704,22 @@ Result<void> DevicePool::trim() {
 PoolStats DevicePool::stats() const {
   std::lock_guard lock(impl_->mu);
   return impl_->st;
+}
+
+void DevicePool::reset_peak_stats() {
+  Impl& p = *impl_;
+  std::lock_guard lock(p.mu);
+  p.note_peaks();  // active_bytes current before it becomes the peak
+  p.st.peak_allocated_bytes = p.st.allocated_bytes;
+  p.st.peak_requested_bytes = p.st.requested_bytes;
+  p.st.peak_reserved_bytes = p.st.reserved_bytes;
+  p.st.peak_active_bytes = p.st.active_bytes;
+  p.check();
+}
+
+std::uint64_t DevicePool::largest_free_extent() const {
+  std::lock_guard lock(impl_->mu);
+  return impl_->largest_free_extent();
 }
 
 std::vector<BlockInfo> DevicePool::snapshot() const {

@@ -1,0 +1,85 @@
+#include "ferry/runtime.hpp"
+
+#include <string>
+#include <utility>
+
+namespace ferry {
+namespace {
+
+Error prefixed(Error e, const std::string& what) {
+  e.message = what + ": " + e.message;
+  return e;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Runtime>> Runtime::create(RuntimeOptions options) {
+  if (options.wait_timeout <= std::chrono::nanoseconds::zero()) {
+    return make_error(ErrorCode::invalid_argument,
+                      "runtime: wait_timeout must be positive, got " +
+                          std::to_string(options.wait_timeout.count()) + " ns");
+  }
+  // On any early return the destructor takes down what was built so far.
+  std::unique_ptr<Runtime> rt(new Runtime(std::move(options)));
+  const RuntimeOptions& o = rt->options_;
+
+  Result<std::unique_ptr<Backend>> made = make_backend(o.backend);
+  if (!made.ok()) {
+    return prefixed(std::move(made).error(), "backend " + std::string(to_string(o.backend.kind)));
+  }
+  rt->backend_ = std::move(made).value();
+  rt->order_ = std::make_unique<StreamOrder>(*rt->backend_, o.wait_timeout);
+  rt->pool_ = std::make_unique<DevicePool>(*rt->order_, o.pool);
+  if (!rt->pool_->status().ok()) return prefixed(rt->pool_->status().error(), "device pool");
+  rt->arena_ = std::make_unique<HostArena>(*rt->order_, o.arena);
+  rt->engine_ = std::make_unique<TransferEngine>(*rt->pool_, *rt->arena_, o.engine);
+  if (!rt->engine_->status().ok()) return prefixed(rt->engine_->status().error(), "transfer engine");
+  if (o.cache) {
+    rt->cache_ = std::make_unique<OffloadCache>(*rt->engine_, *o.cache);
+    if (!rt->cache_->status().ok()) return prefixed(rt->cache_->status().error(), "offload cache");
+  }
+  return rt;
+}
+
+Runtime::~Runtime() {
+  // No work in flight once the memory goes: the components' own teardown
+  // waits would otherwise be all that stands between the device and freed memory.
+  if (backend_) (void)backend_->synchronize();
+  cache_.reset();
+  engine_.reset();
+  arena_.reset();
+  pool_.reset();
+  order_.reset();
+  backend_.reset();
+}
+
+Result<void> Runtime::status() const {
+  {
+    std::lock_guard lock(fault_mu_);
+    if (first_fault_) return *first_fault_;
+  }
+  const FaultCounters faults = backend_->fault_counters();
+  if (faults.illegal_accesses > 0) {
+    return make_error(ErrorCode::backend_error,
+                      "device fault: " + std::to_string(faults.illegal_accesses) +
+                          " device operation(s) touched unmapped memory; the backend fails every "
+                          "later operation");
+  }
+  return {};
+}
+
+Result<void> Runtime::synchronize() {
+  Result<void> r = backend_->synchronize();
+  if (!r.ok() && r.error().code == ErrorCode::backend_error) {
+    std::lock_guard lock(fault_mu_);
+    // The first fault is the one that explains the rest.
+    if (!first_fault_) first_fault_ = r.error();
+  }
+  return r;
+}
+
+Result<Allocation> Runtime::allocate(std::uint64_t bytes, StreamId stream) {
+  return Allocation::allocate(*pool_, bytes, stream);
+}
+
+}  // namespace ferry
