@@ -92,6 +92,12 @@ class StreamOrder {
   Result<void> wait(StreamPoint point);
   Result<void> wait(const UseSet& uses);
 
+  // Orders later work on `stream` after `point` (an event wait on the device):
+  // enqueues a WaitOp unless the point is on `stream` itself or has completed.
+  // Returns the wait's ticket, or 0 when none was needed. Never blocks.
+  // Errors: invalid_argument (bad stream, a point not handed out), backend_error.
+  Result<Ticket> order_after(StreamId stream, StreamPoint point);
+
   std::chrono::nanoseconds wait_timeout() const noexcept { return wait_timeout_; }
 
  private:

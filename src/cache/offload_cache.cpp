@@ -231,9 +231,7 @@ struct OffloadCache::Impl {
   // pinned entry (so the slot cannot change).
   Result<void> order_after(DeviceHandle slot, StreamPoint ready, StreamId stream) {
     FERRY_TRY(pool.make_ready(slot, stream));
-    StreamOrder& order = pool.order();
-    if (ready.ticket == 0 || ready.stream == stream || order.is_complete(ready)) return {};
-    Result<Ticket> t = order.submit(stream, [&](Ticket) -> Result<Op> { return Op{WaitOp{ready}}; });
+    Result<Ticket> t = pool.order().order_after(stream, ready);
     if (!t.ok()) return std::move(t).error();
     return {};
   }

@@ -84,6 +84,11 @@ Result<void> StreamOrder::wait(const UseSet& uses) {
   return {};
 }
 
+Result<Ticket> StreamOrder::order_after(StreamId stream, StreamPoint point) {
+  if (point.stream == stream || point.ticket == 0 || is_complete(point)) return Ticket{0};
+  return submit(stream, [&](Ticket) -> Result<Op> { return Op{WaitOp{point}}; });
+}
+
 Result<void> StreamOrder::fill_lost_ticket(StreamId stream) {
   Result<Ticket> nop = backend_.enqueue(stream, NopOp{});
   if (!nop.ok()) {

@@ -686,7 +686,7 @@ Result<void> DevicePool::make_ready(DeviceHandle handle, StreamId stream) {
   if (after.ticket == 0 || after.stream == stream || impl_->order.is_complete(after)) return {};
   // The wait could never finish while the work it names sits in a held queue.
   FERRY_TRY(impl_->backend.flush(after.stream));
-  Result<Ticket> t = impl_->order.submit(stream, [&](Ticket) -> Result<Op> { return Op{WaitOp{after}}; });
+  Result<Ticket> t = impl_->order.order_after(stream, after);
   if (!t.ok()) return std::move(t).error();
   return {};
 }

@@ -325,7 +325,7 @@ class Replayer {
     if (point.stream == stream || order_.is_complete(point)) return {};
     // A held producer would never reach the event: dispatch what it holds.
     if (backend_.held(point.stream)) FERRY_TRY(backend_.flush(point.stream));
-    Result<Ticket> t = order_.submit(stream, [&](Ticket) -> Result<Op> { return Op{WaitOp{point}}; });
+    Result<Ticket> t = order_.order_after(stream, point);
     if (!t.ok()) return std::move(t).error();
     return {};
   }

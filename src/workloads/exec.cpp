@@ -136,9 +136,7 @@ Result<StreamPoint> Exec::matmul(StreamId stream, DeviceSlice a, DeviceSlice b, 
 
 Result<void> Exec::after(StreamId stream, StreamPoint point) {
   if (env_ == nullptr) return {};
-  StreamOrder& order = *env_->order;
-  if (point.ticket == 0 || point.stream == stream || order.is_complete(point)) return {};
-  Result<Ticket> t = order.submit(stream, [&](Ticket) -> Result<Op> { return Op{WaitOp{point}}; });
+  Result<Ticket> t = env_->order->order_after(stream, point);
   if (!t.ok()) return std::move(t).error();
   return {};
 }
