@@ -97,6 +97,10 @@ class StreamOrder {
   // Returns the wait's ticket, or 0 when none was needed. Never blocks.
   // Errors: invalid_argument (bad stream, a point not handed out), backend_error.
   Result<Ticket> order_after(StreamId stream, StreamPoint point);
+  // The same after a native event of the program's (or one export_event made):
+  // enqueues a NativeWaitOp. Errors: invalid_argument (bad stream, null event),
+  // backend_error.
+  Result<Ticket> order_after(StreamId stream, NativeEvent event);
 
   std::chrono::nanoseconds wait_timeout() const noexcept { return wait_timeout_; }
 

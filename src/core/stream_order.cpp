@@ -89,6 +89,10 @@ Result<Ticket> StreamOrder::order_after(StreamId stream, StreamPoint point) {
   return submit(stream, [&](Ticket) -> Result<Op> { return Op{WaitOp{point}}; });
 }
 
+Result<Ticket> StreamOrder::order_after(StreamId stream, NativeEvent event) {
+  return submit(stream, [&](Ticket) -> Result<Op> { return Op{NativeWaitOp{event}}; });
+}
+
 Result<void> StreamOrder::fill_lost_ticket(StreamId stream) {
   Result<Ticket> nop = backend_.enqueue(stream, NopOp{});
   if (!nop.ok()) {

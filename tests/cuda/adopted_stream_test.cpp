@@ -125,7 +125,7 @@ TEST_F(AdoptedStreamTest, NativeEventsOrderBothWays) {
   cudaEvent_t done = nullptr;
   ASSERT_EQ(cudaEventCreateWithFlags(&done, cudaEventDisableTiming), cudaSuccess);
   ASSERT_EQ(cudaEventRecord(done, program_stream_), cudaSuccess);
-  ASSERT_TRUE(order_->submit(0, [&](Ticket) -> Result<Op> { return Op{NativeWaitOp{done}}; }).ok());
+  ASSERT_TRUE(order_->order_after(0, static_cast<NativeEvent>(done)).ok());
   auto got = read_back(*pool_, *h, 0);
   ASSERT_TRUE(got.ok()) << got.error().message;
   EXPECT_EQ(*got, plus_one(pattern(8, 64 * KiB)));

@@ -252,7 +252,7 @@ TEST_P(UserOpTest, ExportedEventOrdersAnotherStream) {
   ASSERT_TRUE(filled.ok());
   auto event = backend_->export_event({0, *filled});
   ASSERT_TRUE(event.ok()) << event.error().message;
-  ASSERT_TRUE(order_->submit(1, [&](Ticket) -> Result<Op> { return Op{NativeWaitOp{*event}}; }).ok());
+  ASSERT_TRUE(order_->order_after(1, *event).ok());
   std::vector<std::byte> seen(1 * MiB);
   const DeviceSpan span = *p.resolve(*a);
   ASSERT_TRUE(backend_->enqueue(1, CopyToHostOp{seen.data(), {span.addr, span.bytes}}).ok());
