@@ -277,5 +277,34 @@ TEST_P(UserOpTest, ExportedEventOrdersAnotherStream) {
 
 INSTANTIATE_TEST_SUITE_P(Backends, UserOpTest, FERRY_BACKENDS);
 
+// The sim names a program's stream by any pointer of the program's; it is adopted
+// like a cudaStream_t (tests/cuda/adopted_stream_test.cpp runs a real one).
+TEST(AdoptedSimStream, CannotBeHeldAndReleaseWaitsForItsTickets) {
+  auto backend = testing::make_backend("sim");
+  ASSERT_TRUE(backend);
+  StreamOrder order(*backend);
+  DevicePool pool(order);
+  int program_stream = 0;
+  auto s = backend->adopt_stream(&program_stream);
+  ASSERT_TRUE(s.ok()) << s.error().message;
+  EXPECT_GE(*s, kFirstAdoptedStream);
+  EXPECT_EQ(backend->native_stream(*s).value_or(nullptr), &program_stream);
+  auto own = backend->native_stream(0);
+  ASSERT_TRUE(own.ok());
+  EXPECT_FALSE(backend->adopt_stream(*own).ok()) << "one of the sim's own streams was adopted";
+  backend->set_hold(*s, true);
+  EXPECT_FALSE(backend->held(*s));
+
+  auto a = pool.allocate(4 * MiB, *s);
+  ASSERT_TRUE(a.ok());
+  auto filled = enqueue_fill(pool, *s, *a, 1);  // 40 us of virtual time on tiny
+  ASSERT_TRUE(filled.ok());
+  EXPECT_LT(backend->completed(*s), *filled) << "the fill did not take virtual time";
+  ASSERT_TRUE(backend->release_stream(*s, std::chrono::seconds(1)).ok());
+  EXPECT_EQ(backend->completed(*s), *filled) << "released before its tickets completed";
+  EXPECT_FALSE(backend->release_stream(*s, std::chrono::seconds(1)).ok());
+  ASSERT_TRUE(pool.free(*a).ok());
+}
+
 }  // namespace
 }  // namespace ferry
