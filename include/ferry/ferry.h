@@ -1,0 +1,213 @@
+/* ferry — the C ABI: ferry from C, Rust (FFI), Python (ctypes) and anything else
+ * that calls C. C11; compiles as C and as C++; no C++ type crosses it.
+ *
+ * Conventions, for every function below:
+ *   - The result is a ferry_status. FERRY_OK is 0; on any other status the
+ *     outputs are untouched and ferry_last_error() holds this thread's message.
+ *   - Nothing aborts or throws: a NULL where none is allowed, a bad stream, a zero
+ *     or absurd size is FERRY_ERROR_INVALID_ARGUMENT (or OUT_OF_MEMORY for a size
+ *     the device can never hold), never a crash. Each pointer says whether it may
+ *     be NULL ("nullable"); the others may not.
+ *   - Thread safety: a ferry_runtime may be used from any thread at once, except
+ *     ferry_runtime_destroy, which must not race with any other call on it.
+ *     ferry_last_error is per thread.
+ *   - Blocking: said per function. "Never blocks" means it does not wait for
+ *     device work (it may take a short internal lock).
+ *   - Streams are 0..63. Handles are values: a freed, foreign or forged handle
+ *     is FERRY_ERROR_STALE_HANDLE, never another allocation's memory.
+ *
+ * docs/guide.md shows a program in C; docs/spec.md states the guarantees. */
+#ifndef FERRY_FERRY_H
+#define FERRY_FERRY_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define FERRY_VERSION_MAJOR 0
+#define FERRY_VERSION_MINOR 1
+#define FERRY_VERSION_PATCH 0
+
+#if defined(_WIN32)
+#define FERRY_C_API
+#else
+#define FERRY_C_API __attribute__((visibility("default")))
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum ferry_status {
+  FERRY_OK = 0,
+  FERRY_ERROR_OUT_OF_MEMORY = 1,
+  FERRY_ERROR_STALE_HANDLE = 2,
+  FERRY_ERROR_INVALID_ARGUMENT = 3,
+  FERRY_ERROR_TRANSFER_CORRUPT = 4,
+  FERRY_ERROR_BACKEND = 5,
+  FERRY_ERROR_UNSUPPORTED = 6,
+  FERRY_ERROR_TIMEOUT = 7
+} ferry_status;
+
+typedef struct ferry_runtime_s* ferry_runtime;
+typedef struct ferry_handle {
+  uint32_t pool, slot, generation; /* {0,0,0} is the null handle */
+} ferry_handle;
+
+/* "0.1.0": the library's version (may differ from the header's macros). Never NULL. */
+FERRY_C_API const char* ferry_version(void);
+/* The name of a status ("ok", "out_of_memory", ...). Never NULL. */
+FERRY_C_API const char* ferry_status_name(ferry_status status);
+/* This thread's message of its last failed call; "" if none. Valid until this
+ * thread's next ferry call. Never NULL. */
+FERRY_C_API const char* ferry_last_error(void);
+
+/* ---- A runtime: backend, stream order, pool, pinned arena, transfer engine and,
+ * when cache_slots > 0, an offload cache. */
+typedef struct ferry_runtime_options {
+  const char* backend;    /* nullable: "sim" (default when NULL) or "cuda" */
+  const char* profile;    /* nullable: sim device profile: "h200" (default), "rtx4090", "rtx3090", "tiny" */
+  uint64_t capacity;      /* pool capacity in bytes; 0 = the device's */
+  uint64_t seed;          /* sim seed */
+  const char* integrity;  /* nullable: "off" | "probe" | "verify" (default when NULL) */
+  const char* inject;     /* nullable: sim fault spec as the CLI's --inject */
+  uint32_t cache_slots;   /* offload cache slots; 0 = no cache */
+  uint64_t cache_slot_bytes; /* 0: the largest entry defined before the first fill */
+} ferry_runtime_options;
+
+/* Fills *options with the defaults. Never fails. */
+FERRY_C_API void ferry_runtime_options_init(ferry_runtime_options* options);
+/* options: nullable (the defaults). On success *out is a runtime to destroy.
+ * Errors: INVALID_ARGUMENT (unknown backend, profile, integrity or fault spec;
+ * faults asked of cuda), UNSUPPORTED (cuda without a device or driver), BACKEND.
+ * Blocks while the device initializes (bounded). */
+FERRY_C_API ferry_status ferry_runtime_create(const ferry_runtime_options* options, ferry_runtime* out);
+/* rt: nullable (a no-op). Waits for the runtime's work, then frees everything. Blocks. */
+FERRY_C_API void ferry_runtime_destroy(ferry_runtime rt);
+
+/* ---- Device memory (the pool). */
+/* Errors: INVALID_ARGUMENT (0 bytes, bad stream), OUT_OF_MEMORY (after the reclaim
+ * sequence; the message carries the pool's diagnostic). May block (bounded) in
+ * the reclaim, waiting for in-flight frees. */
+FERRY_C_API ferry_status ferry_alloc(ferry_runtime rt, uint64_t bytes, uint32_t stream, ferry_handle* out);
+/* Stream-ordered: legal with work in flight. Errors: STALE_HANDLE. Never blocks. */
+FERRY_C_API ferry_status ferry_free(ferry_runtime rt, ferry_handle h);
+/* The block's device address and requested size (either output nullable). The
+ * address is for the program's own kernels; it carries no lease (ferry_launch
+ * and ferry_record_use do). Errors: STALE_HANDLE. Never blocks. */
+FERRY_C_API ferry_status ferry_device_address(ferry_runtime rt, ferry_handle h, uint64_t* addr, uint64_t* bytes);
+/* Releases cached device memory and completed frees. Never blocks. */
+FERRY_C_API ferry_status ferry_trim(ferry_runtime rt);
+
+/* ---- Transfers, under the runtime's integrity policy. */
+/* Host -> device: `bytes` from src into dst at dst_offset. Under verify, returns
+ * once the device hash matched (retrying another path on a mismatch); src may be
+ * reused on return. Errors: INVALID_ARGUMENT (0 bytes, range outside the block),
+ * STALE_HANDLE, TRANSFER_CORRUPT (never verified), TIMEOUT, BACKEND. Blocks. */
+FERRY_C_API ferry_status ferry_upload(ferry_runtime rt, uint32_t stream, ferry_handle dst, uint64_t dst_offset,
+                                      const void* src, uint64_t bytes);
+/* Device -> host; blocks until the bytes are in dst. Errors as ferry_upload. */
+FERRY_C_API ferry_status ferry_download(ferry_runtime rt, uint32_t stream, ferry_handle src, uint64_t src_offset,
+                                        void* dst, uint64_t bytes);
+
+/* ---- The program's own kernels. */
+enum { FERRY_READ = 1, FERRY_WRITE = 2, FERRY_READ_WRITE = 3 };
+typedef struct ferry_operand {
+  ferry_handle handle;
+  uint64_t offset;
+  uint64_t bytes; /* 0: from offset to the end of the block */
+  uint32_t access; /* FERRY_READ, FERRY_WRITE or FERRY_READ_WRITE */
+} ferry_operand;
+typedef struct ferry_launch_context {
+  void* native_stream;              /* cudaStream_t on cuda, NULL on sim */
+  uint32_t operand_count;
+  const uint64_t* device_addresses; /* per operand */
+  const uint64_t* bytes;            /* per operand */
+  void* const* host_views;          /* sim: the operands' bytes (write only where marked); NULL on cuda */
+} ferry_launch_context;
+/* Runs when the op is dispatched (cuda: enqueue your kernels on native_stream)
+ * or completes (sim: compute on host_views). Return FERRY_OK, or a status that
+ * becomes the op's error and a sticky fault of its stream (reported by every
+ * later wait, ferry_synchronize included). It runs under ferry's internal lock:
+ * it must not call ferry, must not block on the device, and must touch only its
+ * operands. The context is valid during the call only. */
+typedef ferry_status (*ferry_launch_fn)(const ferry_launch_context* ctx, void* user_data);
+/* Enqueues fn over the operands on `stream`, leasing them until it completes
+ * (a held launch holds its blocks). operands: nullable when operand_count is 0;
+ * user_data: nullable, passed through, must stay valid until the op ran.
+ * flops, mem_bytes: the modeled cost on sim. Errors: STALE_HANDLE,
+ * INVALID_ARGUMENT (NULL fn, bad access, range outside a block, bad stream).
+ * Never blocks. */
+FERRY_C_API ferry_status ferry_launch(ferry_runtime rt, uint32_t stream, const ferry_operand* operands,
+                                      uint32_t operand_count, ferry_launch_fn fn, void* user_data, double flops,
+                                      uint64_t mem_bytes);
+/* PyTorch's record_stream, checked: the blocks stay leased until everything
+ * enqueued on `stream` so far has completed, the program's own native work
+ * included. handles: nullable when count is 0. Errors: STALE_HANDLE (nothing is
+ * recorded). Never blocks. */
+FERRY_C_API ferry_status ferry_record_use(ferry_runtime rt, uint32_t stream, const ferry_handle* handles,
+                                          uint32_t count);
+
+/* ---- Streams. */
+/* 1: hold (new work waits in a host-side queue); 0: release and dispatch.
+ * Errors: INVALID_ARGUMENT (bad stream). Never blocks. */
+FERRY_C_API ferry_status ferry_hold(ferry_runtime rt, uint32_t stream, int hold);
+/* Dispatches held work and waits for every stream. Errors: the first sticky
+ * stream fault (a failed launch), BACKEND, TIMEOUT. Blocks. */
+FERRY_C_API ferry_status ferry_synchronize(ferry_runtime rt);
+/* The native stream behind ferry stream `stream` (cudaStream_t on cuda, an
+ * opaque token on sim). Never blocks. */
+FERRY_C_API ferry_status ferry_native_stream(ferry_runtime rt, uint32_t stream, void** out);
+/* A stream id for the program's own native stream (never destroyed or held by
+ * ferry). Errors: INVALID_ARGUMENT (NULL, adopted already, one of ferry's own). */
+FERRY_C_API ferry_status ferry_adopt_stream(ferry_runtime rt, void* native, uint32_t* out);
+/* Waits (up to timeout_ms) for the adopted stream's work, then forgets it.
+ * Errors: INVALID_ARGUMENT (not adopted), TIMEOUT. Blocks. */
+FERRY_C_API ferry_status ferry_release_stream(ferry_runtime rt, uint32_t stream, uint64_t timeout_ms);
+
+/* ---- Statistics. */
+typedef struct ferry_pool_stats {
+  uint64_t allocated_bytes, peak_allocated_bytes, reserved_bytes, peak_reserved_bytes,
+      pending_free_bytes, allocs, frees, ooms, reclaims;
+} ferry_pool_stats;
+FERRY_C_API ferry_status ferry_get_pool_stats(ferry_runtime rt, ferry_pool_stats* out);
+typedef struct ferry_integrity_stats {
+  uint64_t bytes_moved, bytes_verified, mismatches, retries, fallbacks;
+} ferry_integrity_stats;
+FERRY_C_API ferry_status ferry_get_integrity_stats(ferry_runtime rt, ferry_integrity_stats* out);
+/* PyTorch's memory_summary, as text: writes at most `capacity` bytes including
+ * the NUL into buf (nullable when capacity is 0) and the full length, without
+ * the NUL, into *length (nullable). Never blocks. */
+FERRY_C_API ferry_status ferry_memory_summary(ferry_runtime rt, char* buf, size_t capacity, size_t* length);
+
+/* ---- The offload cache (ferry_runtime_options.cache_slots > 0). */
+/* Declares entry `key` as `count` host pieces, uploaded back to back into one
+ * slot. The bytes must stay valid and unchanged while the runtime lives.
+ * Errors: INVALID_ARGUMENT (no cache, duplicate key, no or empty piece). */
+FERRY_C_API ferry_status ferry_cache_define(ferry_runtime rt, uint64_t key, const void* const* pieces,
+                                            const uint64_t* piece_bytes, uint32_t count);
+/* Makes `key` resident, orders `stream` after its upload and pins it. *slot is
+ * its block; piece i lies at offsets[i] (offsets nullable; else it has room for
+ * the entry's count). *hit (nullable): 1 when no fetch was needed. Errors:
+ * INVALID_ARGUMENT, OUT_OF_MEMORY (every slot pinned), TRANSFER_CORRUPT. Blocks. */
+FERRY_C_API ferry_status ferry_cache_acquire(ferry_runtime rt, uint64_t key, uint32_t stream, ferry_handle* slot,
+                                             uint64_t* offsets, int* hit);
+/* Unpins one acquire. Work already enqueued keeps its own lease. Never blocks. */
+FERRY_C_API ferry_status ferry_cache_release(ferry_runtime rt, uint64_t key);
+typedef struct ferry_cache_stats {
+  uint64_t hits, misses, evictions, uploads, bytes_uploaded, prefetches;
+} ferry_cache_stats;
+FERRY_C_API ferry_status ferry_get_cache_stats(ferry_runtime rt, ferry_cache_stats* out);
+
+/* ---- Trace recording: from ferry_trace_start until ferry_trace_stop, the pool
+ * calls above (alloc, free, upload, download, hold, synchronize, trim) are written
+ * to `path` in the replay format (docs/spec.md §3; `ferry replay FILE`). */
+FERRY_C_API ferry_status ferry_trace_start(ferry_runtime rt, const char* path);
+/* Flushes and closes the trace. Errors: INVALID_ARGUMENT (not recording), BACKEND
+ * (a write failed). */
+FERRY_C_API ferry_status ferry_trace_stop(ferry_runtime rt);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* FERRY_FERRY_H */
