@@ -18,7 +18,6 @@
 #include <vector>
 
 #include "ferry/content.hpp"
-#include "ferry/gemm.hpp"
 #include "ferry/names.hpp"
 #include "ferry/result.hpp"
 #include "ferry/stream.hpp"
@@ -72,17 +71,6 @@ struct ComputeOp {
   std::uint64_t mem_bytes = 0;
   Pattern pattern = Pattern::bytes;
 };
-// A real matrix product, C = op(A) . op(B), bf16 row-major with FP32
-// accumulation (gemm.hpp defines it; cuda runs it on cuBLAS). a, b and c hold
-// exactly the matrices' bytes, start at even addresses, and c overlaps neither a
-// nor b. `flops` and
-// `mem_bytes` are the modeled cost on sim (0: those of the shape).
-struct GemmOp {
-  DeviceRange a, b, c;
-  GemmShape shape;
-  double flops = 0;
-  std::uint64_t mem_bytes = 0;
-};
 struct HashOp {  // device computes content_hash(src) and stores it at *result;
                  // *result must stay valid until the op's ticket completes
   DeviceRange src;
@@ -113,8 +101,10 @@ struct UserOp {
 };
 struct NopOp {};
 
+// A program's kernels, real matrix products among them (gemm.hpp), are UserOps:
+// the core knows no kernel of its own beyond the content model's.
 using Op = std::variant<FillOp, CopyToDeviceOp, CopyToHostOp, CopyOnDeviceOp, BatchCopyToDeviceOp, ComputeOp,
-                        GemmOp, HashOp, WaitOp, NativeWaitOp, UserOp, NopOp>;
+                        HashOp, WaitOp, NativeWaitOp, UserOp, NopOp>;
 
 struct DeviceInfo {
   BackendKind backend = BackendKind::sim;
@@ -177,7 +167,7 @@ class Backend {
   // prediction assumes no other enqueuer. Unless the stream is held, or the op
   // waits for held work, it is dispatched to the device at once. Never blocks on
   // device work. Errors: invalid_argument (bad stream or op: check_op's), unsupported
-  // (an op this backend cannot run here: a GemmOp without cuBLAS), backend_error
+  // (an op this backend cannot run here: a batched copy without one), backend_error
   // (sticky device fault).
   virtual Result<Ticket> enqueue(StreamId stream, Op op) = 0;
   virtual Ticket submitted(StreamId stream) const = 0;  // last ticket handed out
@@ -213,6 +203,11 @@ class Backend {
   virtual void advance(std::uint64_t ns);
 
   virtual FaultCounters fault_counters() const { return {}; }
+
+  // The backend that runs the ops: this one, or for an adaptor (forwarding_backend.hpp)
+  // the one at the end of its chain. A backend layer reaches its own backend's
+  // extras through it (cuda's cuBLAS handles for the GEMM user op, gemm.hpp).
+  virtual Backend& innermost() noexcept { return *this; }
 
   // --- Native streams and events: the program's own work beside ferry's
   // (docs/guide.md "Your streams"). Every backend gets these from the hold layer.

@@ -6,9 +6,9 @@
 //
 //   fill, hash          kernel latency + bytes / memory bandwidth
 //   device copy         kernel latency + 2 * bytes / memory bandwidth (read and write)
-//   compute, gemm,      kernel latency + max(flops / rate, bytes / memory bandwidth);
-//   user                a compute or user op with no figures charges the bytes it
-//                       touches, a gemm's 0 figures stand for its shape's
+//   compute, user       kernel latency + max(flops / rate, bytes / memory bandwidth);
+//                       an op with no figures charges the bytes it touches (a GEMM
+//                       user op's figures default to its shape's: gemm.hpp)
 //   host <-> device     link latency + bytes / link bandwidth (pinned or pageable),
 //                       one latency per batch
 //   waits, nop          0
@@ -29,7 +29,7 @@ namespace ferry {
 
 enum class Engine : std::uint8_t {
   none,      // waits and no-ops
-  compute,   // fill, compute, gemm, user, hash, device-to-device copy
+  compute,   // fill, compute, user, hash, device-to-device copy
   copy_h2d,  // a copy engine and the host->device direction of the link
   copy_d2h,  // a copy engine and the device->host direction of the link
 };

@@ -1,4 +1,7 @@
-// ferry — the bf16 matrix product every backend and every reference model share.
+// ferry — the bf16 matrix product: its host definition, which every reference
+// model shares, and the GEMM as a user operation of the workloads (user_op.hpp):
+// cuBLAS on cuda, this host definition on sim. The core knows no GEMM; this
+// header is the backends layer's, the one place that knows every backend.
 //
 //   C = op(A) . op(B)   all three bf16 (2-byte little-endian), row-major
 //   op(A) is m x k: A is stored m x k, or k x m when trans_a
@@ -20,7 +23,11 @@
 #include <span>
 #include <string>
 
+#include "ferry/backend.hpp"
+#include "ferry/device_pool.hpp"
 #include "ferry/result.hpp"
+#include "ferry/stream.hpp"
+#include "ferry/user_op.hpp"
 
 namespace ferry {
 
@@ -53,5 +60,44 @@ Result<void> gemm_bf16(const GemmShape& shape, std::span<const std::byte> a, std
 // same size (NaN or a size mismatch gives +infinity; so does an odd byte count,
 // which is no bf16 matrix; equal infinities count as equal).
 double gemm_bf16_max_error(std::span<const std::byte> x, std::span<const std::byte> y) noexcept;
+
+// --- The GEMM as a user operation.
+//
+// Its operands are a and b (read) and c (write), in that order; c = op(a) . op(b)
+// lands in c when the op completes. Its modeled cost on sim (cost_model.hpp) is
+// `cost`, where a 0 figure stands for the shape's: flops() and the bytes of a, b
+// and c. Neither call blocks on the device; on cuda the first GEMM of a stream
+// makes the stream's cuBLAS handle (loading the library in the process's first),
+// which takes a while, before anything is enqueued: the kernel itself only
+// enqueues cublasGemmEx (user_kernel.hpp: it runs under the backend's lock).
+
+// The UserOp of c = op(a) . op(b) over device ranges, for `stream` of `backend`
+// (of the pool's backend, adaptors included). For code that enqueues Ops itself,
+// as the backend tests do; a program holds pool blocks and calls enqueue_gemm.
+// Errors: invalid_argument (check_gemm's; a, b or c at an odd address, since a
+// bf16 load there faults on a GPU; c overlapping a or b; a bad stream),
+// unsupported (cuda: cuBLAS cannot be loaded, the loader's reason; m or n of
+// 2^31 or more; a backend this build has no GEMM for), backend_error.
+Result<UserOp> make_gemm_op(Backend& backend, StreamId stream, DeviceRange a, DeviceRange b, DeviceRange c,
+                            const GemmShape& shape, UserCost cost = {});
+
+// Bytes [offset, offset + bytes) of a pool block holding one matrix (kRestOfBlock:
+// to the block's end). A DeviceHandle converts to its whole block.
+struct MatrixSlice {
+  DeviceHandle handle{};
+  std::uint64_t offset = 0;
+  std::uint64_t bytes = kRestOfBlock;
+  MatrixSlice() = default;
+  MatrixSlice(DeviceHandle h, std::uint64_t off = 0, std::uint64_t n = kRestOfBlock)  // NOLINT: a handle is a slice
+      : handle(h), offset(off), bytes(n) {}
+};
+
+// Enqueues c = op(a) . op(b) on `stream` (enqueue_user: ordered after each block
+// became its allocation's, each block leased until the op completes). Returns
+// its ticket. Errors, all before anything is enqueued: stale_handle,
+// invalid_argument (a slice outside its block; then as make_gemm_op),
+// unsupported and backend_error as make_gemm_op. Thread safety: the pool's.
+Result<Ticket> enqueue_gemm(DevicePool& pool, StreamId stream, MatrixSlice a, MatrixSlice b, MatrixSlice c,
+                            const GemmShape& shape, UserCost cost = {});
 
 }  // namespace ferry

@@ -29,7 +29,7 @@
 // every kernel output is in the small_bf16 pattern (integers in [-2, 2]); GEMM
 // outputs are larger integers, read only by kernels.
 // --matmul picks what a matmul is:
-//   gemm  a real bf16 GEMM (GemmOp): cuBLAS on cuda, the host definition
+//   gemm  a real bf16 GEMM (a user op): cuBLAS on cuda, the host definition
 //         (gemm.hpp) on sim. Its operands are small_bf16, so FP32 sums them
 //         exactly and the host reference agrees to the bit; the reference
 //         computes every GEMM on the host (its cost grows as scale^3). Weights

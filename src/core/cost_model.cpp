@@ -71,12 +71,6 @@ std::uint64_t modeled_ns(const Op& op, const DeviceProfile& profile, const Pinne
             }
             return kernel + std::max(math_ns(u.flops), transfer_ns(u.mem_bytes, mem));
           },
-          [&](const GemmOp& g) {
-            const double flops = g.flops > 0 ? g.flops : g.shape.flops();
-            const std::uint64_t bytes =
-                g.mem_bytes > 0 ? g.mem_bytes : saturating_add(saturating_add(g.a.bytes, g.b.bytes), g.c.bytes);
-            return kernel + std::max(math_ns(flops), transfer_ns(bytes, mem));
-          },
           [&](const HashOp& h) { return kernel + transfer_ns(h.src.bytes, mem); },
           [](const WaitOp&) { return 0.0; },
           [](const NativeWaitOp&) { return 0.0; },

@@ -7,14 +7,13 @@
 #include <utility>
 
 #include "core/text.hpp"
-#include "ferry/gemm.hpp"
 
 namespace ferry {
 namespace {
 
-constexpr std::array<std::string_view, 12> kOpNames{"fill", "copy_to_device", "copy_to_host", "copy_on_device",
-                                                    "batch_copy_to_device", "compute", "gemm", "hash",
-                                                    "wait", "native_wait", "user", "nop"};
+constexpr std::array<std::string_view, 11> kOpNames{"fill", "copy_to_device", "copy_to_host", "copy_on_device",
+                                                    "batch_copy_to_device", "compute", "hash", "wait",
+                                                    "native_wait", "user", "nop"};
 static_assert(std::variant_size_v<Op> == kOpNames.size());
 
 bool device_range_ok(std::uint64_t addr, std::uint64_t bytes) {
@@ -101,25 +100,6 @@ Result<void> check_op(StreamId stream, const Op& op, const DeviceInfo& info,
             for (const DeviceRange& in : c.inputs) FERRY_TRY(device(in.addr, in.bytes, "input"));
             FERRY_TRY(device(c.output.addr, c.output.bytes, "output"));
             return flops(c.flops);
-          },
-          [&](const GemmOp& g) -> Result<void> {
-            FERRY_TRY(device(g.a.addr, g.a.bytes, "a"));
-            FERRY_TRY(device(g.b.addr, g.b.bytes, "b"));
-            FERRY_TRY(device(g.c.addr, g.c.bytes, "c"));
-            if (Result<void> r = check_gemm(g.shape, g.a.bytes, g.b.bytes, g.c.bytes); !r.ok()) {
-              return bad(std::move(r).error().message);
-            }
-            // A bf16 load at an odd address is a device fault on a GPU.
-            if ((g.a.addr | g.b.addr | g.c.addr) % 2 != 0) return bad("a, b and c must be 2-byte aligned");
-            // The product reads a and b while it writes c (on a real device, in
-            // tiles), so an overlap would make the result depend on the order.
-            for (const auto& [in, name] : {std::pair{&g.a, "a"}, std::pair{&g.b, "b"}}) {
-              if (ranges_overlap(g.c, *in)) {
-                return bad("c " + text::range(g.c.addr, g.c.bytes) + " overlaps " + name + " " +
-                           text::range(in->addr, in->bytes) + "; the output must not overlap an input");
-              }
-            }
-            return flops(g.flops);
           },
           [&](const HashOp& h) -> Result<void> {
             FERRY_TRY(device(h.src.addr, h.src.bytes, "src"));

@@ -1,9 +1,10 @@
-// ferry — the few cuBLAS calls GemmOp needs, loaded with dlopen on first use.
+// ferry — the few cuBLAS calls the GEMM user op needs (cublas_gemm.hpp), loaded
+// with dlopen on first use.
 //
 // cuBLAS is never linked: linking it costs every process start ~150 ms of
 // relocation, and its ~600 MB of libraries are absent from many machines that run
 // ferry without ever multiplying a matrix. The library is loaded once per process,
-// by the first GemmOp, and stays loaded (handles may outlive any one backend).
+// by the first GEMM, and stays loaded (handles may outlive any one backend).
 //
 // Thread safety: cublas_api() may be called from any thread; the functions it hands
 // out follow cuBLAS's own rules (a handle is used by one thread at a time).

@@ -24,22 +24,27 @@
 // mechanism writes a HashOp's result to a pageable pointer. Hence every host pointer
 // in an operation has been read or written by the time its ticket completes.
 //
-// GEMMs. A GemmOp runs on cuBLAS, loaded at run time by the first GemmOp
-// (cublas_api.hpp). Each stream has its own cuBLAS handle, bound to that stream
+// GEMMs. The core has no GEMM op: the GEMM is a user operation of the backends
+// layer (ferry/gemm.hpp) whose kernel enqueues cublasGemmEx on the op's native
+// stream (cublas_gemm.hpp). cuBLAS is loaded at run time by the first GEMM
+// (cublas_api.hpp). Each native stream has its own cuBLAS handle, bound to it
 // once, so GEMMs on different streams never share a workspace; the handle is made
-// at the stream's first GemmOp enqueue, in admit (outside `mu_` and the hold
-// layer's lock: creating one initializes the library) and destroyed before the stream.
+// at the stream's first GEMM enqueue, in prepare_cublas (outside `mu_` and the
+// hold layer's lock: creating one initializes the library), and destroyed with
+// the stream, the release of an adopted stream, or the backend.
 //
 // Locks. `mu_` guards streams, events and scratch; under it we make only calls that
 // enqueue without waiting for the device (kernel launches, cuBLAS GEMMs, copies from
 // or to pinned memory, host-function launches, event record/query, stream waits,
-// stream-ordered allocation). A stream's first GEMM may stall briefly under it while
-// cuBLAS loads its kernels; it cannot deadlock (host functions never take `mu_`).
+// stream-ordered allocation; a user kernel's enqueues, cuBLAS GEMMs among them). A
+// stream's first GEMM may stall briefly under it while cuBLAS loads its kernels; it
+// cannot deadlock (host functions never take `mu_`).
 // cuBLAS keeps a default workspace per handle, outside the pool's accounting.
 // Everything that may block on the device (synchronizing, freeing pinned or device
 // memory) runs with no lock of ours held. `host_mu_` (pinned and registered ranges,
-// counters) is a leaf: nothing is locked while it is held. Lock order: the hold
-// layer's lock (held around issue), then `cublas_mu_`, then `mu_`.
+// counters) and `cublas_handles_mu_` (the handle of each native stream) are leaves:
+// nothing is locked while one is held. Lock order: the hold layer's lock (held
+// around issue), then `cublas_mu_`, then `mu_`.
 #pragma once
 
 #include <cuda.h>
@@ -127,6 +132,16 @@ class CudaBackend final : public HoldingBackend<Backend> {
   Result<void> unregister_host(std::byte* ptr) override;
   HostMemoryStats host_stats() const override;
 
+  // --- cuBLAS handles for the GEMM user op (cublas_gemm.cpp, cublas_gemm.hpp) ---
+  // Makes the handle of `native` (one of this backend's streams) unless it has
+  // one. No lock held on entry: creating a handle initializes the library on the
+  // device, far too slow to do under mu_. Errors: unsupported (no cuBLAS),
+  // invalid_argument (not our stream), backend_error.
+  Result<void> prepare_cublas(cudaStream_t native);
+  // The handle bound to `native`, or null. Takes only cublas_handles_mu_, so a user
+  // kernel may call it under mu_.
+  cublasHandle_t cublas_handle(cudaStream_t native) const;
+
   std::uint64_t now_ns() const override {
     return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
                                           std::chrono::steady_clock::now().time_since_epoch())
@@ -162,7 +177,6 @@ class CudaBackend final : public HoldingBackend<Backend> {
     std::uint64_t scratch_bytes = 0;
     std::array<std::byte*, 2> staging{};  // pinned, for pageable host memory
     unsigned next_staging = 0;
-    cublasHandle_t cublas = nullptr;  // bound to `handle`; made by the first GemmOp
     bool adopted = false;   // `handle` is the program's: never destroyed or synchronized here
     StreamFault fault;      // a user kernel that failed (user_kernel.hpp)
   };
@@ -177,13 +191,8 @@ class CudaBackend final : public HoldingBackend<Backend> {
   }
 
   // --- Admission (issue.cpp): what this device refuses beyond the op contract
-  // (check_op has already passed): ranges that are not mapped, GEMMs cuBLAS cannot
-  // run here.
+  // (check_op has already passed): ranges that are not mapped.
   Result<void> validate(const Op& op) const;
-  Result<void> validate_gemm(const GemmOp& o) const;
-  // Gives stream s its cuBLAS handle if it has none. No lock held on entry: creating
-  // a handle initializes the library on the device, far too slow to do under mu_.
-  Result<void> ensure_cublas(StreamId s);
 
   // host_mu_ held. Whether [p, p + bytes) overlaps a registered range.
   bool overlaps_registered(const std::byte* p, std::uint64_t bytes) const;
@@ -200,7 +209,7 @@ class CudaBackend final : public HoldingBackend<Backend> {
   // Retires completed events in ticket order. Never blocks. An exported event
   // stays out of the pool until release_event.
   void poll(Stream& st);
-  // Frees what is bound to st.handle (scratch in stream order, the cuBLAS
+  // Frees what is bound to st.handle (scratch in stream order, its cuBLAS
   // handle) before the handle changes hands.
   void detach_resources(Stream& st);
 
@@ -218,7 +227,6 @@ class CudaBackend final : public HoldingBackend<Backend> {
   Result<void> batch_to_device(StreamId s, Stream& st, const BatchCopyToDeviceOp& op);
   Result<void> hash(StreamId s, Stream& st, const HashOp& op);
   Result<void> compute(Stream& st, const ComputeOp& op);
-  Result<void> gemm(Stream& st, const GemmOp& op);
   Result<void> wait_on(StreamId s, Stream& st, const WaitOp& op);
   // Calls the program's kernel with the native stream; its failure becomes the
   // stream's fault, not the issue's (the ticket still completes).
@@ -236,6 +244,10 @@ class CudaBackend final : public HoldingBackend<Backend> {
   // handle, so no second handle is ever made and destroyed (which would synchronize
   // the device inside enqueue).
   std::mutex cublas_mu_;
+  // A leaf. Inserted under mu_ too (prepare_cublas), erased under mu_
+  // (detach_resources), read by user kernels under mu_ or by anyone.
+  mutable std::mutex cublas_handles_mu_;
+  std::map<cudaStream_t, cublasHandle_t> cublas_handles_;
   mutable std::mutex mu_;
   std::array<Stream, kMaxStreams> streams_;
   std::vector<cudaEvent_t> free_events_;

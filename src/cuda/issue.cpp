@@ -1,6 +1,6 @@
 // ferry — the CUDA backend's admission and issue of operations: what this device
 // refuses beyond the op contract, and each Op turned into CUDA calls on its stream
-// (fill, copies, the batched copy, compute, GEMM on cuBLAS, hash, wait).
+// (fill, copies, the batched copy, compute, hash, waits, user kernels).
 #include "cuda/cuda_backend.hpp"
 
 #include <cuda_runtime_api.h>
@@ -15,10 +15,8 @@
 #include <vector>
 
 #include "core/text.hpp"
-#include "cuda/cublas_api.hpp"
 #include "cuda/cuda_error.hpp"
 #include "cuda/kernels.hpp"
-#include "ferry/gemm.hpp"
 #include "ferry/op_contract.hpp"
 
 namespace ferry::cuda_detail {
@@ -66,9 +64,6 @@ cudaError_t memcpy_batch_to_device(std::vector<void*>& dsts, std::vector<void*>&
 Result<void> CudaBackend::admit(StreamId stream, const Op& op) {
   FERRY_TRY(validate(op));
   bind();
-  // Before the ticket: a held GemmOp is issued later, under the lock, where the
-  // handle must already exist.
-  if (std::holds_alternative<GemmOp>(op)) FERRY_TRY(ensure_cublas(stream));
   std::lock_guard lock(mu_);
   if (fault_) return *fault_;
   return ensure_stream(streams_[stream], stream);
@@ -132,7 +127,6 @@ Result<void> CudaBackend::validate(const Op& op) const {
             }
             return space_.check_mapped(o.output.addr, o.output.bytes, "ComputeOp output");
           },
-          [&](const GemmOp& o) { return validate_gemm(o); },
           [&](const HashOp& o) { return space_.check_mapped(o.src.addr, o.src.bytes, "HashOp source"); },
           [&](const UserOp& o) -> Result<void> {
             for (const UserOperand& u : o.operands) {
@@ -145,73 +139,6 @@ Result<void> CudaBackend::validate(const Op& op) const {
           [&](const NopOp&) -> Result<void> { return {}; },
       },
       op);
-}
-
-Result<void> CudaBackend::validate_gemm(const GemmOp& o) const {
-  const GemmShape& g = o.shape;
-  // cublasGemmEx takes int dimensions (check_gemm already bounds k).
-  constexpr std::uint32_t kMaxDim = std::numeric_limits<int>::max();
-  if (g.m > kMaxDim || g.n > kMaxDim) {
-    return make_error(ErrorCode::unsupported,
-                      "GemmOp " + g.text() + ": m and n must be below 2^31 on cuda");
-  }
-  FERRY_TRY(space_.check_mapped(o.a.addr, o.a.bytes, "GemmOp a"));
-  FERRY_TRY(space_.check_mapped(o.b.addr, o.b.bytes, "GemmOp b"));
-  FERRY_TRY(space_.check_mapped(o.c.addr, o.c.bytes, "GemmOp c"));
-  std::string why;
-  if (cublas_api(why) == nullptr) {
-    return make_error(ErrorCode::unsupported, "GemmOp " + g.text() + ": " + why);
-  }
-  return {};
-}
-
-Result<void> CudaBackend::ensure_cublas(StreamId s) {
-  {
-    std::lock_guard lock(mu_);
-    if (fault_) return *fault_;
-    if (streams_[s].cublas != nullptr) return {};
-  }
-  std::lock_guard making(cublas_mu_);
-  {
-    std::lock_guard lock(mu_);
-    if (streams_[s].cublas != nullptr) return {};  // another thread made it meanwhile
-  }
-  std::string why;
-  const CublasApi* cublas = cublas_api(why);
-  if (cublas == nullptr) return make_error(ErrorCode::unsupported, "GemmOp: " + why);
-  cublasHandle_t handle = nullptr;
-  cublasStatus_t status = cublas->create(&handle);
-  if (status != CUBLAS_STATUS_SUCCESS) {
-    return make_error(ErrorCode::backend_error, "cublasCreate for stream " + std::to_string(s) +
-                                                    " failed: " + cublas->describe(status));
-  }
-  // Partial sums stay FP32 even when cuBLAS splits k: the result is rounded to
-  // bf16 once, as gemm.hpp defines it.
-  status = cublas->set_math_mode(handle, static_cast<cublasMath_t>(
-                                             CUBLAS_DEFAULT_MATH |
-                                             CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION));
-  Result<void> result;
-  if (status != CUBLAS_STATUS_SUCCESS) {
-    result = make_error(ErrorCode::backend_error,
-                        "cublasSetMathMode failed: " + cublas->describe(status));
-  } else {
-    std::lock_guard lock(mu_);
-    Stream& st = streams_[s];
-    result = ensure_stream(st, s);
-    if (result.ok()) {
-      status = cublas->set_stream(handle, st.handle);
-      if (status == CUBLAS_STATUS_SUCCESS) {
-        st.cublas = handle;
-        handle = nullptr;
-      } else {
-        result = make_error(ErrorCode::backend_error,
-                            "cublasSetStream for stream " + std::to_string(s) +
-                                " failed: " + cublas->describe(status));
-      }
-    }
-  }
-  if (handle != nullptr) (void)cublas->destroy(handle);
-  return result;
 }
 
 Result<std::uint64_t*> CudaBackend::scratch(Stream& st, std::uint64_t bytes) {
@@ -311,43 +238,6 @@ Result<void> CudaBackend::compute(Stream& st, const ComputeOp& op) {
                "launching the fill kernel");
 }
 
-// C = op(A) . op(B) on the stream's cuBLAS handle (ensure_cublas made it at enqueue).
-Result<void> CudaBackend::gemm(Stream& st, const GemmOp& op) {
-  std::string why;
-  const CublasApi* cublas = cublas_api(why);
-  if (cublas == nullptr || st.cublas == nullptr) {
-    return make_error(ErrorCode::backend_error, "GemmOp issued without a cuBLAS handle");
-  }
-  const GemmShape& g = op.shape;
-  const auto m = static_cast<int>(g.m);
-  const auto n = static_cast<int>(g.n);
-  const auto k = static_cast<int>(g.k);
-  // cuBLAS is column-major, and a row-major r x c matrix is the column-major c x r
-  // matrix of the same bytes (its transpose, leading dimension c). So row-major
-  // C = op(A) op(B) is column-major C^T (n x m, ldc n) = op(B)^T op(A)^T:
-  //   B stored k x n: its column-major view is B^T = op(B)^T        -> N, ldb n
-  //   B stored n x k (trans_b): view is (n x k)^T, op(B)^T = B      -> T, ldb k
-  //   A stored m x k: view is A^T = op(A)^T                         -> N, lda k
-  //   A stored k x m (trans_a): view is (k x m)^T, op(A)^T = A      -> T, lda m
-  const cublasOperation_t op_b = g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
-  const cublasOperation_t op_a = g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
-  const int ldb = g.trans_b ? k : n;
-  const int lda = g.trans_a ? m : k;
-  const float alpha = 1.0f;
-  const float beta = 0.0f;
-  // COMPUTE_32F (not a _FAST_ mode): bf16 products summed in FP32, as gemm.hpp says.
-  const cublasStatus_t status =
-      cublas->gemm_ex(st.cublas, op_b, op_a, n, m, k, &alpha, device_ptr(op.b.addr),
-                      CUDA_R_16BF, ldb, device_ptr(op.a.addr), CUDA_R_16BF, lda, &beta,
-                      device_ptr(op.c.addr), CUDA_R_16BF, n, CUBLAS_COMPUTE_32F,
-                      CUBLAS_GEMM_DEFAULT);
-  if (status != CUBLAS_STATUS_SUCCESS) {
-    return make_error(ErrorCode::backend_error,
-                      "cublasGemmEx of " + g.text() + " failed: " + cublas->describe(status));
-  }
-  return {};
-}
-
 Result<void> CudaBackend::wait_on(StreamId s, Stream& st, const WaitOp& op) {
   const StreamPoint p = op.point;
   if (p.stream == s || p.ticket == 0) return {};  // a stream is already FIFO
@@ -393,7 +283,6 @@ Result<void> CudaBackend::issue_op(StreamId s, Stream& st, Op& op, Ticket ticket
           },
           [&](const BatchCopyToDeviceOp& o) { return batch_to_device(s, st, o); },
           [&](const ComputeOp& o) { return compute(st, o); },
-          [&](const GemmOp& o) { return gemm(st, o); },
           [&](const HashOp& o) { return hash(s, st, o); },
           [&](const WaitOp& o) { return wait_on(s, st, o); },
           [&](const NativeWaitOp& o) {

@@ -194,11 +194,15 @@ CudaBackend::CudaBackend(Setup setup)
 CudaBackend::~CudaBackend() {
   bind();
   (void)synchronize();
-  for (Stream& st : streams_) {
-    if (st.cublas != nullptr) {
-      std::string unused;  // a handle exists, so cuBLAS is loaded: no load happens here
-      if (const CublasApi* cublas = cublas_api(unused)) (void)cublas->destroy(st.cublas);
+  // Before the streams they are bound to.
+  if (!cublas_handles_.empty()) {
+    std::string unused;  // a handle exists, so cuBLAS is loaded: no load happens here
+    if (const CublasApi* cublas = cublas_api(unused)) {
+      for (const auto& [native, handle] : cublas_handles_) (void)cublas->destroy(handle);
     }
+    cublas_handles_.clear();
+  }
+  for (Stream& st : streams_) {
     if (st.handle == nullptr) continue;
     if (st.adopted) {  // the program's stream, perhaps gone already: touch nothing of it
       if (st.scratch != nullptr) (void)cudaFree(st.scratch);

@@ -14,6 +14,7 @@
 #include <utility>
 
 #include "core/text.hpp"
+#include "cuda/cublas_api.hpp"
 #include "cuda/cuda_error.hpp"
 
 namespace ferry::cuda_detail {
@@ -122,10 +123,17 @@ void CudaBackend::detach_resources(Stream& st) {
     st.scratch = nullptr;
     st.scratch_bytes = 0;
   }
-  if (st.cublas != nullptr) {
+  cublasHandle_t handle = nullptr;
+  {
+    std::lock_guard lock(cublas_handles_mu_);
+    if (const auto it = cublas_handles_.find(st.handle); it != cublas_handles_.end()) {
+      handle = it->second;
+      cublas_handles_.erase(it);
+    }
+  }
+  if (handle != nullptr) {
     std::string unused;  // a handle exists, so cuBLAS is loaded: no load happens here
-    if (const CublasApi* cublas = cublas_api(unused)) (void)cublas->destroy(st.cublas);
-    st.cublas = nullptr;
+    if (const CublasApi* cublas = cublas_api(unused)) (void)cublas->destroy(handle);
   }
 }
 

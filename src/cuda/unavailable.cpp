@@ -1,4 +1,5 @@
-// The CUDA backend factory in builds without the CUDA toolkit.
+// The CUDA backend factory and its GEMM hooks in builds without the CUDA toolkit.
+#include "cuda/cublas_gemm.hpp"
 #include "ferry/cuda_backend.hpp"
 
 namespace ferry {
@@ -12,3 +13,15 @@ Result<std::unique_ptr<Backend>> make_cuda_backend(const CudaOptions&) {
 }
 
 }  // namespace ferry
+
+namespace ferry::cuda_detail {
+
+Result<CublasGemm> prepare_cublas(Backend&, NativeStream) {
+  return make_error(ErrorCode::unsupported, "this build of ferry has no CUDA backend, hence no cuBLAS");
+}
+
+Result<void> CublasGemm::run(NativeStream, const CublasGemmArgs&) const {
+  return make_error(ErrorCode::unsupported, "this build of ferry has no CUDA backend, hence no cuBLAS");
+}
+
+}  // namespace ferry::cuda_detail

@@ -14,7 +14,6 @@
 
 #include "core/invariant.hpp"
 #include "core/text.hpp"
-#include "ferry/gemm.hpp"
 #include "ferry/op_contract.hpp"
 #include "ferry/validation.hpp"
 
@@ -389,29 +388,6 @@ void SimGpu::apply(StreamId stream, const PendingOp& pending) {
                      mix = mix_step(mix, k, hash(c.inputs[k]));
                    }
                    memory_.fill(c.output.addr, c.output.bytes, mix, c.pattern);
-                 },
-                 [&](const GemmOp& g) {
-                   std::vector<std::byte> a, b, c;
-                   Result<void> done;
-                   try {
-                     a.resize(g.a.bytes);
-                     b.resize(g.b.bytes);
-                     c.resize(g.c.bytes);
-                   } catch (const std::bad_alloc&) {
-                     done = make_error(ErrorCode::out_of_memory, "no host memory for the operands");
-                   }
-                   if (done.ok()) {
-                     memory_.read(g.a.addr, a);
-                     memory_.read(g.b.addr, b);
-                     // check_op ran check_gemm on these sizes at enqueue: only memory can fail.
-                     done = gemm_bf16(g.shape, a, b, c);
-                   }
-                   if (done.ok()) {
-                     memory_.write(g.c.addr, c);
-                   } else if (first_fault_.empty()) {  // the simulated device fails, as a real one would
-                     first_fault_ = text::point({stream, pending.ticket}) + " (gemm " + g.shape.text() +
-                                    ") could not run: " + done.error().message;
-                   }
                  },
                  [&](const HashOp& h) { *h.result = hash(h.src); },
                  [&](const UserOp& u) {

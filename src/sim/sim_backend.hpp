@@ -3,7 +3,7 @@
 // Model. Each stream keeps every issued operation that has not completed, in
 // ticket order (held streams are the HoldingBackend layer's: only issued work
 // reaches the model). Only a stream's front operation can be running (streams
-// are FIFOs). There is one compute engine (fill, compute, gemm,
+// are FIFOs). There is one compute engine (fill, compute, user ops,
 // hash, device-to-device copy) and profile.copy_engines copy engines
 // (host<->device); waits and no-ops need none.
 //
@@ -167,7 +167,7 @@ class SimGpu final : public HoldingBackend<SimBackend> {
   std::uint64_t illegal_accesses_ = 0;
   std::uint64_t swallowed_copies_ = 0;
   std::map<const void*, std::unique_ptr<StreamPoint>> events_;  // export_event's, by token
-  std::string first_fault_;  // set by the first illegal access (or a GEMM the host cannot run); sticky
+  std::string first_fault_;  // set by the first illegal access; sticky
 };
 
 }  // namespace ferry::sim

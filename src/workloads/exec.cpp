@@ -109,27 +109,11 @@ Result<StreamPoint> Exec::matmul(StreamId stream, DeviceSlice a, DeviceSlice b, 
   const std::uint64_t mem_bytes = shape.a_bytes() + shape.b_bytes() + shape.c_bytes();
   if (!gemm_) return kernel(stream, {a, b}, c, flops, mem_bytes);
   if (env_ == nullptr) return StreamPoint{stream, 0};
-  DevicePool& pool = *env_->pool;
-  FERRY_TRY(pool.make_ready(a.handle, stream));
-  FERRY_TRY(pool.make_ready(b.handle, stream));
-  FERRY_TRY(pool.make_ready(c, stream));
-  Result<Ticket> t = env_->order->submit(stream, [&](Ticket ticket) -> Result<Op> {
-    GemmOp op;
-    op.shape = shape;
-    op.flops = flops;
-    op.mem_bytes = mem_bytes;
-    const StreamPoint at{stream, ticket};
-    Result<DeviceRange> ra = lease(a, at);
-    if (!ra.ok()) return std::move(ra).error();
-    Result<DeviceRange> rb = lease(b, at);
-    if (!rb.ok()) return std::move(rb).error();
-    Result<DeviceRange> rc = lease({c}, at);
-    if (!rc.ok()) return std::move(rc).error();
-    op.a = *ra;
-    op.b = *rb;
-    op.c = *rc;
-    return Op{op};
-  });
+  // A slice of 0 bytes is the whole allocation here, the rest of the block there.
+  const auto matrix = [](const DeviceSlice& s) {
+    return MatrixSlice(s.handle, s.offset, s.bytes == 0 ? kRestOfBlock : s.bytes);
+  };
+  Result<Ticket> t = enqueue_gemm(*env_->pool, stream, matrix(a), matrix(b), c, shape, {flops, mem_bytes});
   if (!t.ok()) return std::move(t).error();
   return StreamPoint{stream, *t};
 }

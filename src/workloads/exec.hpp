@@ -67,8 +67,9 @@ class Exec {
   Result<StreamPoint> kernel(StreamId stream, const std::vector<DeviceSlice>& inputs, DeviceHandle output,
                              double flops, std::uint64_t mem_bytes);
   // A weight matmul, c = op(a) . op(b) (see workload.hpp for what it is):
-  // a GemmOp, or a ComputeOp over {a, b} charged `flops`. Slices of 0 bytes
-  // mean the whole allocation; each must hold exactly its matrix.
+  // the GEMM user op (gemm.hpp's enqueue_gemm), or a ComputeOp over {a, b}
+  // charged `flops`. Slices of 0 bytes mean the whole allocation; each must hold
+  // exactly its matrix.
   Result<StreamPoint> matmul(StreamId stream, DeviceSlice a, DeviceSlice b, DeviceHandle c, GemmShape shape,
                              double flops);
   bool gemm() const noexcept { return gemm_; }

@@ -1,6 +1,7 @@
 // What a backend's operations write, checked against the host definitions in
-// content.hpp and gemm.hpp. Written once, run on every backend (cuda SKIPs
-// without a GPU): sim and a real device must produce the same bytes.
+// content.hpp and gemm.hpp (the GEMM is a user op: make_gemm_op). Written once,
+// run on every backend (cuda SKIPs without a GPU): sim and a real device must
+// produce the same bytes.
 #include <gtest/gtest.h>
 
 #include <array>
@@ -78,6 +79,13 @@ class BackendOpsTest : public ::testing::TestWithParam<std::string> {
     auto w = backend_->wait({0, *t}, kForever);
     EXPECT_TRUE(w.ok()) << w.error().message;
     return w.ok();
+  }
+
+  // The GEMM user op over a, b, c, enqueued on stream 0 and waited for.
+  bool run_gemm(DeviceRange a, DeviceRange b, DeviceRange c, const GemmShape& s) {
+    Result<UserOp> op = make_gemm_op(*backend_, 0, a, b, c, s);
+    EXPECT_TRUE(op.ok()) << op.error().message;
+    return op.ok() && run(std::move(op).value());
   }
 
   std::vector<std::byte> read(std::uint64_t addr, std::uint64_t bytes) {
@@ -161,7 +169,7 @@ TEST_P(BackendOpsTest, GemmOnSmallBf16EqualsTheHostBitForBit) {
     ASSERT_TRUE(run(FillOp{{a, s.a_bytes()}, sa, Pattern::small_bf16}));
     ASSERT_TRUE(run(FillOp{{b, s.b_bytes()}, sb, Pattern::small_bf16}));
     ASSERT_TRUE(run(FillOp{{c, s.c_bytes()}, 1}));  // stale bytes the product must replace
-    ASSERT_TRUE(run(GemmOp{{a, s.a_bytes()}, {b, s.b_bytes()}, {c, s.c_bytes()}, s}));
+    ASSERT_TRUE(run_gemm({a, s.a_bytes()}, {b, s.b_bytes()}, {c, s.c_bytes()}, s));
     const std::vector<std::byte> want = host_gemm(s, small_bf16(sa, s.a_bytes()), small_bf16(sb, s.b_bytes()));
     EXPECT_EQ(plus_zeros(read(c, s.c_bytes())), want) << s.text();
   }
@@ -179,7 +187,7 @@ TEST_P(BackendOpsTest, GemmOnModerateValuesIsWithinRoundingOfTheHost) {
     const std::vector<std::byte> hb = random_bf16(seed++, s.b_bytes());
     write(a, ha);
     write(b, hb);
-    ASSERT_TRUE(run(GemmOp{{a, s.a_bytes()}, {b, s.b_bytes()}, {c, s.c_bytes()}, s}));
+    ASSERT_TRUE(run_gemm({a, s.a_bytes()}, {b, s.b_bytes()}, {c, s.c_bytes()}, s));
     const std::vector<std::byte> got = read(c, s.c_bytes());
     const std::vector<std::byte> want = host_gemm(s, ha, hb);
     EXPECT_LE(gemm_bf16_max_error(got, want), 1e-2) << s.text();
@@ -189,7 +197,7 @@ TEST_P(BackendOpsTest, GemmOnModerateValuesIsWithinRoundingOfTheHost) {
   }
 }
 
-TEST_P(BackendOpsTest, MalformedGemmIsRefusedAtEnqueueAndHarmsNothing) {
+TEST_P(BackendOpsTest, MalformedGemmIsRefusedBeforeEnqueueAndHarmsNothing) {
   const GemmShape s{16, 8, 32};
   const std::uint64_t base = buffer(s.a_bytes() + s.b_bytes() + s.c_bytes());
   ASSERT_NE(base, 0u);
@@ -201,32 +209,32 @@ TEST_P(BackendOpsTest, MalformedGemmIsRefusedAtEnqueueAndHarmsNothing) {
   const std::vector<std::byte> before = read(base, c.addr + c.bytes - base);
   const Ticket submitted = backend_->submitted(0);
 
-  const auto refused = [&](const GemmOp& op, const char* what) {
-    auto t = backend_->enqueue(0, op);
+  const auto refused = [&](DeviceRange ga, DeviceRange gb, DeviceRange gc, const GemmShape& g, const char* what) {
+    auto t = make_gemm_op(*backend_, 0, ga, gb, gc, g);
     ASSERT_FALSE(t.ok()) << what;
     EXPECT_EQ(t.error().code, ErrorCode::invalid_argument) << what << ": " << t.error().message;
     EXPECT_FALSE(t.error().message.empty()) << what;
   };
-  refused(GemmOp{{a.addr, a.bytes - 2}, b, c, s}, "a too small");
-  refused(GemmOp{a, {b.addr, b.bytes + 2}, c, s}, "b too large");
-  refused(GemmOp{a, b, {c.addr, c.bytes - 1}, s}, "c of odd size");
-  refused(GemmOp{a, b, c, GemmShape{16, 8, 0}}, "k == 0");
-  refused(GemmOp{a, b, c, GemmShape{8, 16, 32}}, "m and n swapped");
+  refused({a.addr, a.bytes - 2}, b, c, s, "a too small");
+  refused(a, {b.addr, b.bytes + 2}, c, s, "b too large");
+  refused(a, b, {c.addr, c.bytes - 1}, s, "c of odd size");
+  refused(a, b, c, GemmShape{16, 8, 0}, "k == 0");
+  refused(a, b, c, GemmShape{8, 16, 32}, "m and n swapped");
   // c overlapping a or b: the shape fits, the placement does not.
   const GemmShape square{8, 8, 8};
   const DeviceRange sa{base, square.a_bytes()}, sb{base + 1024, square.b_bytes()};  // 128 B each
-  refused(GemmOp{sa, sb, sa, square}, "c is a");
-  refused(GemmOp{sa, sb, sb, square}, "c is b");
-  refused(GemmOp{sa, sb, {base + 64, square.c_bytes()}, square}, "c overlaps the end of a");
-  refused(GemmOp{sa, sb, {base + 1024 - 64, square.c_bytes()}, square}, "c overlaps the start of b");
-  refused(GemmOp{{base + 1, square.a_bytes()}, sb, {base + 2048, square.c_bytes()}, square}, "a at an odd address");
-  refused(GemmOp{sa, sb, {base + 2049, square.c_bytes()}, square}, "c at an odd address");
+  refused(sa, sb, sa, square, "c is a");
+  refused(sa, sb, sb, square, "c is b");
+  refused(sa, sb, {base + 64, square.c_bytes()}, square, "c overlaps the end of a");
+  refused(sa, sb, {base + 1024 - 64, square.c_bytes()}, square, "c overlaps the start of b");
+  refused({base + 1, square.a_bytes()}, sb, {base + 2048, square.c_bytes()}, square, "a at an odd address");
+  refused(sa, sb, {base + 2049, square.c_bytes()}, square, "c at an odd address");
 
   EXPECT_EQ(backend_->submitted(0), submitted);  // no ticket consumed
   ASSERT_TRUE(backend_->synchronize().ok());
   EXPECT_EQ(read(base, c.addr + c.bytes - base), before);
   // The backend still works.
-  ASSERT_TRUE(run(GemmOp{a, b, c, s}));
+  ASSERT_TRUE(run_gemm(a, b, c, s));
   EXPECT_EQ(read(c.addr, c.bytes), host_gemm(s, small_bf16(1, a.bytes), small_bf16(2, b.bytes)));
 }
 

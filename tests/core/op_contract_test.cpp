@@ -10,7 +10,10 @@
 #include <vector>
 
 #include "backend_fixture.hpp"
+#include "ferry/device_pool.hpp"
+#include "ferry/gemm.hpp"
 #include "ferry/op_contract.hpp"
+#include "ferry/stream_order.hpp"
 
 namespace ferry {
 namespace {
@@ -25,9 +28,6 @@ struct MalformedOp {
 // Every flaw is the op's own: the device ranges are mapped and large enough, the
 // host buffers exist, so a backend's own checks (admit) have nothing to refuse.
 std::vector<MalformedOp> malformed_ops(std::uint64_t base, std::byte* host) {
-  const GemmShape g{8, 8, 8};
-  const std::uint64_t m = g.a_bytes();
-  const DeviceRange a{base, m}, b{base + m, m}, c{base + 2 * m, m};
   const double nan = std::numeric_limits<double>::quiet_NaN();
   return {
       {"stream out of range", kMaxStreams, Op{NopOp{}}, ErrorCode::invalid_argument},
@@ -42,11 +42,9 @@ std::vector<MalformedOp> malformed_ops(std::uint64_t base, std::byte* host) {
        ErrorCode::invalid_argument},
       {"non-finite flops", 0, Op{ComputeOp{{{base, 64}}, {base + 64, 64}, nan}}, ErrorCode::invalid_argument},
       {"negative flops", 0, Op{ComputeOp{{{base, 64}}, {base + 64, 64}, -1}}, ErrorCode::invalid_argument},
-      {"gemm shape and ranges disagree", 0, Op{GemmOp{{base, m - 2}, b, c, g}}, ErrorCode::invalid_argument},
-      {"gemm at an odd address", 0, Op{GemmOp{{base + 1, m}, {base + 1 + m, m}, {base + 1 + 2 * m, m}, g}},
+      {"user op negative flops", 0,
+       Op{UserOp{{{{base, 64}, Access::read}}, [](const KernelLaunch&) { return Result<void>(); }, -5, 0, "k"}},
        ErrorCode::invalid_argument},
-      {"gemm output overlaps an input", 0, Op{GemmOp{a, b, {base + m / 2, m}, g}}, ErrorCode::invalid_argument},
-      {"gemm negative flops", 0, Op{GemmOp{a, b, c, g, -5}}, ErrorCode::invalid_argument},
       {"hash without a result", 0, Op{HashOp{{base, 64}, nullptr}}, ErrorCode::invalid_argument},
       {"wait on a stream out of range", 0, Op{WaitOp{{kMaxStreams + 3, 1}}}, ErrorCode::invalid_argument},
       {"wait on a ticket never handed out", 0, Op{WaitOp{{5, 1}}}, ErrorCode::invalid_argument},
@@ -91,6 +89,77 @@ TEST_P(OpContractTest, EveryBackendRefusesWhatCheckOpRefusesWithItsMessage) {
   EXPECT_TRUE(backend->synchronize().ok());
   EXPECT_TRUE(backend->unmap(*base, size).ok());
   EXPECT_TRUE(backend->release_address(*base, size).ok());
+}
+
+// The GEMM is a user op (gemm.hpp): its rules are make_gemm_op's, the same on
+// every backend, checked before anything is enqueued, so such a refusal takes no
+// ticket. What only the op contract refuses (the cost's flops) is refused at
+// enqueue, where StreamOrder::submit fills the lost ticket with a no-op.
+TEST_P(OpContractTest, EveryBackendRefusesAMalformedGemmAtEnqueueGemm) {
+  auto backend = testing::make_backend(GetParam());
+  FERRY_REQUIRE_BACKEND(backend, GetParam());
+  StreamOrder order(*backend);
+  DevicePool pool(order);
+  const GemmShape g{8, 8, 8};
+  const std::uint64_t m = g.a_bytes();  // 128 B, as b and c
+  // Allocated on the GEMM's stream, so that no enqueue orders it after them
+  // (make_ready): every ticket of stream 2 is the GEMM's own.
+  constexpr StreamId s = 2;
+  const DeviceHandle a = pool.allocate(m, s).value_or(DeviceHandle{});
+  const DeviceHandle b = pool.allocate(m, s).value_or(DeviceHandle{});
+  const DeviceHandle c = pool.allocate(m, s).value_or(DeviceHandle{});
+  const DeviceHandle short_a = pool.allocate(m - 2, s).value_or(DeviceHandle{});
+  const DeviceHandle wide = pool.allocate(3 * m + 2, s).value_or(DeviceHandle{});  // a, b, c side by side
+  const DeviceHandle freed = pool.allocate(m, s).value_or(DeviceHandle{});
+  ASSERT_TRUE(pool.free(freed).ok());
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  struct Case {
+    const char* name;
+    MatrixSlice a, b, c;
+    GemmShape shape;
+    UserCost cost;
+    ErrorCode code;
+    bool by_check_op = false;
+  };
+  const std::vector<Case> cases = {
+      {"gemm shape and blocks disagree", short_a, b, c, g, {}, ErrorCode::invalid_argument},
+      {"gemm of an empty shape", a, b, c, GemmShape{8, 8, 0}, {}, ErrorCode::invalid_argument},
+      {"gemm at an odd address", {wide, 1, m}, {wide, 1 + m, m}, {wide, 1 + 2 * m, m}, g, {},
+       ErrorCode::invalid_argument},
+      {"gemm output overlaps an input", {wide, 0, m}, {wide, m, m}, {wide, m / 2, m}, g, {},
+       ErrorCode::invalid_argument},
+      {"gemm output is an input", a, b, b, g, {}, ErrorCode::invalid_argument},
+      {"gemm slice outside its block", {a, 2, m}, b, c, g, {}, ErrorCode::invalid_argument},
+      {"gemm negative flops", a, b, c, g, {-5, 0}, ErrorCode::invalid_argument, true},
+      {"gemm non-finite flops", a, b, c, g, {nan, 0}, ErrorCode::invalid_argument, true},
+      {"gemm on a freed block", a, b, freed, g, {}, ErrorCode::stale_handle},
+  };
+  for (const Case& k : cases) {
+    SCOPED_TRACE(k.name);
+    const Ticket before = backend->submitted(s);
+    const Result<Ticket> got = enqueue_gemm(pool, s, k.a, k.b, k.c, k.shape, k.cost);
+    ASSERT_FALSE(got.ok());
+    EXPECT_EQ(got.error().code, k.code) << got.error().message;
+    if (k.by_check_op) {
+      EXPECT_NE(got.error().message.find("enqueue(user) on stream 2: flops"), std::string::npos)
+          << got.error().message;
+      EXPECT_EQ(backend->submitted(s), before + 1) << "the lost ticket is filled, once";
+    } else {
+      EXPECT_NE(got.error().message.find("gemm 8 x "), std::string::npos) << got.error().message;
+      EXPECT_EQ(backend->submitted(s), before) << "a GEMM refused before enqueue took a ticket";
+    }
+  }
+  const Ticket fillers = backend->submitted(s);
+  // Out of range streams are refused as every op's are.
+  const Result<Ticket> bad_stream = enqueue_gemm(pool, kMaxStreams, a, b, c, g);
+  ASSERT_FALSE(bad_stream.ok());
+  EXPECT_EQ(bad_stream.error().code, ErrorCode::invalid_argument) << bad_stream.error().message;
+  // The same operands, well formed, are accepted: the refusals above are the flaws'.
+  ASSERT_TRUE(enqueue_gemm(pool, s, a, b, c, g).ok());
+  ASSERT_TRUE(enqueue_gemm(pool, s, {wide, 0, m}, {wide, m, m}, {wide, 2 * m, m}, g).ok());
+  EXPECT_EQ(backend->submitted(s), fillers + 2);
+  EXPECT_TRUE(backend->synchronize().ok());
+  for (DeviceHandle h : {a, b, c, short_a, wide}) EXPECT_TRUE(pool.free(h).ok());
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, OpContractTest, FERRY_BACKENDS);

@@ -5,6 +5,7 @@
 #include <initializer_list>
 #include <optional>
 
+#include "core/text.hpp"
 #include "ferry/gemm.hpp"
 #include "sim_fixture.hpp"
 
@@ -245,14 +246,14 @@ TEST_F(SimMemory, GemmOnUnmappedMemoryIsAnIllegalAccess) {
   ASSERT_TRUE(sim->enqueue(0, FillOp{{c, shape.c_bytes()}, 4}).ok());
   ASSERT_TRUE(sim->synchronize().ok());
   // b is unmapped between enqueue and completion (an I2 violation).
-  const Ticket t =
-      sim->enqueue(0, GemmOp{{a, shape.a_bytes()}, {b, shape.b_bytes()}, {c, shape.c_bytes()}, shape})
-          .value();
+  const Ticket t = put(0, gemm(0, {a, shape.a_bytes()}, {b, shape.b_bytes()}, {c, shape.c_bytes()}, shape));
   ASSERT_TRUE(sim->unmap(b, kGranule).ok());
   const auto r = sim->wait({0, t}, std::chrono::seconds(1));
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.error().code, ErrorCode::backend_error);
-  EXPECT_NE(r.error().message.find("(gemm) b"), std::string::npos) << r.error().message;
+  // b, the second operand, is read: the GEMM is a user op.
+  const std::string named_b = "(user) read " + text::range(b, shape.b_bytes());
+  EXPECT_NE(r.error().message.find(named_b), std::string::npos) << r.error().message;
   EXPECT_EQ(sim->illegal_accesses(), 1u);
   EXPECT_EQ(device_bytes(c, shape.c_bytes()), pattern(4, shape.c_bytes()));  // effect skipped
 }
@@ -264,9 +265,7 @@ TEST_F(SimMemory, GemmWritesTheHostProduct) {
   const std::uint64_t c = base + 7 * kGranule - 2;
   ASSERT_TRUE(sim->enqueue(0, FillOp{{a, shape.a_bytes()}, 8, Pattern::small_bf16}).ok());
   ASSERT_TRUE(sim->enqueue(0, FillOp{{b, shape.b_bytes()}, 9, Pattern::small_bf16}).ok());
-  const Ticket t =
-      sim->enqueue(0, GemmOp{{a, shape.a_bytes()}, {b, shape.b_bytes()}, {c, shape.c_bytes()}, shape})
-          .value();
+  const Ticket t = put(0, gemm(0, {a, shape.a_bytes()}, {b, shape.b_bytes()}, {c, shape.c_bytes()}, shape));
   EXPECT_EQ(device_bytes(c, shape.c_bytes()), zeros(shape.c_bytes()));  // only at completion
   wait_for(0, t);
   std::vector<std::byte> ha(shape.a_bytes()), hb(shape.b_bytes()), hc(shape.c_bytes());
@@ -280,19 +279,22 @@ TEST_F(SimMemory, GemmWritesTheHostProduct) {
 TEST_F(SimMemory, MalformedGemmMessagesNameTheProblem) {
   const GemmShape shape{8, 8, 8};  // 128 B per matrix
   const DeviceRange a{base, 128}, b{base + 1024, 128};
-  const auto message = [&](GemmOp op) {
-    auto t = sim->enqueue(3, std::move(op));
+  // make_gemm_op's refusals, then the op contract's at enqueue.
+  const auto message = [&](DeviceRange ga, DeviceRange gb, DeviceRange gc, UserCost cost = {}) {
+    Result<UserOp> op = make_gemm_op(*sim, 3, ga, gb, gc, shape, cost);
+    if (!op.ok()) return op.error().message;
+    auto t = sim->enqueue(3, std::move(op).value());
     EXPECT_FALSE(t.ok());
     return t.ok() ? std::string() : t.error().message;
   };
-  const std::string size = message(GemmOp{a, {b.addr, 126}, {base + 2048, 128}, shape});
-  EXPECT_NE(size.find("enqueue(gemm) on stream 3"), std::string::npos) << size;
+  const std::string size = message(a, {b.addr, 126}, {base + 2048, 128});
+  EXPECT_NE(size.find("stream 3: gemm 8 x 8 x 8 (A, B)"), std::string::npos) << size;
   EXPECT_NE(size.find("b holds 126 B, the shape needs 128 B"), std::string::npos) << size;
-  const std::string overlap = message(GemmOp{a, b, {b.addr + 126, 128}, shape});
+  const std::string overlap = message(a, b, {b.addr + 126, 128});
   EXPECT_NE(overlap.find("overlaps b"), std::string::npos) << overlap;
-  const std::string zero = message(GemmOp{{0, 128}, b, {base + 2048, 128}, shape});
-  EXPECT_NE(zero.find("a [0x0"), std::string::npos) << zero;
-  const std::string flops = message(GemmOp{a, b, {base + 2048, 128}, shape, -1.0});
+  const std::string zero = message({0, 128}, b, {base + 2048, 128});
+  EXPECT_NE(zero.find("enqueue(user) on stream 3: read [0x0"), std::string::npos) << zero;
+  const std::string flops = message(a, b, {base + 2048, 128}, {-1.0, 0});
   EXPECT_NE(flops.find("flops"), std::string::npos) << flops;
   EXPECT_EQ(sim->submitted(3), 0u);
 }

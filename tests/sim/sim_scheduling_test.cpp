@@ -316,25 +316,25 @@ TEST_F(SimScheduling, GemmIsChargedByItsShapeUnlessGivenACost) {
     return static_cast<std::uint64_t>(std::ceil(
         p.kernel_latency_ns + std::max(flops / p.flops_per_s * 1e9, bytes / p.mem_bytes_per_s * 1e9)));
   };
-  const auto timed = [&](const GemmOp& op) {
+  const auto timed = [&](DeviceRange ga, DeviceRange gb, DeviceRange gc, const GemmShape& g, UserCost cost = {}) {
     const std::uint64_t t0 = sim->now_ns();
-    wait_for(0, put(0, op));
+    wait_for(0, put(0, gemm(0, ga, gb, gc, g, cost)));
     return sim->now_ns() - t0;
   };
   // Memory-bound: 2 * 64 * 64 * 8 flops take 7 ns at 10 TFLOP/s; 10 KiB take 102 ns at 100 GB/s.
   const GemmShape thin{64, 64, 8};
   const DeviceRange a{base, thin.a_bytes()}, b{base + kBlock, thin.b_bytes()};
   const DeviceRange c{base + 2 * kBlock, thin.c_bytes()};
-  EXPECT_EQ(timed(GemmOp{a, b, c, thin}), ns(thin.flops(), 10240));
+  EXPECT_EQ(timed(a, b, c, thin), ns(thin.flops(), 10240));
   // Compute-bound: 2 * 352^3 flops take 8.7 us; 3 * 352^2 * 2 bytes take 7.4 us.
   const GemmShape square{352, 352, 352};
   const std::uint64_t m = square.a_bytes();
   const DeviceRange sa{base, m}, sb{base + m, m}, sc{base + 2 * m, m};
   const double bytes = 3.0 * static_cast<double>(m);
-  EXPECT_EQ(timed(GemmOp{sa, sb, sc, square}), ns(square.flops(), bytes));
+  EXPECT_EQ(timed(sa, sb, sc, square), ns(square.flops(), bytes));
   // Given figures replace the shape's, each on its own.
-  EXPECT_EQ(timed(GemmOp{sa, sb, sc, square, 1e9}), ns(1e9, bytes));
-  EXPECT_EQ(timed(GemmOp{sa, sb, sc, square, 0, 10'000'000}), ns(square.flops(), 1e7));
+  EXPECT_EQ(timed(sa, sb, sc, square, {1e9, 0}), ns(1e9, bytes));
+  EXPECT_EQ(timed(sa, sb, sc, square, {0, 10'000'000}), ns(square.flops(), 1e7));
 }
 
 TEST_F(SimScheduling, WaitOnWorkBehindAHeldStreamTimesOutInsteadOfHanging) {

@@ -13,6 +13,7 @@
 
 #include "expected_bytes.hpp"
 #include "ferry/content.hpp"
+#include "ferry/gemm.hpp"
 #include "ferry/sim_backend.hpp"
 
 namespace ferry::testing {
@@ -61,6 +62,14 @@ class SimTest : public ::testing::Test {
     auto t = sim->enqueue(stream, std::move(op));
     EXPECT_TRUE(t.ok()) << t.error().message;
     return t.value_or(0);
+  }
+
+  // The GEMM user op (gemm.hpp) for `stream`; a NopOp, and a failure, if refused.
+  Op gemm(StreamId stream, DeviceRange a, DeviceRange b, DeviceRange c, const GemmShape& shape, UserCost cost = {}) {
+    Result<UserOp> op = make_gemm_op(*sim, stream, a, b, c, shape, cost);
+    EXPECT_TRUE(op.ok()) << op.error().message;
+    if (!op.ok()) return NopOp{};
+    return std::move(op).value();
   }
 
   void wait_for(StreamId stream, Ticket ticket) {

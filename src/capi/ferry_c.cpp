@@ -1,0 +1,506 @@
+// ferry — the C ABI (include/ferry/ferry.h) over the C++ API: a Runtime per
+// ferry_runtime, errors as a status plus this thread's message, nothing thrown
+// across the boundary.
+#include "ferry/ferry.h"
+
+#include <cstring>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <shared_mutex>
+#include <new>
+#include <string>
+#include <vector>
+
+#include "ferry/fault_spec.hpp"
+#include "ferry/integrity.hpp"
+#include "ferry/runtime.hpp"
+#include "ferry/trace_recorder.hpp"
+#include "ferry/user_op.hpp"
+
+struct ferry_runtime_s {
+  std::unique_ptr<ferry::Runtime> runtime;
+  // Guards `recorder`: shared by every call that may record (the recorder is
+  // thread-safe itself), exclusive to start and stop it, so a call and its trace
+  // line are never split by ferry_trace_stop.
+  std::shared_mutex trace_mu;
+  std::unique_ptr<ferry::RecordingPool> recorder;
+};
+
+namespace {
+
+using ferry::ErrorCode;
+
+thread_local std::string t_last_error;
+
+ferry_status status_of(ErrorCode code) {
+  switch (code) {
+    case ErrorCode::out_of_memory:
+      return FERRY_ERROR_OUT_OF_MEMORY;
+    case ErrorCode::stale_handle:
+      return FERRY_ERROR_STALE_HANDLE;
+    case ErrorCode::invalid_argument:
+      return FERRY_ERROR_INVALID_ARGUMENT;
+    case ErrorCode::transfer_corrupt:
+      return FERRY_ERROR_TRANSFER_CORRUPT;
+    case ErrorCode::backend_error:
+      return FERRY_ERROR_BACKEND;
+    case ErrorCode::unsupported:
+      return FERRY_ERROR_UNSUPPORTED;
+    case ErrorCode::timeout:
+      return FERRY_ERROR_TIMEOUT;
+  }
+  return FERRY_ERROR_BACKEND;
+}
+
+ErrorCode code_of(ferry_status status) {
+  switch (status) {
+    case FERRY_ERROR_OUT_OF_MEMORY:
+      return ErrorCode::out_of_memory;
+    case FERRY_ERROR_STALE_HANDLE:
+      return ErrorCode::stale_handle;
+    case FERRY_ERROR_INVALID_ARGUMENT:
+      return ErrorCode::invalid_argument;
+    case FERRY_ERROR_TRANSFER_CORRUPT:
+      return ErrorCode::transfer_corrupt;
+    case FERRY_ERROR_UNSUPPORTED:
+      return ErrorCode::unsupported;
+    case FERRY_ERROR_TIMEOUT:
+      return ErrorCode::timeout;
+    default:
+      return ErrorCode::backend_error;
+  }
+}
+
+ferry_status fail(const ferry::Error& error) {
+  t_last_error = error.message;
+  return status_of(error.code);
+}
+
+ferry_status fail(ferry_status status, const char* message) {
+  t_last_error = message;
+  return status;
+}
+
+ferry_status ok() {
+  t_last_error.clear();
+  return FERRY_OK;
+}
+
+template <class T>
+ferry_status done(const ferry::Result<T>& r) {
+  return r.ok() ? ok() : fail(r.error());
+}
+
+// Every entry point runs its body here: a C++ exception never crosses the ABI.
+template <class Body>
+ferry_status guarded(const char* fn, Body&& body) noexcept {
+  try {
+    return body();
+  } catch (const std::bad_alloc&) {
+    t_last_error = std::string(fn) + ": out of host memory";
+    return FERRY_ERROR_OUT_OF_MEMORY;
+  } catch (const std::exception& e) {
+    t_last_error = std::string(fn) + ": internal error: " + e.what();
+    return FERRY_ERROR_BACKEND;
+  } catch (...) {
+    t_last_error = std::string(fn) + ": internal error";
+    return FERRY_ERROR_BACKEND;
+  }
+}
+
+ferry::DeviceHandle to_cpp(ferry_handle h) { return {h.pool, h.slot, h.generation}; }
+ferry_handle to_c(ferry::DeviceHandle h) { return {h.pool, h.slot, h.generation}; }
+
+ferry_status null_argument(const char* fn, const char* what) {
+  return fail(FERRY_ERROR_INVALID_ARGUMENT, (std::string(fn) + ": " + what + " is NULL").c_str());
+}
+
+#define FERRY_C_CHECK(cond, fn, what) \
+  if (!(cond)) return null_argument(fn, what)
+
+ferry::Result<ferry::RuntimeOptions> runtime_options(const ferry_runtime_options& o) {
+  ferry::RuntimeOptions options;
+  if (o.backend != nullptr) {
+    auto kind = ferry::parse_backend_kind(o.backend);
+    if (!kind.ok()) return std::move(kind).error();
+    options.backend.kind = *kind;
+  }
+  if (o.profile != nullptr) options.backend.profile = o.profile;
+  options.backend.seed = o.seed;
+  if (o.inject != nullptr && *o.inject != '\0') {
+    auto faults = ferry::parse_fault_spec(o.inject);
+    if (!faults.ok()) return std::move(faults).error();
+    options.backend.faults = *faults;
+  }
+  if (o.integrity != nullptr) {
+    auto policy = ferry::parse_integrity_policy(o.integrity);
+    if (!policy.ok()) return std::move(policy).error();
+    options.engine.policy = *policy;
+  }
+  options.pool.capacity = o.capacity;
+  if (o.cache_slots > 0) {
+    ferry::CacheOptions cache;
+    cache.slots = o.cache_slots;
+    cache.slot_bytes = o.cache_slot_bytes;
+    options.cache = cache;
+  }
+  return options;
+}
+
+}  // namespace
+
+extern "C" {
+
+const char* ferry_version(void) { return "0.1.0"; }
+
+const char* ferry_status_name(ferry_status status) {
+  if (status == FERRY_OK) return "ok";
+  if (status < FERRY_OK || status > FERRY_ERROR_TIMEOUT) return "unknown";
+  return ferry::to_string(code_of(status)).data();
+}
+
+const char* ferry_last_error(void) { return t_last_error.c_str(); }
+
+void ferry_runtime_options_init(ferry_runtime_options* options) {
+  if (options == nullptr) return;
+  *options = ferry_runtime_options{};
+  options->seed = 1;
+}
+
+ferry_status ferry_runtime_create(const ferry_runtime_options* options, ferry_runtime* out) {
+  return guarded("ferry_runtime_create", [&] {
+    FERRY_C_CHECK(out != nullptr, "ferry_runtime_create", "out");
+    ferry_runtime_options defaults;
+    ferry_runtime_options_init(&defaults);
+    auto cpp = runtime_options(options != nullptr ? *options : defaults);
+    if (!cpp.ok()) return fail(cpp.error());
+    auto runtime = ferry::Runtime::create(std::move(cpp).value());
+    if (!runtime.ok()) return fail(runtime.error());
+    auto rt = std::make_unique<ferry_runtime_s>();
+    rt->runtime = std::move(runtime).value();
+    *out = rt.release();
+    return ok();
+  });
+}
+
+void ferry_runtime_destroy(ferry_runtime rt) {
+  // A destructor reports nothing: the trace is flushed, the runtime waits for its work.
+  (void)guarded("ferry_runtime_destroy", [&] {
+    delete rt;
+    return FERRY_OK;
+  });
+}
+
+ferry_status ferry_alloc(ferry_runtime rt, uint64_t bytes, uint32_t stream, ferry_handle* out) {
+  return guarded("ferry_alloc", [&] {
+    FERRY_C_CHECK(rt != nullptr, "ferry_alloc", "rt");
+    FERRY_C_CHECK(out != nullptr, "ferry_alloc", "out");
+    std::shared_lock lock(rt->trace_mu);
+    auto h = rt->recorder ? rt->recorder->allocate(bytes, stream) : rt->runtime->pool().allocate(bytes, stream);
+    if (!h.ok()) return fail(h.error());
+    *out = to_c(*h);
+    return ok();
+  });
+}
+
+ferry_status ferry_free(ferry_runtime rt, ferry_handle h) {
+  return guarded("ferry_free", [&] {
+    FERRY_C_CHECK(rt != nullptr, "ferry_free", "rt");
+    std::shared_lock lock(rt->trace_mu);
+    return done(rt->recorder ? rt->recorder->free(to_cpp(h)) : rt->runtime->pool().free(to_cpp(h)));
+  });
+}
+
+ferry_status ferry_device_address(ferry_runtime rt, ferry_handle h, uint64_t* addr, uint64_t* bytes) {
+  return guarded("ferry_device_address", [&] {
+    FERRY_C_CHECK(rt != nullptr, "ferry_device_address", "rt");
+    auto span = rt->runtime->pool().resolve(to_cpp(h));
+    if (!span.ok()) return fail(span.error());
+    if (addr != nullptr) *addr = span->addr;
+    if (bytes != nullptr) *bytes = span->bytes;
+    return ok();
+  });
+}
+
+ferry_status ferry_trim(ferry_runtime rt) {
+  return guarded("ferry_trim", [&] {
+    FERRY_C_CHECK(rt != nullptr, "ferry_trim", "rt");
+    std::shared_lock lock(rt->trace_mu);
+    return done(rt->recorder ? rt->recorder->trim() : rt->runtime->pool().trim());
+  });
+}
+
+ferry_status ferry_upload(ferry_runtime rt, uint32_t stream, ferry_handle dst, uint64_t dst_offset, const void* src,
+                          uint64_t bytes) {
+  return guarded("ferry_upload", [&] {
+    FERRY_C_CHECK(rt != nullptr, "ferry_upload", "rt");
+    FERRY_C_CHECK(src != nullptr, "ferry_upload", "src");
+    ferry::TransferPlan plan;
+    plan.add(static_cast<const std::byte*>(src), to_cpp(dst), dst_offset, bytes);
+    ferry::TransferEngine& engine = rt->runtime->engine();
+    std::shared_lock lock(rt->trace_mu);
+    return done(rt->recorder ? rt->recorder->upload(engine, stream, plan) : engine.upload(stream, plan));
+  });
+}
+
+ferry_status ferry_download(ferry_runtime rt, uint32_t stream, ferry_handle src, uint64_t src_offset, void* dst,
+                            uint64_t bytes) {
+  return guarded("ferry_download", [&] {
+    FERRY_C_CHECK(rt != nullptr, "ferry_download", "rt");
+    FERRY_C_CHECK(dst != nullptr, "ferry_download", "dst");
+    if (bytes == 0) return fail(FERRY_ERROR_INVALID_ARGUMENT, "ferry_download: 0 bytes");
+    const std::span<std::byte> out(static_cast<std::byte*>(dst), bytes);
+    ferry::TransferEngine& engine = rt->runtime->engine();
+    std::shared_lock lock(rt->trace_mu);
+    return done(rt->recorder ? rt->recorder->download(engine, stream, to_cpp(src), src_offset, out)
+                             : engine.download(stream, to_cpp(src), src_offset, out));
+  });
+}
+
+ferry_status ferry_launch(ferry_runtime rt, uint32_t stream, const ferry_operand* operands, uint32_t operand_count,
+                          ferry_launch_fn fn, void* user_data, double flops, uint64_t mem_bytes) {
+  return guarded("ferry_launch", [&] {
+    FERRY_C_CHECK(rt != nullptr, "ferry_launch", "rt");
+    FERRY_C_CHECK(fn != nullptr, "ferry_launch", "fn");
+    FERRY_C_CHECK(operands != nullptr || operand_count == 0, "ferry_launch", "operands");
+    std::vector<ferry::Operand> ops;
+    ops.reserve(operand_count);
+    for (uint32_t i = 0; i < operand_count; ++i) {
+      const ferry_operand& o = operands[i];
+      ferry::Access access;
+      switch (o.access) {
+        case FERRY_READ: access = ferry::Access::read; break;
+        case FERRY_WRITE: access = ferry::Access::write; break;
+        case FERRY_READ_WRITE: access = ferry::Access::read_write; break;
+        default:
+          return fail(FERRY_ERROR_INVALID_ARGUMENT,
+                      ("ferry_launch: operand " + std::to_string(i) + " has access " + std::to_string(o.access) +
+                       " (FERRY_READ, FERRY_WRITE or FERRY_READ_WRITE)").c_str());
+      }
+      ops.push_back({to_cpp(o.handle), access, o.offset, o.bytes == 0 ? ferry::kRestOfBlock : o.bytes});
+    }
+    // Runs later, at dispatch (cuda) or completion (sim), under the backend's lock.
+    ferry::UserKernel kernel = [fn, user_data](const ferry::KernelLaunch& l) -> ferry::Result<void> {
+      std::vector<uint64_t> addrs, sizes;
+      std::vector<void*> views;
+      for (const ferry::KernelArg& a : l.args) {
+        addrs.push_back(a.addr);
+        sizes.push_back(a.bytes);
+        views.push_back(!a.out.empty() ? static_cast<void*>(a.out.data())
+                                       : const_cast<std::byte*>(a.in.data()));  // read-only by contract
+      }
+      const bool sim = l.stream == nullptr;
+      const ferry_launch_context ctx{l.stream, static_cast<uint32_t>(l.args.size()), addrs.data(), sizes.data(),
+                                     sim ? views.data() : nullptr};
+      const ferry_status s = fn(&ctx, user_data);
+      if (s == FERRY_OK) return {};
+      return ferry::make_error(code_of(s), std::string("the launch function returned ") + ferry_status_name(s));
+    };
+    return done(ferry::enqueue_user(rt->runtime->pool(), stream, ops, std::move(kernel), {flops, mem_bytes}));
+  });
+}
+
+ferry_status ferry_record_use(ferry_runtime rt, uint32_t stream, const ferry_handle* handles, uint32_t count) {
+  return guarded("ferry_record_use", [&] {
+    FERRY_C_CHECK(rt != nullptr, "ferry_record_use", "rt");
+    FERRY_C_CHECK(handles != nullptr || count == 0, "ferry_record_use", "handles");
+    std::vector<ferry::DeviceHandle> hs;
+    for (uint32_t i = 0; i < count; ++i) hs.push_back(to_cpp(handles[i]));
+    return done(ferry::record_use(rt->runtime->pool(), stream, hs));
+  });
+}
+
+ferry_status ferry_hold(ferry_runtime rt, uint32_t stream, int hold) {
+  return guarded("ferry_hold", [&] {
+    FERRY_C_CHECK(rt != nullptr, "ferry_hold", "rt");
+    if (stream >= ferry::kMaxStreams) {
+      return fail(FERRY_ERROR_INVALID_ARGUMENT, ("ferry_hold: stream " + std::to_string(stream) +
+                                                 " is out of range (streams are 0.." +
+                                                 std::to_string(ferry::kMaxStreams - 1) + ")").c_str());
+    }
+    std::shared_lock lock(rt->trace_mu);
+    if (rt->recorder) return done(hold != 0 ? rt->recorder->hold(stream) : rt->recorder->release(stream));
+    ferry::Backend& b = rt->runtime->backend();
+    b.set_hold(stream, hold != 0);
+    return hold != 0 ? ok() : done(b.flush(stream));
+  });
+}
+
+ferry_status ferry_synchronize(ferry_runtime rt) {
+  return guarded("ferry_synchronize", [&] {
+    FERRY_C_CHECK(rt != nullptr, "ferry_synchronize", "rt");
+    {
+      std::shared_lock lock(rt->trace_mu);
+      auto r = rt->recorder ? rt->recorder->synchronize() : rt->runtime->synchronize();
+      if (!r.ok()) return fail(r.error());
+    }
+    // A failed launch is a sticky fault of its stream, which a backend wait on the
+    // stream's last point reports (the work itself has completed).
+    ferry::Backend& b = rt->runtime->backend();
+    for (ferry::StreamId s = 0; s < ferry::kMaxStreams; ++s) {
+      const ferry::Ticket last = b.submitted(s);
+      if (last == 0) continue;
+      if (auto w = b.wait({s, last}, rt->runtime->order().wait_timeout()); !w.ok()) return fail(w.error());
+    }
+    return ok();
+  });
+}
+
+ferry_status ferry_native_stream(ferry_runtime rt, uint32_t stream, void** out) {
+  return guarded("ferry_native_stream", [&] {
+    FERRY_C_CHECK(rt != nullptr, "ferry_native_stream", "rt");
+    FERRY_C_CHECK(out != nullptr, "ferry_native_stream", "out");
+    auto n = rt->runtime->backend().native_stream(stream);
+    if (!n.ok()) return fail(n.error());
+    *out = *n;
+    return ok();
+  });
+}
+
+ferry_status ferry_adopt_stream(ferry_runtime rt, void* native, uint32_t* out) {
+  return guarded("ferry_adopt_stream", [&] {
+    FERRY_C_CHECK(rt != nullptr, "ferry_adopt_stream", "rt");
+    FERRY_C_CHECK(out != nullptr, "ferry_adopt_stream", "out");
+    auto s = rt->runtime->backend().adopt_stream(native);
+    if (!s.ok()) return fail(s.error());
+    *out = *s;
+    return ok();
+  });
+}
+
+ferry_status ferry_release_stream(ferry_runtime rt, uint32_t stream, uint64_t timeout_ms) {
+  return guarded("ferry_release_stream", [&] {
+    FERRY_C_CHECK(rt != nullptr, "ferry_release_stream", "rt");
+    const auto timeout = timeout_ms > (UINT64_MAX / 1'000'000) ? std::chrono::nanoseconds::max()
+                                                               : std::chrono::nanoseconds(timeout_ms * 1'000'000);
+    return done(rt->runtime->backend().release_stream(stream, timeout));
+  });
+}
+
+ferry_status ferry_get_pool_stats(ferry_runtime rt, ferry_pool_stats* out) {
+  return guarded("ferry_get_pool_stats", [&] {
+    FERRY_C_CHECK(rt != nullptr, "ferry_get_pool_stats", "rt");
+    FERRY_C_CHECK(out != nullptr, "ferry_get_pool_stats", "out");
+    const ferry::PoolStats s = rt->runtime->pool().stats();
+    *out = ferry_pool_stats{s.allocated_bytes, s.peak_allocated_bytes, s.reserved_bytes, s.peak_reserved_bytes,
+                            s.pending_free_bytes, s.allocs, s.frees, s.ooms, s.reclaims};
+    return ok();
+  });
+}
+
+ferry_status ferry_get_integrity_stats(ferry_runtime rt, ferry_integrity_stats* out) {
+  return guarded("ferry_get_integrity_stats", [&] {
+    FERRY_C_CHECK(rt != nullptr, "ferry_get_integrity_stats", "rt");
+    FERRY_C_CHECK(out != nullptr, "ferry_get_integrity_stats", "out");
+    const ferry::IntegrityCounters c = rt->runtime->engine().counters();
+    *out = ferry_integrity_stats{c.bytes_moved, c.bytes_verified, c.mismatches, c.retries, c.fallbacks};
+    return ok();
+  });
+}
+
+ferry_status ferry_memory_summary(ferry_runtime rt, char* buf, size_t capacity, size_t* length) {
+  return guarded("ferry_memory_summary", [&] {
+    FERRY_C_CHECK(rt != nullptr, "ferry_memory_summary", "rt");
+    FERRY_C_CHECK(buf != nullptr || capacity == 0, "ferry_memory_summary", "buf");
+    const std::string text = ferry::memory_summary(rt->runtime->pool());
+    if (length != nullptr) *length = text.size();
+    if (capacity > 0) {
+      const size_t n = std::min(capacity - 1, text.size());
+      std::memcpy(buf, text.data(), n);
+      buf[n] = '\0';
+    }
+    return ok();
+  });
+}
+
+ferry_status ferry_cache_define(ferry_runtime rt, uint64_t key, const void* const* pieces, const uint64_t* piece_bytes,
+                                uint32_t count) {
+  return guarded("ferry_cache_define", [&] {
+    FERRY_C_CHECK(rt != nullptr, "ferry_cache_define", "rt");
+    FERRY_C_CHECK(pieces != nullptr || count == 0, "ferry_cache_define", "pieces");
+    FERRY_C_CHECK(piece_bytes != nullptr || count == 0, "ferry_cache_define", "piece_bytes");
+    ferry::OffloadCache* cache = rt->runtime->cache();
+    if (cache == nullptr) {
+      return fail(FERRY_ERROR_INVALID_ARGUMENT, "ferry_cache_define: the runtime has no cache (cache_slots is 0)");
+    }
+    std::vector<std::span<const std::byte>> spans;
+    for (uint32_t i = 0; i < count; ++i) {
+      if (pieces[i] == nullptr) return null_argument("ferry_cache_define", "a piece");
+      spans.emplace_back(static_cast<const std::byte*>(pieces[i]), piece_bytes[i]);
+    }
+    return done(cache->define(key, std::move(spans)));
+  });
+}
+
+ferry_status ferry_cache_acquire(ferry_runtime rt, uint64_t key, uint32_t stream, ferry_handle* slot,
+                                 uint64_t* offsets, int* hit) {
+  return guarded("ferry_cache_acquire", [&] {
+    FERRY_C_CHECK(rt != nullptr, "ferry_cache_acquire", "rt");
+    FERRY_C_CHECK(slot != nullptr, "ferry_cache_acquire", "slot");
+    ferry::OffloadCache* cache = rt->runtime->cache();
+    if (cache == nullptr) {
+      return fail(FERRY_ERROR_INVALID_ARGUMENT, "ferry_cache_acquire: the runtime has no cache (cache_slots is 0)");
+    }
+    auto ref = cache->acquire(key, stream);
+    if (!ref.ok()) return fail(ref.error());
+    *slot = to_c(ref->slot);
+    if (offsets != nullptr) {
+      for (std::size_t i = 0; i < ref->pieces.size(); ++i) offsets[i] = ref->pieces[i].offset;
+    }
+    if (hit != nullptr) *hit = ref->hit ? 1 : 0;
+    return ok();
+  });
+}
+
+ferry_status ferry_cache_release(ferry_runtime rt, uint64_t key) {
+  return guarded("ferry_cache_release", [&] {
+    FERRY_C_CHECK(rt != nullptr, "ferry_cache_release", "rt");
+    ferry::OffloadCache* cache = rt->runtime->cache();
+    if (cache == nullptr) {
+      return fail(FERRY_ERROR_INVALID_ARGUMENT, "ferry_cache_release: the runtime has no cache (cache_slots is 0)");
+    }
+    return done(cache->release(key));
+  });
+}
+
+ferry_status ferry_get_cache_stats(ferry_runtime rt, ferry_cache_stats* out) {
+  return guarded("ferry_get_cache_stats", [&] {
+    FERRY_C_CHECK(rt != nullptr, "ferry_get_cache_stats", "rt");
+    FERRY_C_CHECK(out != nullptr, "ferry_get_cache_stats", "out");
+    ferry::OffloadCache* cache = rt->runtime->cache();
+    if (cache == nullptr) {
+      return fail(FERRY_ERROR_INVALID_ARGUMENT, "ferry_get_cache_stats: the runtime has no cache (cache_slots is 0)");
+    }
+    const ferry::CacheStats s = cache->stats();
+    *out = ferry_cache_stats{s.hits, s.misses, s.evictions, s.uploads, s.bytes_uploaded, s.prefetches};
+    return ok();
+  });
+}
+
+ferry_status ferry_trace_start(ferry_runtime rt, const char* path) {
+  return guarded("ferry_trace_start", [&] {
+    FERRY_C_CHECK(rt != nullptr, "ferry_trace_start", "rt");
+    FERRY_C_CHECK(path != nullptr, "ferry_trace_start", "path");
+    std::unique_lock lock(rt->trace_mu);
+    if (rt->recorder) return fail(FERRY_ERROR_INVALID_ARGUMENT, "ferry_trace_start: already recording");
+    auto recorder = ferry::RecordingPool::to_file(rt->runtime->pool(), path);
+    if (!recorder.ok()) return fail(recorder.error());
+    rt->recorder = std::move(recorder).value();
+    return ok();
+  });
+}
+
+ferry_status ferry_trace_stop(ferry_runtime rt) {
+  return guarded("ferry_trace_stop", [&] {
+    FERRY_C_CHECK(rt != nullptr, "ferry_trace_stop", "rt");
+    std::unique_lock lock(rt->trace_mu);
+    if (!rt->recorder) return fail(FERRY_ERROR_INVALID_ARGUMENT, "ferry_trace_stop: not recording");
+    auto flushed = rt->recorder->flush();
+    rt->recorder.reset();
+    if (!flushed.ok()) return fail(FERRY_ERROR_BACKEND, ("ferry_trace_stop: " + flushed.error().message).c_str());
+    return ok();
+  });
+}
+
+}  // extern "C"

@@ -1,0 +1,250 @@
+/* The C ABI from C (compiled as C11): every entry point on the sim, its errors as
+ * statuses with messages, nothing crashing on bad input. */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ferry/ferry.h"
+
+static int failures = 0;
+#define CHECK(cond)                                                                \
+  do {                                                                             \
+    if (!(cond)) {                                                                 \
+      fprintf(stderr, "%s:%d: CHECK(%s) failed; last error: %s\n", __FILE__,       \
+              __LINE__, #cond, ferry_last_error());                                \
+      ++failures;                                                                  \
+    }                                                                              \
+  } while (0)
+#define OK(call) CHECK((call) == FERRY_OK)
+
+static ferry_runtime make(const char* profile, const char* inject, const char* integrity, uint32_t cache_slots) {
+  ferry_runtime_options o;
+  ferry_runtime_options_init(&o);
+  o.profile = profile;
+  o.inject = inject;
+  o.integrity = integrity;
+  o.capacity = 8u << 20;
+  o.cache_slots = cache_slots;
+  ferry_runtime rt = NULL;
+  OK(ferry_runtime_create(&o, &rt));
+  return rt;
+}
+
+/* A kernel: every byte of operand 1 := operand 0's byte + 1 (host views on sim). */
+static ferry_status plus_one(const ferry_launch_context* ctx, void* user_data) {
+  int* calls = (int*)user_data;
+  ++*calls;
+  if (ctx->host_views == NULL || ctx->operand_count != 2) return FERRY_ERROR_UNSUPPORTED;
+  const unsigned char* in = (const unsigned char*)ctx->host_views[0];
+  unsigned char* out = (unsigned char*)ctx->host_views[1];
+  for (uint64_t i = 0; i < ctx->bytes[1]; ++i) out[i] = (unsigned char)(in[i] + 1);
+  return FERRY_OK;
+}
+
+static ferry_status refuses(const ferry_launch_context* ctx, void* user_data) {
+  (void)ctx;
+  (void)user_data;
+  return FERRY_ERROR_TRANSFER_CORRUPT;
+}
+
+static void test_basics(void) {
+  CHECK(strcmp(ferry_version(), "0.1.0") == 0);
+  CHECK(FERRY_VERSION_MAJOR == 0 && FERRY_VERSION_MINOR == 1);
+  CHECK(strcmp(ferry_status_name(FERRY_ERROR_STALE_HANDLE), "stale_handle") == 0);
+  CHECK(strcmp(ferry_status_name((ferry_status)99), "unknown") == 0);
+  ferry_runtime_destroy(NULL);
+
+  ferry_runtime_options o;
+  ferry_runtime_options_init(&o);
+  o.backend = "tpu";
+  ferry_runtime rt = NULL;
+  CHECK(ferry_runtime_create(&o, &rt) == FERRY_ERROR_INVALID_ARGUMENT);
+  CHECK(rt == NULL);
+  CHECK(strstr(ferry_last_error(), "tpu") != NULL);
+  ferry_runtime_options_init(&o);
+  o.integrity = "sometimes";
+  CHECK(ferry_runtime_create(&o, &rt) == FERRY_ERROR_INVALID_ARGUMENT);
+  CHECK(ferry_runtime_create(&o, NULL) == FERRY_ERROR_INVALID_ARGUMENT);
+  OK(ferry_runtime_create(NULL, &rt)); /* the defaults: sim, h200 */
+  ferry_runtime_destroy(rt);
+}
+
+static void test_memory_and_transfers(void) {
+  ferry_runtime rt = make("tiny", NULL, NULL, 0);
+  ferry_handle h, out;
+  OK(ferry_alloc(rt, 4096, 0, &h));
+  CHECK(ferry_alloc(rt, 0, 0, &out) == FERRY_ERROR_INVALID_ARGUMENT);
+  CHECK(ferry_alloc(rt, 4096, 64, &out) == FERRY_ERROR_INVALID_ARGUMENT);
+  CHECK(ferry_alloc(rt, 4096, 0, NULL) == FERRY_ERROR_INVALID_ARGUMENT);
+  ferry_status huge = ferry_alloc(rt, (uint64_t)1 << 63, 0, &out);
+  CHECK(huge == FERRY_ERROR_OUT_OF_MEMORY || huge == FERRY_ERROR_INVALID_ARGUMENT);
+  CHECK(ferry_alloc(rt, 64u << 20, 0, &out) == FERRY_ERROR_OUT_OF_MEMORY);
+  CHECK(strstr(ferry_last_error(), "capacity") != NULL); /* the pool's diagnostic */
+
+  uint64_t addr = 0, bytes = 0;
+  OK(ferry_device_address(rt, h, &addr, &bytes));
+  CHECK(addr != 0 && bytes == 4096);
+  OK(ferry_device_address(rt, h, NULL, NULL));
+
+  unsigned char src[4096], dst[4096];
+  for (int i = 0; i < 4096; ++i) src[i] = (unsigned char)(i * 31);
+  OK(ferry_upload(rt, 1, h, 0, src, sizeof src));
+  OK(ferry_download(rt, 0, h, 0, dst, sizeof dst));
+  CHECK(memcmp(src, dst, sizeof src) == 0);
+  CHECK(ferry_upload(rt, 1, h, 0, NULL, 16) == FERRY_ERROR_INVALID_ARGUMENT);
+  CHECK(ferry_upload(rt, 1, h, 4000, src, 200) == FERRY_ERROR_INVALID_ARGUMENT);
+  CHECK(ferry_download(rt, 0, h, 0, dst, 0) == FERRY_ERROR_INVALID_ARGUMENT);
+
+  ferry_pool_stats ps;
+  OK(ferry_get_pool_stats(rt, &ps));
+  CHECK(ps.allocs >= 1 && ps.allocated_bytes >= 4096 && ps.ooms >= 1);
+  ferry_integrity_stats is;
+  OK(ferry_get_integrity_stats(rt, &is));
+  CHECK(is.bytes_verified >= 4096);
+
+  size_t length = 0;
+  OK(ferry_memory_summary(rt, NULL, 0, &length));
+  CHECK(length > 0);
+  char* text = (char*)malloc(length + 1);
+  OK(ferry_memory_summary(rt, text, length + 1, NULL));
+  CHECK(strlen(text) == length);
+  free(text);
+
+  OK(ferry_free(rt, h));
+  CHECK(ferry_free(rt, h) == FERRY_ERROR_STALE_HANDLE);
+  ferry_handle forged = {h.pool, h.slot, h.generation + 5};
+  CHECK(ferry_device_address(rt, forged, &addr, &bytes) == FERRY_ERROR_STALE_HANDLE);
+  OK(ferry_trim(rt));
+  OK(ferry_synchronize(rt));
+  ferry_runtime_destroy(rt);
+}
+
+static void test_launch_hold_record_use(void) {
+  ferry_runtime rt = make("tiny", NULL, NULL, 0);
+  ferry_handle a, b;
+  OK(ferry_alloc(rt, 1024, 0, &a));
+  OK(ferry_alloc(rt, 1024, 0, &b));
+  unsigned char src[1024], dst[1024];
+  for (int i = 0; i < 1024; ++i) src[i] = (unsigned char)i;
+  OK(ferry_upload(rt, 0, a, 0, src, sizeof src));
+
+  int calls = 0;
+  OK(ferry_hold(rt, 0, 1));
+  ferry_operand ops[2] = {{a, 0, 0, FERRY_READ}, {b, 0, 0, FERRY_WRITE}};
+  OK(ferry_launch(rt, 0, ops, 2, plus_one, &calls, 0, 0));
+  OK(ferry_free(rt, a)); /* legal: the held launch holds it */
+  CHECK(calls == 0);
+  OK(ferry_hold(rt, 0, 0));
+  OK(ferry_download(rt, 0, b, 0, dst, sizeof dst));
+  CHECK(calls == 1);
+  int right = 1;
+  for (int i = 0; i < 1024; ++i) right = right && dst[i] == (unsigned char)(i + 1);
+  CHECK(right);
+
+  ferry_operand bad[1] = {{b, 0, 0, 7}};
+  CHECK(ferry_launch(rt, 0, bad, 1, plus_one, &calls, 0, 0) == FERRY_ERROR_INVALID_ARGUMENT);
+  CHECK(ferry_launch(rt, 0, ops, 2, plus_one, &calls, 0, 0) == FERRY_ERROR_STALE_HANDLE); /* a is freed */
+  CHECK(ferry_launch(rt, 0, ops + 1, 1, NULL, NULL, 0, 0) == FERRY_ERROR_INVALID_ARGUMENT);
+  CHECK(ferry_launch(rt, 0, NULL, 1, plus_one, NULL, 0, 0) == FERRY_ERROR_INVALID_ARGUMENT);
+
+  /* A failing launch is the op's error and a sticky fault of its stream. */
+  OK(ferry_launch(rt, 2, ops + 1, 1, refuses, NULL, 0, 0));
+  CHECK(ferry_synchronize(rt) == FERRY_ERROR_TRANSFER_CORRUPT);
+
+  ferry_handle used[1] = {b};
+  OK(ferry_record_use(rt, 3, used, 1));
+  ferry_handle stale[1] = {a};
+  CHECK(ferry_record_use(rt, 3, stale, 1) == FERRY_ERROR_STALE_HANDLE);
+  CHECK(ferry_record_use(rt, 3, NULL, 1) == FERRY_ERROR_INVALID_ARGUMENT);
+  OK(ferry_record_use(rt, 3, NULL, 0));
+  CHECK(ferry_hold(rt, 64, 1) == FERRY_ERROR_INVALID_ARGUMENT);
+
+  int program_stream = 0;
+  uint32_t s = 0;
+  OK(ferry_adopt_stream(rt, &program_stream, &s));
+  CHECK(s >= 32);
+  void* native = NULL;
+  OK(ferry_native_stream(rt, s, &native));
+  CHECK(native == &program_stream);
+  OK(ferry_release_stream(rt, s, 1000));
+  CHECK(ferry_release_stream(rt, s, 1000) == FERRY_ERROR_INVALID_ARGUMENT);
+  ferry_runtime_destroy(rt);
+}
+
+/* Report 000: a copy out of churned pinned memory silently does nothing. */
+static void test_integrity(void) {
+  ferry_runtime rt = make("tiny", "pinned-noop", "verify", 0);
+  ferry_handle h;
+  OK(ferry_alloc(rt, 1u << 20, 0, &h));
+  unsigned char* src = (unsigned char*)malloc(1u << 20);
+  unsigned char* dst = (unsigned char*)malloc(1u << 20);
+  for (int round = 0; round < 4; ++round) {
+    for (uint32_t i = 0; i < (1u << 20); ++i) src[i] = (unsigned char)(i * 7 + round);
+    OK(ferry_upload(rt, 1, h, 0, src, 1u << 20));
+    OK(ferry_download(rt, 0, h, 0, dst, 1u << 20));
+    CHECK(memcmp(src, dst, 1u << 20) == 0);
+  }
+  free(src);
+  free(dst);
+  ferry_runtime_destroy(rt);
+}
+
+static void test_cache_and_trace(const char* trace_path) {
+  ferry_runtime rt = make("tiny", NULL, NULL, 2);
+  static unsigned char expert[3][4096];
+  for (int e = 0; e < 3; ++e) memset(expert[e], e + 1, sizeof expert[e]);
+  for (uint64_t e = 0; e < 3; ++e) {
+    const void* pieces[2] = {expert[e], expert[e] + 1024};
+    const uint64_t sizes[2] = {1024, 3072};
+    OK(ferry_cache_define(rt, e, pieces, sizes, 2));
+  }
+  ferry_handle slot;
+  uint64_t offsets[2];
+  int hit = -1;
+  OK(ferry_cache_acquire(rt, 1, 0, &slot, offsets, &hit));
+  CHECK(hit == 0 && offsets[0] == 0);
+  unsigned char back[4096];
+  OK(ferry_download(rt, 0, slot, 0, back, sizeof back));
+  CHECK(memcmp(back, expert[1], sizeof back) == 0);
+  OK(ferry_cache_release(rt, 1));
+  OK(ferry_cache_acquire(rt, 1, 0, &slot, NULL, &hit));
+  CHECK(hit == 1);
+  OK(ferry_cache_release(rt, 1));
+  CHECK(ferry_cache_release(rt, 1) == FERRY_ERROR_INVALID_ARGUMENT);
+  ferry_cache_stats cs;
+  OK(ferry_get_cache_stats(rt, &cs));
+  CHECK(cs.hits == 1 && cs.misses == 1 && cs.uploads == 1);
+
+  OK(ferry_trace_start(rt, trace_path));
+  CHECK(ferry_trace_start(rt, trace_path) == FERRY_ERROR_INVALID_ARGUMENT);
+  ferry_handle t;
+  OK(ferry_alloc(rt, 4096, 0, &t));
+  OK(ferry_upload(rt, 0, t, 0, expert[0], 4096));
+  OK(ferry_download(rt, 0, t, 0, back, 4096));
+  OK(ferry_free(rt, t));
+  OK(ferry_trace_stop(rt));
+  CHECK(ferry_trace_stop(rt) == FERRY_ERROR_INVALID_ARGUMENT);
+  FILE* f = fopen(trace_path, "r");
+  CHECK(f != NULL);
+  int lines = 0;
+  char line[512];
+  while (f != NULL && fgets(line, sizeof line, f) != NULL) ++lines;
+  if (f != NULL) fclose(f);
+  CHECK(lines == 4);
+  ferry_runtime_destroy(rt);
+
+  ferry_runtime no_cache = make("tiny", NULL, NULL, 0);
+  CHECK(ferry_cache_acquire(no_cache, 0, 0, &slot, NULL, NULL) == FERRY_ERROR_INVALID_ARGUMENT);
+  ferry_runtime_destroy(no_cache);
+}
+
+int main(int argc, char** argv) {
+  test_basics();
+  test_memory_and_transfers();
+  test_launch_hold_record_use();
+  test_integrity();
+  test_cache_and_trace(argc > 1 ? argv[1] : "c_abi_test.trace.jsonl");
+  if (failures == 0) printf("c_abi_test: every check passed\n");
+  return failures == 0 ? 0 : 1;
+}
