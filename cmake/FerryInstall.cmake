@@ -2,13 +2,18 @@
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
-install(TARGETS ferry ferry_observe ferry_replay EXPORT ferryTargets
+install(TARGETS ferry ferry_observe ferry_replay ferry_shared EXPORT ferryTargets
   ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
   INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 # workload.hpp is the CLI's (an internal layer): not installed.
 install(DIRECTORY include/ferry DESTINATION ${CMAKE_INSTALL_INCLUDEDIR} PATTERN workload.hpp EXCLUDE)
 install(TARGETS ferry_cli RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+# pkg-config for C programs: -lferry finds libferry.so (the C ABI) before libferry.a.
+# How many folders ${libdir}/pkgconfig lies below the prefix ("lib" -> "../..").
+string(REGEX REPLACE "[^/]+" ".." FERRY_PC_UP "${CMAKE_INSTALL_LIBDIR}/pkgconfig")
+configure_file(cmake/ferry.pc.in ${CMAKE_CURRENT_BINARY_DIR}/ferry.pc @ONLY)
+install(FILES ${CMAKE_CURRENT_BINARY_DIR}/ferry.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
 install(EXPORT ferryTargets NAMESPACE ferry:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/ferry)
 configure_package_config_file(cmake/ferryConfig.cmake.in
   ${CMAKE_CURRENT_BINARY_DIR}/ferryConfig.cmake

@@ -18,11 +18,12 @@
 
 #include <cstdint>
 
+#include "ferry/api.hpp"
 #include "ferry/device_pool.hpp"
 #include "ferry/result.hpp"
 #include "ferry/stream.hpp"
 
-namespace ferry {
+namespace ferry FERRY_API {
 
 class Allocation {
  public:

@@ -17,13 +17,14 @@
 #include <variant>
 #include <vector>
 
+#include "ferry/api.hpp"
 #include "ferry/content.hpp"
 #include "ferry/names.hpp"
 #include "ferry/result.hpp"
 #include "ferry/stream.hpp"
 #include "ferry/user_kernel.hpp"
 
-namespace ferry {
+namespace ferry FERRY_API {
 
 // The backends this project has. Their names ("sim", "cuda") live in one table.
 enum class BackendKind : std::uint8_t { sim, cuda };

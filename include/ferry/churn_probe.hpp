@@ -20,11 +20,12 @@
 #include <string>
 #include <vector>
 
+#include "ferry/api.hpp"
 #include "ferry/device_pool.hpp"
 #include "ferry/result.hpp"
 #include "ferry/stream.hpp"
 
-namespace ferry {
+namespace ferry FERRY_API {
 
 struct ChurnProbeOptions {
   std::uint32_t churn_rounds = 20;                        // pin+fill+free rounds (2 buffers each)

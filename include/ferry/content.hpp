@@ -30,7 +30,9 @@
 #include <string_view>
 #include <vector>
 
-namespace ferry {
+#include "ferry/api.hpp"
+
+namespace ferry FERRY_API {
 
 inline constexpr std::uint64_t kHashChunk = 64 * 1024;
 inline constexpr std::uint64_t kMixStart = 0x6a09e667f3bcc908ull;

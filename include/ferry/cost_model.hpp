@@ -22,10 +22,11 @@
 #include <cstdint>
 #include <functional>
 
+#include "ferry/api.hpp"
 #include "ferry/backend.hpp"
 #include "ferry/device_profile.hpp"
 
-namespace ferry {
+namespace ferry FERRY_API {
 
 enum class Engine : std::uint8_t {
   none,      // waits and no-ops

@@ -7,9 +7,10 @@
 
 #include <memory>
 
+#include "ferry/api.hpp"
 #include "ferry/backend.hpp"
 
-namespace ferry {
+namespace ferry FERRY_API {
 
 struct CudaOptions {
   int device = 0;

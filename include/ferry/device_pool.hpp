@@ -31,6 +31,7 @@
 #include <string>
 #include <vector>
 
+#include "ferry/api.hpp"
 #include "ferry/backend.hpp"
 #include "ferry/content.hpp"
 #include "ferry/result.hpp"
@@ -38,7 +39,7 @@
 #include "ferry/stream_order.hpp"
 #include "ferry/validation.hpp"
 
-namespace ferry {
+namespace ferry FERRY_API {
 
 // A value handle. {0,0,0} is the null handle and never resolves.
 struct DeviceHandle {

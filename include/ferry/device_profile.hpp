@@ -7,7 +7,9 @@
 #include <string_view>
 #include <vector>
 
-namespace ferry {
+#include "ferry/api.hpp"
+
+namespace ferry FERRY_API {
 
 struct DeviceProfile {
   std::string name;

@@ -20,9 +20,10 @@
 #include <string>
 #include <string_view>
 
+#include "ferry/api.hpp"
 #include "ferry/result.hpp"
 
-namespace ferry {
+namespace ferry FERRY_API {
 
 // The faults the sim injects (SimOptions::faults). A real device injects none.
 struct SimFaults {

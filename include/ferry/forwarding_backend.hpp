@@ -8,9 +8,10 @@
 
 #include <utility>
 
+#include "ferry/api.hpp"
 #include "ferry/backend.hpp"
 
-namespace ferry {
+namespace ferry FERRY_API {
 
 class ForwardingBackend : public Backend {
  public:

@@ -23,13 +23,14 @@
 #include <span>
 #include <string>
 
+#include "ferry/api.hpp"
 #include "ferry/backend.hpp"
 #include "ferry/device_pool.hpp"
 #include "ferry/result.hpp"
 #include "ferry/stream.hpp"
 #include "ferry/user_op.hpp"
 
-namespace ferry {
+namespace ferry FERRY_API {
 
 struct GemmShape {
   std::uint32_t m = 0, n = 0, k = 0;

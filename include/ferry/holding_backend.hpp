@@ -44,11 +44,12 @@
 #include <string>
 #include <utility>
 
+#include "ferry/api.hpp"
 #include "ferry/backend.hpp"
 #include "ferry/result.hpp"
 #include "ferry/stream.hpp"
 
-namespace ferry {
+namespace ferry FERRY_API {
 
 // The first failure of a stream's operations, sticky: every wait on its ticket or
 // a later one of the stream returns it. Not thread-safe: the owner's lock guards it.

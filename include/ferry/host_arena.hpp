@@ -59,12 +59,13 @@
 #include <string_view>
 #include <vector>
 
+#include "ferry/api.hpp"
 #include "ferry/result.hpp"
 #include "ferry/stream.hpp"
 #include "ferry/stream_order.hpp"
 #include "ferry/validation.hpp"
 
-namespace ferry {
+namespace ferry FERRY_API {
 
 inline constexpr std::uint64_t kArenaAlignment = 256;
 // Every chunk starts with this many bytes of constant canary pattern that the

@@ -24,9 +24,10 @@
 #include <string>
 #include <string_view>
 
+#include "ferry/api.hpp"
 #include "ferry/result.hpp"
 
-namespace ferry {
+namespace ferry FERRY_API {
 
 enum class IntegrityPolicy : std::uint8_t { off, probe, verify };
 

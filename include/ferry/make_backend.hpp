@@ -10,12 +10,13 @@
 #include <optional>
 #include <string>
 
+#include "ferry/api.hpp"
 #include "ferry/backend.hpp"
 #include "ferry/device_profile.hpp"
 #include "ferry/fault_spec.hpp"
 #include "ferry/result.hpp"
 
-namespace ferry {
+namespace ferry FERRY_API {
 
 struct BackendSpec {
   BackendKind kind = BackendKind::sim;

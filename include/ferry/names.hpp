@@ -10,9 +10,10 @@
 #include <string>
 #include <string_view>
 
+#include "ferry/api.hpp"
 #include "ferry/result.hpp"
 
-namespace ferry {
+namespace ferry FERRY_API {
 
 template <class E>
 struct NamedValue {

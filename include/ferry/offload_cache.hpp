@@ -52,11 +52,12 @@
 #include <string_view>
 #include <vector>
 
+#include "ferry/api.hpp"
 #include "ferry/device_pool.hpp"
 #include "ferry/result.hpp"
 #include "ferry/stream.hpp"
 
-namespace ferry {
+namespace ferry FERRY_API {
 
 class TransferEngine;
 

@@ -17,11 +17,12 @@
 #include <string_view>
 #include <variant>
 
+#include "ferry/api.hpp"
 #include "ferry/backend.hpp"
 #include "ferry/result.hpp"
 #include "ferry/stream.hpp"
 
-namespace ferry {
+namespace ferry FERRY_API {
 
 // std::visit over a set of lambdas.
 template <class... F>

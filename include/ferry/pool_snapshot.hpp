@@ -20,9 +20,10 @@
 #include <string_view>
 #include <vector>
 
+#include "ferry/api.hpp"
 #include "ferry/device_pool.hpp"
 
-namespace ferry {
+namespace ferry FERRY_API {
 
 struct PoolSnapshot {
   std::uint64_t capacity = 0;  // bytes the pool may map

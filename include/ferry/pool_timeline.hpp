@@ -23,11 +23,12 @@
 #include <string_view>
 #include <vector>
 
+#include "ferry/api.hpp"
 #include "ferry/pool_snapshot.hpp"
 #include "ferry/replay.hpp"
 #include "ferry/result.hpp"
 
-namespace ferry {
+namespace ferry FERRY_API {
 
 // The pool after one step of a replay (ReplayStep::index).
 struct PoolSample {

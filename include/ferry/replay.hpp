@@ -45,12 +45,13 @@
 #include <string_view>
 #include <vector>
 
+#include "ferry/api.hpp"
 #include "ferry/device_pool.hpp"
 #include "ferry/integrity.hpp"
 #include "ferry/result.hpp"
 #include "ferry/make_backend.hpp"
 
-namespace ferry {
+namespace ferry FERRY_API {
 
 // A trace id whose allocation is live, and its handle in the replay's pool.
 struct ReplayLiveId {

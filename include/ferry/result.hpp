@@ -13,7 +13,9 @@
 #include <utility>
 #include <variant>
 
-namespace ferry {
+#include "ferry/api.hpp"
+
+namespace ferry FERRY_API {
 
 enum class ErrorCode : std::uint8_t {
   out_of_memory,     // the request does not fit even after the I4 reclaim sequence

@@ -27,6 +27,7 @@
 #include <optional>
 #include <utility>
 
+#include "ferry/api.hpp"
 #include "ferry/allocation.hpp"
 #include "ferry/backend.hpp"
 #include "ferry/device_pool.hpp"
@@ -38,7 +39,7 @@
 #include "ferry/stream_order.hpp"
 #include "ferry/transfer_engine.hpp"
 
-namespace ferry {
+namespace ferry FERRY_API {
 
 struct RuntimeOptions {
   // Which backend and its settings. The default is the sim modelling an H200;

@@ -12,11 +12,12 @@
 #include <span>
 #include <string>
 
+#include "ferry/api.hpp"
 #include "ferry/backend.hpp"
 #include "ferry/device_profile.hpp"
 #include "ferry/fault_spec.hpp"
 
-namespace ferry {
+namespace ferry FERRY_API {
 
 struct SimOptions {
   DeviceProfile profile;  // left empty (no name, capacity 0): the "tiny" preset

@@ -8,7 +8,9 @@
 
 #include <cstdint>
 
-namespace ferry {
+#include "ferry/api.hpp"
+
+namespace ferry FERRY_API {
 
 using StreamId = std::uint32_t;
 using Ticket = std::uint64_t;  // 0 means "nothing enqueued yet"

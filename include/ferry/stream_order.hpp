@@ -28,11 +28,12 @@
 #include <utility>
 #include <vector>
 
+#include "ferry/api.hpp"
 #include "ferry/backend.hpp"
 #include "ferry/result.hpp"
 #include "ferry/stream.hpp"
 
-namespace ferry {
+namespace ferry FERRY_API {
 
 class StreamOrder;
 

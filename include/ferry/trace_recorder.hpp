@@ -64,12 +64,13 @@
 #include <string>
 #include <string_view>
 
+#include "ferry/api.hpp"
 #include "ferry/device_pool.hpp"
 #include "ferry/result.hpp"
 #include "ferry/stream.hpp"
 #include "ferry/transfer_engine.hpp"
 
-namespace ferry {
+namespace ferry FERRY_API {
 
 struct RecordingStats {
   std::uint64_t lines = 0;       // lines written

@@ -68,13 +68,14 @@
 #include <string>
 #include <vector>
 
+#include "ferry/api.hpp"
 #include "ferry/device_pool.hpp"
 #include "ferry/host_arena.hpp"
 #include "ferry/integrity.hpp"
 #include "ferry/result.hpp"
 #include "ferry/stream.hpp"
 
-namespace ferry {
+namespace ferry FERRY_API {
 
 // Opaque: the engine's shared state and one upload in flight, defined in the
 // implementation.

@@ -28,8 +28,10 @@
 //
 // Failure is a value: a callable returns Result<void>. An error (or an exception,
 // which is caught) becomes the operation's error and a sticky fault of its stream:
-// every wait on that ticket or a later one of the stream returns it; the ticket
-// still completes, so the operands' leases retire. On sim nothing it wrote lands.
+// every Backend::wait on that ticket or a later one of the stream returns it. The
+// ticket still completes, so the operands' leases retire (StreamOrder::wait, which
+// answers "has it completed?" for leases, reports completion, not the fault). On
+// sim nothing it wrote lands.
 #pragma once
 
 #include <cstddef>
@@ -38,10 +40,11 @@
 #include <span>
 #include <string_view>
 
+#include "ferry/api.hpp"
 #include "ferry/result.hpp"
 #include "ferry/stream.hpp"
 
-namespace ferry {
+namespace ferry FERRY_API {
 
 // How an operation touches an operand (the race checker reads these marks).
 enum class Access : std::uint8_t { read, write, read_write };

@@ -12,12 +12,13 @@
 #include <span>
 #include <string>
 
+#include "ferry/api.hpp"
 #include "ferry/device_pool.hpp"
 #include "ferry/result.hpp"
 #include "ferry/stream.hpp"
 #include "ferry/user_kernel.hpp"
 
-namespace ferry {
+namespace ferry FERRY_API {
 
 // `bytes` of an Operand meaning "from `offset` to the end of the block".
 inline constexpr std::uint64_t kRestOfBlock = UINT64_MAX;

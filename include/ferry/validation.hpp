@@ -6,7 +6,9 @@
 // on (PoolOptions::validate_each_op, ArenaOptions::validate_each_op).
 #pragma once
 
-namespace ferry {
+#include "ferry/api.hpp"
+
+namespace ferry FERRY_API {
 
 // True when this build was configured with FERRY_HEAVY_VALIDATE. The default of
 // every validate_each_op option.

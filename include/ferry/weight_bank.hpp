@@ -53,10 +53,11 @@
 #include <string_view>
 #include <vector>
 
+#include "ferry/api.hpp"
 #include "ferry/content.hpp"
 #include "ferry/result.hpp"
 
-namespace ferry {
+namespace ferry FERRY_API {
 
 class TransferEngine;
 

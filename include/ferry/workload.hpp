@@ -69,13 +69,14 @@
 #include <string_view>
 #include <vector>
 
+#include "ferry/api.hpp"
 #include "ferry/integrity.hpp"
 #include "ferry/offload_cache.hpp"
 #include "ferry/result.hpp"
 #include "ferry/make_backend.hpp"
 #include "ferry/weight_bank.hpp"
 
-namespace ferry {
+namespace ferry FERRY_API {
 
 enum class WorkloadKind : std::uint8_t { dense_stream, moe_offload, dequant_train };
 

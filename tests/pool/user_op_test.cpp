@@ -133,15 +133,17 @@ TEST_P(UserOpTest, AFailingKernelIsAValueAndAStickyStreamFault) {
       p, 0, ops, [](const KernelLaunch&) -> Result<void> { return make_error(ErrorCode::invalid_argument, "no luck"); },
       {}, "failing");
   ASSERT_TRUE(bad.ok()) << "a kernel's failure is the op's, not the enqueue's";
-  auto waited = order_->wait({0, *bad});
+  auto waited = backend_->wait({0, *bad}, std::chrono::seconds(10));
   ASSERT_FALSE(waited.ok());
   EXPECT_EQ(waited.error().code, ErrorCode::invalid_argument);
   EXPECT_NE(waited.error().message.find("no luck"), std::string::npos) << waited.error().message;
   EXPECT_NE(waited.error().message.find("failing"), std::string::npos) << waited.error().message;
   // Sticky: a later point of the stream reports it too; the ticket completed, so
   // the lease retired and the block can go.
-  ASSERT_TRUE(enqueue_fill(p, 0, *a, 5).ok());
-  EXPECT_FALSE(sync(0).ok());
+  auto later = enqueue_fill(p, 0, *a, 5);
+  ASSERT_TRUE(later.ok());
+  EXPECT_FALSE(backend_->wait({0, *later}, std::chrono::seconds(10)).ok());
+  EXPECT_TRUE(order_->wait({0, *later}).ok()) << "completion, which leases ask for, is not the fault";
   EXPECT_GE(backend_->completed(0), *bad);
   ASSERT_TRUE(p.free(*a).ok());
   // Other streams are unaffected; a thrown exception is caught, never an abort.
@@ -150,7 +152,7 @@ TEST_P(UserOpTest, AFailingKernelIsAValueAndAStickyStreamFault) {
   const Operand c_ops[] = {{*c, Access::read}};
   auto threw = enqueue_user(p, 1, c_ops, [](const KernelLaunch&) -> Result<void> { throw std::runtime_error("boom"); });
   ASSERT_TRUE(threw.ok());
-  auto w = order_->wait({1, *threw});
+  auto w = backend_->wait({1, *threw}, std::chrono::seconds(10));
   ASSERT_FALSE(w.ok());
   EXPECT_EQ(w.error().code, ErrorCode::backend_error);
   EXPECT_NE(w.error().message.find("boom"), std::string::npos);
