@@ -9,6 +9,10 @@ install(TARGETS ferry ferry_observe ferry_replay EXPORT ferryTargets
 # workload.hpp is the CLI's (an internal layer): not installed.
 install(DIRECTORY include/ferry DESTINATION ${CMAKE_INSTALL_INCLUDEDIR} PATTERN workload.hpp EXCLUDE)
 install(TARGETS ferry_cli RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+# PyTorch's allocator: a plugin loaded by path, not a target to link (not exported).
+install(TARGETS ferry_torch LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
+# `import ferry` (ctypes over libferry.so, no build step) where Debian's python3 looks.
+install(DIRECTORY python/ferry DESTINATION lib/python3/dist-packages PATTERN __pycache__ EXCLUDE)
 install(EXPORT ferryTargets NAMESPACE ferry:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/ferry)
 configure_package_config_file(cmake/ferryConfig.cmake.in
   ${CMAKE_CURRENT_BINARY_DIR}/ferryConfig.cmake
