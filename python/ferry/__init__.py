@@ -21,6 +21,7 @@ import collections
 import ctypes
 import dataclasses
 import itertools
+import weakref
 
 from . import _lib
 
@@ -216,7 +217,12 @@ class Runtime:
         # alive until after ferry_runtime_destroy, which may still run queued ops.
         self._pending = {}
         self._keys = itertools.count(1)
-        self._trampoline = _lib.LAUNCH_FN(self._run_callable)
+        # Through a weak reference: no cycle, so a dropped Runtime is destroyed at
+        # once (by refcount), never later by the cyclic GC, which could run inside
+        # another runtime's callable, where ferry must not be called.
+        this = weakref.ref(self)
+        self._trampoline = _lib.LAUNCH_FN(
+            lambda ctx, key: this()._run_callable(ctx, key) if this() is not None else BackendError.status)
         # What launch callables raised: (status, exception), attached to the errors
         # of later waits (ferry's fault is sticky, so is this record). Bounded.
         self._callable_errors = []

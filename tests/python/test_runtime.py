@@ -532,3 +532,18 @@ def test_report003_the_held_launch_reads_the_right_bytes(tiny):
     rt.release(0)  # 4. dispatch
     assert rt.download(out) == data[:64 << 10]
     assert rt.device_address(resident)[1] == 6 * MiB
+
+
+def test_a_dropped_runtime_is_destroyed_at_once():
+    import gc
+    import weakref
+    gc.disable()  # no cycle: refcounting alone destroys it, never the cyclic GC later
+    try:
+        rt = ferry.Runtime(profile="tiny")
+        ran = []
+        rt.launch(0, [(rt.alloc(64), "w")], lambda ctx: ran.append(1))
+        ref = weakref.ref(rt)
+        del rt
+        assert ref() is None and ran == [1]
+    finally:
+        gc.enable()
