@@ -14,6 +14,10 @@ install(TARGETS ferry_cli RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 string(REGEX REPLACE "[^/]+" ".." FERRY_PC_UP "${CMAKE_INSTALL_LIBDIR}/pkgconfig")
 configure_file(cmake/ferry.pc.in ${CMAKE_CURRENT_BINARY_DIR}/ferry.pc @ONLY)
 install(FILES ${CMAKE_CURRENT_BINARY_DIR}/ferry.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
+# PyTorch's allocator: a plugin loaded by path, not a target to link (not exported).
+install(TARGETS ferry_torch LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
+# `import ferry` (ctypes over libferry.so, no build step) where Debian's python3 looks.
+install(DIRECTORY python/ferry DESTINATION lib/python3/dist-packages PATTERN __pycache__ EXCLUDE)
 install(EXPORT ferryTargets NAMESPACE ferry:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/ferry)
 configure_package_config_file(cmake/ferryConfig.cmake.in
   ${CMAKE_CURRENT_BINARY_DIR}/ferryConfig.cmake

@@ -1,0 +1,555 @@
+"""ferry from Python: the C ABI (include/ferry/ferry.h) through ctypes, no build step.
+
+    import ferry
+    with ferry.Runtime(profile="tiny", capacity=8 << 20) as rt:
+        h = rt.alloc(1 << 20)
+        rt.upload(h, b"\\x01" * (1 << 20))        # verified: returns once the device hash matched
+        rt.launch(0, [(h, "rw")], lambda ctx: ctx.views[0].__setitem__(0, 7))
+        assert rt.download(h, 1) == b"\\x07"
+
+libferry.so is found through $FERRY_LIBRARY (a full path), else next to this
+package's install (<prefix>/lib, lib/<multiarch>), else in the source checkout's
+build tree (build/<preset>/src), else by ctypes.util.find_library("ferry").
+
+Errors are exceptions, one per ferry status, all subclasses of ferry.Error, with
+ferry's message (ferry_last_error) and the status as `.status`. Thread safety:
+a Runtime may be used from any thread at once, except close(), which must not race
+with any other call on it (as ferry_runtime_destroy). ctypes releases the GIL
+during every ferry call.
+"""
+import collections
+import ctypes
+import dataclasses
+import itertools
+import weakref
+
+from . import _lib
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Runtime", "Handle", "LaunchContext", "CacheSlot", "Error", "OutOfMemoryError", "StaleHandleError",
+    "InvalidArgumentError", "TransferCorruptError", "BackendError", "UnsupportedError", "FerryTimeoutError",
+    "library_version", "status_name",
+]
+
+
+# ---- Errors ----------------------------------------------------------------------
+
+class Error(Exception):
+    """A ferry call failed. `.status` is the ferry_status (int), str() ferry's message."""
+
+    status = None
+
+    def __init__(self, message, status=None):
+        super().__init__(message)
+        if status is not None:
+            self.status = status
+        self.message = message
+
+
+class OutOfMemoryError(Error, MemoryError):
+    """FERRY_ERROR_OUT_OF_MEMORY: did not fit after the reclaim; the message is the pool's diagnostic."""
+    status = 1
+
+
+class StaleHandleError(Error):
+    """FERRY_ERROR_STALE_HANDLE: a freed, foreign or forged handle."""
+    status = 2
+
+
+class InvalidArgumentError(Error, ValueError):
+    """FERRY_ERROR_INVALID_ARGUMENT: the caller's input is wrong."""
+    status = 3
+
+
+class TransferCorruptError(Error):
+    """FERRY_ERROR_TRANSFER_CORRUPT: a transfer never verified, on every path."""
+    status = 4
+
+
+class BackendError(Error):
+    """FERRY_ERROR_BACKEND: the device failed, or a launch callable did (see .callable_errors)."""
+    status = 5
+
+
+class UnsupportedError(Error):
+    """FERRY_ERROR_UNSUPPORTED: this build or machine lacks it (cuda without a GPU)."""
+    status = 6
+
+
+class FerryTimeoutError(Error, TimeoutError):
+    """FERRY_ERROR_TIMEOUT: a bounded wait ran out."""
+    status = 7
+
+
+_ERRORS = {cls.status: cls for cls in (OutOfMemoryError, StaleHandleError, InvalidArgumentError,
+                                       TransferCorruptError, BackendError, UnsupportedError, FerryTimeoutError)}
+
+
+def _error(status, message):
+    cls = _ERRORS.get(status)
+    if cls is None:
+        return Error("%s (status %d)" % (message, status), status)
+    return cls(message)
+
+
+def _invalid(message):
+    return InvalidArgumentError(message)
+
+
+def library_version():
+    """libferry.so's version ("0.1.0")."""
+    return _lib.lib().ferry_version().decode()
+
+
+def status_name(status):
+    """The name of a ferry status ("ok", "out_of_memory", ...)."""
+    return _lib.lib().ferry_status_name(int(status)).decode()
+
+
+# ---- Values -----------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class Handle:
+    """A block of the device pool: (pool, slot, generation), a value. Handle() is the
+    null handle, which never resolves."""
+
+    pool: int = 0
+    slot: int = 0
+    generation: int = 0
+
+    def _as_c(self):
+        return _lib.CHandle(self.pool, self.slot, self.generation)
+
+    @classmethod
+    def _from_c(cls, c):
+        return cls(c.pool, c.slot, c.generation)
+
+    def __bool__(self):
+        return (self.pool, self.slot, self.generation) != (0, 0, 0)
+
+
+CacheSlot = collections.namedtuple("CacheSlot", "handle offsets hit")
+CacheSlot.__doc__ = "cache_acquire's answer: the slot's block, each piece's offset in it, whether it was a hit."
+
+
+class LaunchContext:
+    """What a launch callable gets, valid during the call only.
+
+    views: one memoryview per operand on sim (writable where the operand is "w" or
+        "rw", read-only where "r"); None on cuda. They are released after the call.
+    native_stream: the cudaStream_t (int) on cuda, None on sim.
+    device_addresses, bytes: per operand.
+    """
+
+    __slots__ = ("views", "native_stream", "device_addresses", "bytes")
+
+    def __init__(self, views, native_stream, device_addresses, nbytes):
+        self.views = views
+        self.native_stream = native_stream
+        self.device_addresses = device_addresses
+        self.bytes = nbytes
+
+
+_ACCESS = {"r": _lib.READ, "read": _lib.READ, "w": _lib.WRITE, "write": _lib.WRITE,
+           "rw": _lib.READ_WRITE, "wr": _lib.READ_WRITE, "read_write": _lib.READ_WRITE}
+
+
+def _int(value, what, bits):
+    """value as an unsigned C integer of `bits`, else InvalidArgumentError (ctypes
+    would wrap a negative number silently)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        try:
+            value = value.__index__()
+        except (AttributeError, TypeError):
+            raise _invalid("%s: %r is not an integer" % (what, value)) from None
+    if value < 0 or value >= 1 << bits:
+        raise _invalid("%s: %d is out of range (0..2^%d-1)" % (what, value, bits))
+    return value
+
+
+def _handle(h, what):
+    if isinstance(h, Handle):
+        return h._as_c()
+    try:
+        return _lib.CHandle(_int(h.pool, what, 32), _int(h.slot, what, 32), _int(h.generation, what, 32))
+    except AttributeError:
+        raise _invalid("%s: %r is not a ferry.Handle" % (what, h)) from None
+
+
+def _text(value, what):
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise _invalid("%s: %r is not a string" % (what, value))
+    return value.encode()
+
+
+# ---- The runtime ------------------------------------------------------------------
+
+class Runtime:
+    """ferry_runtime: backend, stream order, device pool, pinned arena, transfer
+    engine and (cache_slots > 0) an offload cache. A context manager: leaving the
+    `with` closes it. Errors of the constructor: InvalidArgumentError (an unknown
+    backend, profile, integrity policy or fault spec; faults asked of cuda),
+    UnsupportedError (cuda without a device), BackendError."""
+
+    def __init__(self, backend="sim", profile="h200", capacity=0, seed=1, integrity="verify", inject=None,
+                 cache_slots=0, cache_slot_bytes=0):
+        self._rt = None
+        self._lib = _lib.lib()
+        options = _lib.RuntimeOptions()
+        self._lib.ferry_runtime_options_init(ctypes.byref(options))
+        # The encoded strings stay referenced (locals) until create returns.
+        texts = [_text(backend, "backend"), _text(profile, "profile"), _text(integrity, "integrity"),
+                 _text(inject, "inject")]
+        options.backend, options.profile, options.integrity, options.inject = texts
+        options.capacity = _int(capacity, "capacity", 64)
+        options.seed = _int(seed, "seed", 64)
+        options.cache_slots = _int(cache_slots, "cache_slots", 32)
+        options.cache_slot_bytes = _int(cache_slot_bytes, "cache_slot_bytes", 64)
+        rt = ctypes.c_void_p()
+        self._check(self._lib.ferry_runtime_create(ctypes.byref(options), ctypes.byref(rt)))
+        self._rt = rt
+        self.backend = backend or "sim"
+        # Launch callables by key until they ran. One ctypes callback per runtime,
+        # alive until after ferry_runtime_destroy, which may still run queued ops.
+        self._pending = {}
+        self._keys = itertools.count(1)
+        # Through a weak reference: no cycle, so a dropped Runtime is destroyed at
+        # once (by refcount), never later by the cyclic GC, which could run inside
+        # another runtime's callable, where ferry must not be called.
+        this = weakref.ref(self)
+        self._trampoline = _lib.LAUNCH_FN(
+            lambda ctx, key: this()._run_callable(ctx, key) if this() is not None else BackendError.status)
+        # What launch callables raised: (status, exception), attached to the errors
+        # of later waits (ferry's fault is sticky, so is this record). Bounded.
+        self._callable_errors = []
+        # cache_define's pieces: ferry reads them while the runtime lives.
+        self._cache_buffers = []
+        self._cache_pieces = {}
+
+    # -- lifetime
+    def close(self):
+        """ferry_runtime_destroy: waits for the runtime's work, then frees everything.
+        Idempotent. Handles of this runtime are dead afterwards."""
+        rt, self._rt = self._rt, None
+        if rt:
+            self._lib.ferry_runtime_destroy(rt)
+        # Only now: destroy may still have run queued launch callables.
+        self._pending = {}
+        for buf in getattr(self, "_cache_buffers", ()):
+            buf.release()
+        self._cache_buffers = []
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:  # interpreter teardown: the library may be gone already
+            pass
+
+    @property
+    def closed(self):
+        return not self._rt
+
+    # -- errors
+    def _check(self, status, what=None):
+        if status == _lib.OK:
+            return
+        message = self._lib.ferry_last_error().decode(errors="replace")
+        if what:
+            message = "%s: %s" % (what, message) if message else what
+        err = _error(status, message)
+        related = [e for s, e in getattr(self, "_callable_errors", ()) if s == status]
+        if related:
+            err.callable_errors = related
+            err.message = message + "; the launch callable raised: " + "; ".join(
+                "%s: %s" % (type(e).__name__, e) for e in related)
+            err.args = (err.message,)
+            err.__cause__ = related[0]
+        raise err
+
+    def _live(self):
+        if not self._rt:
+            raise _invalid("the ferry.Runtime is closed")
+        return self._rt
+
+    # -- device memory
+    def alloc(self, nbytes, stream=0):
+        """A block of nbytes, stream-ordered on `stream`. OutOfMemoryError (after the
+        reclaim; the message is the pool's diagnostic), InvalidArgumentError. May
+        block (bounded) in the reclaim."""
+        out = _lib.CHandle()
+        self._check(self._lib.ferry_alloc(self._live(), _int(nbytes, "alloc: nbytes", 64),
+                                          _int(stream, "alloc: stream", 32), ctypes.byref(out)))
+        return Handle._from_c(out)
+
+    def free(self, h):
+        """Stream-ordered free; legal with work in flight. StaleHandleError."""
+        self._check(self._lib.ferry_free(self._live(), _handle(h, "free")))
+
+    def device_address(self, h):
+        """(device address, requested bytes) of the block. StaleHandleError."""
+        addr, nbytes = ctypes.c_uint64(), ctypes.c_uint64()
+        self._check(self._lib.ferry_device_address(self._live(), _handle(h, "device_address"),
+                                                   ctypes.byref(addr), ctypes.byref(nbytes)))
+        return addr.value, nbytes.value
+
+    def trim(self):
+        """Releases cached device memory and completed frees."""
+        self._check(self._lib.ferry_trim(self._live()))
+
+    # -- transfers
+    def upload(self, h, data, stream=0, offset=0):
+        """Host -> device: data's bytes (any buffer: bytes, bytearray, memoryview, a
+        numpy array; no copy unless it is not contiguous) into h at `offset`. Under
+        integrity "verify", returns once the device hash matched. Errors:
+        InvalidArgumentError, StaleHandleError, TransferCorruptError, FerryTimeoutError,
+        BackendError. Blocks."""
+        rt = self._live()
+        dst = _handle(h, "upload")
+        stream = _int(stream, "upload: stream", 32)
+        offset = _int(offset, "upload: offset", 64)
+        with _lib.Buffer(data) as buf:
+            self._check(self._lib.ferry_upload(rt, stream, dst, offset, buf.address, buf.nbytes))
+
+    def download(self, h, nbytes=None, stream=0, offset=0):
+        """Device -> host: `nbytes` of h from `offset` as bytes (None: the rest of the
+        block). Errors as upload. Blocks."""
+        if nbytes is None:
+            _, size = self.device_address(h)
+            offset = _int(offset, "download: offset", 64)
+            if offset > size:
+                raise _invalid("download: offset %d is past the block's %d bytes" % (offset, size))
+            nbytes = size - offset
+        out = bytearray(_int(nbytes, "download: nbytes", 64))
+        self.download_into(h, out, stream, offset)
+        return bytes(out)
+
+    def download_into(self, h, out, stream=0, offset=0):
+        """Device -> host into a writable buffer (len(out) bytes, no copy). Errors as upload."""
+        rt = self._live()
+        src = _handle(h, "download")
+        stream = _int(stream, "download: stream", 32)
+        offset = _int(offset, "download: offset", 64)
+        with _lib.Buffer(out, writable=True) as buf:
+            self._check(self._lib.ferry_download(rt, stream, src, offset, buf.address, buf.nbytes))
+
+    # -- the program's own kernels
+    def launch(self, stream, operands, fn, flops=0, mem_bytes=0):
+        """Enqueues fn(ctx) over `operands` on `stream`, leasing them until it ran.
+
+        operands: [(handle, "r" | "w" | "rw"), ...] or (handle, mode, offset, nbytes)
+        (nbytes 0: to the end of the block). fn gets a LaunchContext: on sim it runs
+        when the op completes, on the operands' bytes; on cuda at dispatch, to
+        enqueue kernels on ctx.native_stream. It runs under ferry's lock: it must
+        not call ferry. If it raises (or returns a nonzero ferry status), the op
+        fails: the error of the later wait (synchronize, download, ...) is a
+        BackendError whose message carries the exception, kept in
+        .callable_errors. flops, mem_bytes: the modeled cost on sim. Errors, before
+        anything is enqueued: StaleHandleError, InvalidArgumentError. Never blocks."""
+        rt = self._live()
+        stream = _int(stream, "launch: stream", 32)
+        if not callable(fn):
+            raise _invalid("launch: fn %r is not callable" % (fn,))
+        try:
+            flops = float(flops)
+        except (TypeError, ValueError):
+            raise _invalid("launch: flops %r is not a number" % (flops,)) from None
+        mem_bytes = _int(mem_bytes, "launch: mem_bytes", 64)
+        operands = list(operands)
+        array = (_lib.Operand * max(1, len(operands)))()
+        writable = []
+        for i, op in enumerate(operands):
+            what = "launch: operand %d" % i
+            if not isinstance(op, (tuple, list)) or len(op) not in (2, 4):
+                raise _invalid("%s: %r is not (handle, mode) or (handle, mode, offset, nbytes)" % (what, op))
+            access = _ACCESS.get(op[1]) if isinstance(op[1], str) else None
+            if access is None:
+                raise _invalid("%s: mode %r is not 'r', 'w' or 'rw'" % (what, op[1]))
+            array[i].handle = _handle(op[0], what)
+            array[i].access = access
+            if len(op) == 4:
+                array[i].offset = _int(op[2], what + ": offset", 64)
+                array[i].bytes = _int(op[3], what + ": nbytes", 64)
+            writable.append(access != _lib.READ)
+        key = next(self._keys)
+        self._pending[key] = (fn, writable)
+        try:
+            self._check(self._lib.ferry_launch(rt, stream, array, len(operands), self._trampoline, key, flops,
+                                               mem_bytes))
+        except BaseException:
+            self._pending.pop(key, None)
+            raise
+
+    def _run_callable(self, ctx_ptr, key):
+        # Called by ferry (any thread, the GIL taken by ctypes). Nothing may escape:
+        # an exception through ctypes would read as success.
+        entry = self._pending.pop(key, None)
+        if entry is None:  # ferry called back twice, or for a launch it refused: our bug
+            return BackendError.status
+        fn, writable = entry
+        views = []
+        try:
+            ctx = ctx_ptr.contents
+            n = ctx.operand_count
+            nbytes = [ctx.bytes[i] for i in range(n)] if n else []
+            addresses = [ctx.device_addresses[i] for i in range(n)] if n else []
+            if ctx.host_views:
+                views = [_lib.memory_view(ctx.host_views[i], nbytes[i], writable[i] if i < len(writable) else False)
+                         for i in range(n)]
+            result = fn(LaunchContext(views if ctx.host_views else None, ctx.native_stream, addresses, nbytes))
+            if isinstance(result, int) and not isinstance(result, bool) and result in _ERRORS:
+                return result
+            return _lib.OK
+        except BaseException as e:  # noqa: B902 — KeyboardInterrupt included: never across C
+            if len(self._callable_errors) < 16:
+                self._callable_errors.append((BackendError.status, e))
+            return BackendError.status
+        finally:
+            for v in views:  # the bytes are ferry's only during the call
+                try:
+                    v.release()
+                except BufferError:  # the callable kept a view of it (numpy.frombuffer)
+                    pass
+
+    def record_use(self, stream, handles):
+        """PyTorch's record_stream, checked: the blocks stay leased until everything
+        enqueued on `stream` so far completed. StaleHandleError (nothing recorded)."""
+        rt = self._live()
+        handles = list(handles)
+        array = (_lib.CHandle * max(1, len(handles)))(*[_handle(h, "record_use") for h in handles])
+        self._check(self._lib.ferry_record_use(rt, _int(stream, "record_use: stream", 32), array, len(handles)))
+
+    # -- streams
+    def hold(self, stream):
+        """New work on `stream` waits in a host-side queue until release(stream)."""
+        self._check(self._lib.ferry_hold(self._live(), _int(stream, "hold: stream", 32), 1))
+
+    def release(self, stream):
+        """Ends hold(stream) and dispatches what it queued."""
+        self._check(self._lib.ferry_hold(self._live(), _int(stream, "release: stream", 32), 0))
+
+    def synchronize(self):
+        """Dispatches held work and waits for every stream. Errors: the first sticky
+        stream fault (a failed launch: BackendError with the callable's exception),
+        BackendError, FerryTimeoutError. Blocks."""
+        # Each launch's callable is dropped as it runs (_run_callable), not here:
+        # another thread may be launching meanwhile.
+        self._check(self._lib.ferry_synchronize(self._live()))
+
+    def native_stream(self, stream):
+        """The native stream behind ferry stream `stream` (a cudaStream_t as int on
+        cuda, an opaque token on sim)."""
+        out = ctypes.c_void_p()
+        self._check(self._lib.ferry_native_stream(self._live(), _int(stream, "native_stream: stream", 32),
+                                                  ctypes.byref(out)))
+        return out.value or 0
+
+    def adopt_stream(self, native):
+        """A ferry stream id for the program's own native stream (an int, e.g.
+        torch.cuda.current_stream().cuda_stream). InvalidArgumentError (0, adopted
+        already, one of ferry's own)."""
+        out = ctypes.c_uint32()
+        self._check(self._lib.ferry_adopt_stream(self._live(), _int(native, "adopt_stream: native", 64) or None,
+                                                 ctypes.byref(out)))
+        return out.value
+
+    def release_stream(self, stream, timeout_ms=10000):
+        """Waits (up to timeout_ms) for the adopted stream's work, then forgets it.
+        InvalidArgumentError (not adopted), FerryTimeoutError."""
+        self._check(self._lib.ferry_release_stream(self._live(), _int(stream, "release_stream: stream", 32),
+                                                   _int(timeout_ms, "release_stream: timeout_ms", 64)))
+
+    # -- statistics
+    def pool_stats(self):
+        """ferry_pool_stats as a dict (allocated_bytes, peak_allocated_bytes,
+        reserved_bytes, peak_reserved_bytes, pending_free_bytes, allocs, frees,
+        ooms, reclaims)."""
+        out = _lib.PoolStats()
+        self._check(self._lib.ferry_get_pool_stats(self._live(), ctypes.byref(out)))
+        return _lib.as_dict(out)
+
+    def integrity_stats(self):
+        """ferry_integrity_stats as a dict (bytes_moved, bytes_verified, mismatches,
+        retries, fallbacks)."""
+        out = _lib.IntegrityStats()
+        self._check(self._lib.ferry_get_integrity_stats(self._live(), ctypes.byref(out)))
+        return _lib.as_dict(out)
+
+    def memory_summary(self):
+        """The pool as a table, in the manner of torch.cuda.memory_summary()."""
+        rt = self._live()
+        length = ctypes.c_size_t()
+        self._check(self._lib.ferry_memory_summary(rt, None, 0, ctypes.byref(length)))
+        while True:
+            buf = ctypes.create_string_buffer(length.value + 1)
+            needed = ctypes.c_size_t()
+            self._check(self._lib.ferry_memory_summary(rt, buf, len(buf), ctypes.byref(needed)))
+            if needed.value < len(buf):  # the pool may have grown between the two calls
+                return buf.value.decode(errors="replace")
+            length = needed
+
+    # -- the offload cache (cache_slots > 0)
+    def cache_define(self, key, pieces):
+        """Declares entry `key` as host pieces (a buffer, or a list of buffers)
+        uploaded back to back into one slot. ferry reads them while the runtime
+        lives: they are held (not resizable) until close(). InvalidArgumentError
+        (no cache, duplicate key, no or empty piece)."""
+        rt = self._live()
+        key = _int(key, "cache_define: key", 64)
+        if isinstance(pieces, (bytes, bytearray, memoryview)) or hasattr(pieces, "__array_interface__"):
+            pieces = [pieces]
+        bufs = [_lib.Buffer(p) for p in pieces]
+        try:
+            addresses = (ctypes.c_void_p * max(1, len(bufs)))(*[b.address for b in bufs])
+            sizes = (ctypes.c_uint64 * max(1, len(bufs)))(*[b.nbytes for b in bufs])
+            self._check(self._lib.ferry_cache_define(rt, key, addresses, sizes, len(bufs)))
+        except BaseException:
+            for b in bufs:
+                b.release()
+            raise
+        self._cache_buffers.extend(bufs)
+        self._cache_pieces[key] = len(bufs)
+
+    def cache_acquire(self, key, stream=0):
+        """Makes `key` resident, orders `stream` after its upload and pins it:
+        CacheSlot(handle, offsets, hit). InvalidArgumentError, OutOfMemoryError
+        (every slot pinned), TransferCorruptError. Blocks."""
+        rt = self._live()
+        key = _int(key, "cache_acquire: key", 64)
+        count = self._cache_pieces.get(key, 0)
+        slot = _lib.CHandle()
+        offsets = (ctypes.c_uint64 * max(1, count))()
+        hit = ctypes.c_int()
+        self._check(self._lib.ferry_cache_acquire(rt, key, _int(stream, "cache_acquire: stream", 32),
+                                                  ctypes.byref(slot), offsets if count else None, ctypes.byref(hit)))
+        return CacheSlot(Handle._from_c(slot), list(offsets[:count]), bool(hit.value))
+
+    def cache_release(self, key):
+        """Unpins one acquire of `key`."""
+        self._check(self._lib.ferry_cache_release(self._live(), _int(key, "cache_release: key", 64)))
+
+    def cache_stats(self):
+        """ferry_cache_stats as a dict (hits, misses, evictions, uploads,
+        bytes_uploaded, prefetches)."""
+        out = _lib.CacheStats()
+        self._check(self._lib.ferry_get_cache_stats(self._live(), ctypes.byref(out)))
+        return _lib.as_dict(out)
+
+    # -- trace recording
+    def trace_start(self, path):
+        """Records the pool calls to `path` in the replay format (`ferry replay PATH`)."""
+        self._check(self._lib.ferry_trace_start(self._live(), _text(str(path), "trace_start: path")))
+
+    def trace_stop(self):
+        """Flushes and closes the trace. InvalidArgumentError (not recording), BackendError."""
+        self._check(self._lib.ferry_trace_stop(self._live()))

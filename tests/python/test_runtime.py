@@ -1,0 +1,549 @@
+"""ferry.Runtime on the sim: every function of the C ABI through ctypes, its errors,
+the launch callable, numpy buffers, and reports 000 and 003."""
+import dataclasses
+import json
+import threading
+
+import numpy as np
+import pytest
+
+import ferry
+from conftest import MiB
+
+POOL_KEYS = {"allocated_bytes", "peak_allocated_bytes", "reserved_bytes", "peak_reserved_bytes",
+             "pending_free_bytes", "allocs", "frees", "ooms", "reclaims"}
+INTEGRITY_KEYS = {"bytes_moved", "bytes_verified", "mismatches", "retries", "fallbacks"}
+CACHE_KEYS = {"hits", "misses", "evictions", "uploads", "bytes_uploaded", "prefetches"}
+
+
+def pattern(n, seed=0):
+    return bytes((i * 31 + seed) & 0xFF for i in range(n))
+
+
+# ---- the module -----------------------------------------------------------------
+
+def test_versions_and_status_names():
+    assert ferry.library_version() == ferry.__version__ == "0.1.0"
+    assert ferry.status_name(0) == "ok"
+    assert ferry.status_name(1) == "out_of_memory"
+
+
+def test_every_error_is_a_ferry_error_with_its_status():
+    expected = {ferry.OutOfMemoryError: 1, ferry.StaleHandleError: 2, ferry.InvalidArgumentError: 3,
+                ferry.TransferCorruptError: 4, ferry.BackendError: 5, ferry.UnsupportedError: 6,
+                ferry.FerryTimeoutError: 7}
+    for cls, status in expected.items():
+        assert issubclass(cls, ferry.Error)
+        e = cls("why")
+        assert e.status == status and str(e) == "why"
+    assert issubclass(ferry.FerryTimeoutError, TimeoutError)
+    assert issubclass(ferry.InvalidArgumentError, ValueError)
+    assert issubclass(ferry.OutOfMemoryError, MemoryError)
+
+
+def test_handle_is_a_frozen_value():
+    h = ferry.Handle(1, 2, 3)
+    assert (h.pool, h.slot, h.generation) == (1, 2, 3)
+    assert h == ferry.Handle(1, 2, 3) and hash(h) == hash(ferry.Handle(1, 2, 3))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        h.slot = 4
+    assert not ferry.Handle() and h
+    c = h._as_c()
+    assert (c.pool, c.slot, c.generation) == (1, 2, 3)
+
+
+# ---- the runtime's lifetime and options -----------------------------------------
+
+def test_context_manager_closes_and_a_closed_runtime_refuses():
+    with ferry.Runtime(profile="tiny") as rt:
+        assert not rt.closed
+        rt.alloc(4096)
+    assert rt.closed
+    with pytest.raises(ferry.InvalidArgumentError, match="closed"):
+        rt.alloc(4096)
+    rt.close()  # idempotent
+
+
+def test_close_destroys_with_work_in_flight():
+    rt = ferry.Runtime(profile="tiny")
+    h = rt.alloc(MiB)
+    ran = []
+    rt.hold(0)
+    rt.launch(0, [(h, "w")], lambda ctx: ran.append(True))
+    rt.close()  # waits for the runtime's work: the held launch runs
+    assert ran == [True]
+
+
+@pytest.mark.parametrize("options, match", [
+    ({"profile": "no-such-gpu"}, "no-such-gpu"),
+    ({"integrity": "sometimes"}, "sometimes"),
+    ({"inject": "gremlins"}, "gremlins"),
+    ({"backend": "tpu"}, "tpu"),
+    ({"capacity": -1}, "capacity"),
+    ({"profile": 7}, "profile"),
+])
+def test_bad_options_are_invalid_arguments(options, match):
+    with pytest.raises(ferry.InvalidArgumentError, match=match) as e:
+        ferry.Runtime(**options)
+    assert e.value.status == 3
+
+
+def test_cuda_without_a_gpu_is_unsupported():
+    try:
+        rt = ferry.Runtime(backend="cuda")
+    except ferry.UnsupportedError as e:
+        assert e.status == 6 and str(e)
+        return
+    rt.close()
+    pytest.skip("this machine has a GPU")
+
+
+def test_faults_asked_of_cuda_are_invalid():
+    with pytest.raises((ferry.InvalidArgumentError, ferry.UnsupportedError)):
+        ferry.Runtime(backend="cuda", inject="pinned-noop")
+
+
+# ---- device memory -----------------------------------------------------------------
+
+def test_alloc_free_and_device_address(rt):
+    h = rt.alloc(MiB + 3, stream=2)
+    assert isinstance(h, ferry.Handle) and h
+    addr, nbytes = rt.device_address(h)
+    assert addr != 0 and nbytes == MiB + 3
+    stats = rt.pool_stats()
+    assert set(stats) == POOL_KEYS and stats["allocated_bytes"] >= MiB
+    rt.free(h)
+    assert rt.pool_stats()["frees"] >= 1
+
+
+def test_stale_handles_are_refused(rt):
+    h = rt.alloc(4096)
+    rt.free(h)
+    for call in (lambda: rt.free(h), lambda: rt.device_address(h), lambda: rt.upload(h, b"x"),
+                 lambda: rt.download(h, 1), lambda: rt.record_use(0, [h]),
+                 lambda: rt.launch(0, [(h, "r")], lambda ctx: None)):
+        with pytest.raises(ferry.StaleHandleError) as e:
+            call()
+        assert e.value.status == 2 and "stale" in str(e.value)
+    forged = ferry.Handle(h.pool, h.slot + 100, 1)
+    with pytest.raises(ferry.StaleHandleError):
+        rt.free(forged)
+    with pytest.raises(ferry.StaleHandleError):
+        rt.free(ferry.Handle())
+
+
+def test_a_handle_of_another_runtime_is_stale(rt, tiny):
+    h = tiny.alloc(4096)
+    with pytest.raises(ferry.StaleHandleError):
+        rt.device_address(h)
+
+
+@pytest.mark.parametrize("nbytes, stream", [(0, 0), (-1, 0), (4096, 64), (4096, -1), (1.5, 0), ("8", 0)])
+def test_bad_alloc_arguments_are_invalid(rt, nbytes, stream):
+    with pytest.raises(ferry.InvalidArgumentError):
+        rt.alloc(nbytes, stream)
+
+
+def test_out_of_memory_carries_the_diagnostic(tiny):
+    keep = tiny.alloc(6 * MiB)
+    with pytest.raises(ferry.OutOfMemoryError) as e:
+        tiny.alloc(4 * MiB)
+    message = str(e.value)
+    assert e.value.status == 1
+    for word in ("capacity", "reserved", "live", "pending-free"):
+        assert word in message, message
+    assert tiny.pool_stats()["ooms"] == 1
+    assert tiny.device_address(keep)[1] == 6 * MiB  # the live block is untouched
+
+
+def test_trim_releases_cached_memory(tiny):
+    h = tiny.alloc(2 * MiB)
+    tiny.free(h)
+    tiny.synchronize()
+    tiny.trim()
+    assert tiny.pool_stats()["reserved_bytes"] <= tiny.pool_stats()["peak_reserved_bytes"]
+    assert tiny.pool_stats()["pending_free_bytes"] == 0
+
+
+# ---- transfers -----------------------------------------------------------------------
+
+def test_upload_download_round_trip_of_every_buffer_kind(rt):
+    h = rt.alloc(4096)
+    data = pattern(4096)
+    for buf in (data, bytearray(data), memoryview(data), memoryview(bytearray(data)).toreadonly()):
+        rt.upload(h, b"\0" * 4096)
+        rt.upload(h, buf)
+        assert rt.download(h) == data
+    assert isinstance(rt.download(h), bytes)
+
+
+def test_upload_and_download_at_an_offset(rt):
+    h = rt.alloc(1000)
+    rt.upload(h, b"\0" * 1000)
+    rt.upload(h, b"abc", offset=500, stream=3)
+    assert rt.download(h, 3, offset=500) == b"abc"
+    assert rt.download(h, offset=997) == b"\0\0\0"  # the rest of the block
+    assert len(rt.download(h)) == 1000
+
+
+def test_numpy_arrays_upload_without_a_copy_and_download_into(rt):
+    a = np.arange(1024, dtype=np.float32)
+    h = rt.alloc(a.nbytes)
+    rt.upload(h, a)
+    assert np.frombuffer(rt.download(h), dtype=np.float32).tolist() == a.tolist()
+    out = np.zeros_like(a)
+    rt.download_into(h, out)
+    assert (out == a).all()
+    strided = np.arange(2048, dtype=np.int32)[::2]  # not contiguous: copied once
+    rt.upload(h, strided)
+    assert (np.frombuffer(rt.download(h, strided.nbytes), dtype=np.int32) == strided).all()
+    with pytest.raises((ferry.InvalidArgumentError, BufferError, TypeError)):
+        rt.download_into(h, b"read-only")
+
+
+def test_transfer_ranges_outside_the_block_are_invalid(rt):
+    h = rt.alloc(100)
+    with pytest.raises(ferry.InvalidArgumentError):
+        rt.upload(h, b"x" * 101)
+    with pytest.raises(ferry.InvalidArgumentError):
+        rt.upload(h, b"x", offset=100)
+    with pytest.raises(ferry.InvalidArgumentError):
+        rt.download(h, 10, offset=95)
+    with pytest.raises(ferry.InvalidArgumentError):
+        rt.download(h, offset=101)
+    with pytest.raises(ferry.InvalidArgumentError):
+        rt.upload(h, b"")
+
+
+def test_integrity_stats_count_verified_bytes(rt):
+    h = rt.alloc(MiB)
+    rt.upload(h, pattern(MiB))
+    stats = rt.integrity_stats()
+    assert set(stats) == INTEGRITY_KEYS
+    assert stats["bytes_verified"] >= MiB and stats["mismatches"] == 0
+
+
+# ---- the program's own kernels --------------------------------------------------------
+
+def test_launch_views_are_writable_only_where_marked(rt):
+    a, b, c = rt.alloc(256), rt.alloc(256), rt.alloc(256)
+    rt.upload(a, pattern(256, 1))
+    rt.upload(b, pattern(256, 2))
+    seen = {}
+
+    def kernel(ctx):
+        seen["readonly"] = [v.readonly for v in ctx.views]
+        seen["native_stream"] = ctx.native_stream
+        seen["bytes"] = list(ctx.bytes)
+        seen["addresses"] = list(ctx.device_addresses)
+        x = np.frombuffer(ctx.views[0], dtype=np.uint8)
+        y = np.frombuffer(ctx.views[1], dtype=np.uint8)
+        out = np.frombuffer(ctx.views[2], dtype=np.uint8)
+        out[:] = x ^ y
+        ctx.views[1][0] = 0xEE  # read-write: lands
+
+    rt.launch(0, [(a, "r"), (b, "rw"), (c, "w")], kernel, flops=256, mem_bytes=768)
+    expected = bytes(p ^ q for p, q in zip(pattern(256, 1), pattern(256, 2)))
+    assert rt.download(c) == expected
+    assert rt.download(b, 1) == b"\xee"
+    assert rt.download(a) == pattern(256, 1)
+    assert seen["readonly"] == [True, False, False]
+    assert seen["native_stream"] is None  # sim
+    assert seen["bytes"] == [256, 256, 256]
+    assert seen["addresses"] == [rt.device_address(h)[0] for h in (a, b, c)]
+
+
+def test_launch_operand_ranges(rt):
+    h = rt.alloc(1024)
+    rt.upload(h, b"\0" * 1024)
+    got = []
+
+    def kernel(ctx):
+        got.append(list(ctx.bytes))
+        ctx.views[0][:] = b"\x01" * len(ctx.views[0])
+
+    rt.launch(1, [(h, "w", 512, 256)], kernel)
+    rt.synchronize()
+    assert got == [[256]]
+    assert rt.download(h) == b"\0" * 512 + b"\x01" * 256 + b"\0" * 256
+    rt.launch(1, [(h, "rw", 1000, 0)], lambda ctx: got.append(list(ctx.bytes)))  # 0: to the end
+    rt.synchronize()
+    assert got[-1] == [24]
+
+
+def test_writing_a_read_only_view_fails_the_op(rt):
+    h = rt.alloc(64)
+    rt.upload(h, b"\x05" * 64)
+
+    def kernel(ctx):
+        ctx.views[0][0] = 1  # TypeError: read-only
+
+    rt.launch(0, [(h, "r")], kernel)
+    with pytest.raises(ferry.BackendError):
+        rt.synchronize()
+
+
+def test_an_exception_in_the_callable_is_the_ops_error(tiny):
+    h = tiny.alloc(64)
+    tiny.upload(h, b"\x05" * 64)
+
+    def kernel(ctx):
+        ctx.views[0][:] = b"\x09" * 64
+        raise ValueError("the kernel's own complaint")
+
+    tiny.launch(4, [(h, "rw")], kernel)
+    with pytest.raises(ferry.BackendError) as e:
+        tiny.synchronize()
+    assert e.value.status == 5
+    assert "ValueError: the kernel's own complaint" in str(e.value)
+    assert isinstance(e.value.callable_errors[0], ValueError)
+    assert isinstance(e.value.__cause__, ValueError)
+    with pytest.raises(ferry.BackendError, match="own complaint"):  # sticky, as the stream's fault
+        tiny.synchronize()
+
+
+def test_a_kept_view_is_released_after_the_call(rt):
+    h = rt.alloc(64)
+    kept = []
+    rt.launch(0, [(h, "w")], lambda ctx: kept.append(ctx.views[0]))
+    rt.synchronize()
+    with pytest.raises(ValueError):
+        kept[0][0]
+
+
+def test_a_held_launch_runs_after_release(rt):
+    h = rt.alloc(64)
+    ran = []
+    rt.hold(5)
+    rt.launch(5, [(h, "w")], lambda ctx: ran.append(1))
+    rt.free(h)  # legal: the held launch leases the block
+    assert ran == []
+    rt.release(5)
+    rt.synchronize()
+    assert ran == [1]
+
+
+def test_bad_launch_arguments_are_invalid(rt):
+    h = rt.alloc(64)
+    for operands in ([(h, "x")], [(h,)], [h], [(h, "r", 0)], [(h, "r", 60, 8)], [(h, "r", 65, 0)]):
+        with pytest.raises(ferry.InvalidArgumentError):
+            rt.launch(0, operands, lambda ctx: None)
+    with pytest.raises(ferry.InvalidArgumentError):
+        rt.launch(0, [(h, "r")], "not callable")
+    with pytest.raises(ferry.InvalidArgumentError):
+        rt.launch(64, [(h, "r")], lambda ctx: None)
+    with pytest.raises(ferry.InvalidArgumentError):
+        rt.launch(0, [(h, "r")], lambda ctx: None, flops=-1.0)
+    rt.synchronize()  # nothing refused was enqueued
+
+
+def test_a_launch_without_operands(rt):
+    ran = []
+    rt.launch(0, [], lambda ctx: ran.append((ctx.views, list(ctx.bytes))))
+    rt.synchronize()
+    assert ran in ([([], [])], [(None, [])])
+
+
+def test_record_use(rt):
+    a, b = rt.alloc(4096), rt.alloc(4096)
+    rt.record_use(3, [a, b])
+    rt.record_use(3, [])
+    rt.free(a)
+    rt.free(b)
+    with pytest.raises(ferry.StaleHandleError):
+        rt.record_use(3, [a])
+    with pytest.raises(ferry.InvalidArgumentError):
+        rt.record_use(99, [])
+    rt.synchronize()
+
+
+# ---- streams -----------------------------------------------------------------------------
+
+def test_hold_release_and_synchronize_check_the_stream(rt):
+    rt.hold(7)
+    rt.release(7)
+    rt.synchronize()
+    for call in (rt.hold, rt.release):
+        with pytest.raises(ferry.InvalidArgumentError):
+            call(64)
+
+
+def test_native_and_adopted_streams(rt):
+    token = rt.native_stream(1)
+    assert isinstance(token, int) and token != 0
+    mine = 0x5EED0000
+    s = rt.adopt_stream(mine)
+    assert s >= 32
+    with pytest.raises(ferry.InvalidArgumentError):
+        rt.adopt_stream(mine)  # adopted already
+    with pytest.raises(ferry.InvalidArgumentError):
+        rt.adopt_stream(0)
+    h = rt.alloc(64, s)
+    rt.upload(h, b"\x03" * 64, stream=s)
+    rt.launch(s, [(h, "rw")], lambda ctx: ctx.views[0].__setitem__(0, 4))
+    assert rt.download(h, 2, stream=s) == b"\x04\x03"
+    rt.release_stream(s, timeout_ms=5000)
+    with pytest.raises(ferry.InvalidArgumentError):
+        rt.release_stream(s)
+    with pytest.raises(ferry.InvalidArgumentError):
+        rt.native_stream(64)
+
+
+# ---- statistics, summary, trace -----------------------------------------------------------
+
+def test_memory_summary(tiny):
+    tiny.alloc(MiB)
+    text = tiny.memory_summary()
+    assert isinstance(text, str) and "capacity" in text and "\n" in text
+
+
+def test_trace_start_stop(tiny, tmp_path):
+    path = tmp_path / "run.jsonl"
+    tiny.trace_start(str(path))
+    h = tiny.alloc(4096)
+    tiny.upload(h, b"\1" * 4096)
+    tiny.download(h)
+    tiny.free(h)
+    tiny.synchronize()
+    tiny.trace_stop()
+    lines = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    assert len(lines) >= 4
+    with pytest.raises(ferry.InvalidArgumentError):
+        tiny.trace_stop()
+
+
+# ---- the cache ---------------------------------------------------------------------------
+
+def test_cache_define_acquire_release_and_stats():
+    pieces = {k: [pattern(3000, k), pattern(1000, k + 50)] for k in (1, 2, 3)}
+    with ferry.Runtime(profile="tiny", cache_slots=2) as rt:
+        for key, ps in pieces.items():
+            rt.cache_define(key, ps)
+        with pytest.raises(ferry.InvalidArgumentError):
+            rt.cache_define(1, [b"again"])
+        with pytest.raises(ferry.InvalidArgumentError):
+            rt.cache_define(9, [])
+        for key in (1, 2, 3, 1):
+            slot = rt.cache_acquire(key, stream=0)
+            assert isinstance(slot, ferry.CacheSlot) and len(slot.offsets) == 2
+            for offset, piece in zip(slot.offsets, pieces[key]):
+                assert rt.download(slot.handle, len(piece), offset=offset) == piece
+            rt.cache_release(key)
+        again = rt.cache_acquire(1)
+        assert again.hit
+        rt.cache_release(1)
+        stats = rt.cache_stats()
+        assert set(stats) == CACHE_KEYS
+        assert stats["misses"] >= 3 and stats["hits"] >= 1 and stats["evictions"] >= 1
+        with pytest.raises(ferry.InvalidArgumentError):
+            rt.cache_acquire(42)
+
+
+def test_without_a_cache_the_cache_calls_are_invalid(rt):
+    with pytest.raises(ferry.InvalidArgumentError):
+        rt.cache_define(1, [b"piece"])
+    with pytest.raises(ferry.InvalidArgumentError):
+        rt.cache_acquire(1)
+
+
+def test_cache_pieces_may_be_numpy_arrays():
+    weights = np.arange(4096, dtype=np.float32)
+    with ferry.Runtime(profile="tiny", cache_slots=1) as rt:
+        rt.cache_define(7, weights)
+        slot = rt.cache_acquire(7)
+        got = np.frombuffer(rt.download(slot.handle, weights.nbytes, offset=slot.offsets[0]), dtype=np.float32)
+        assert (got == weights).all()
+        rt.cache_release(7)
+
+
+# ---- threads --------------------------------------------------------------------------------
+
+def test_threads_share_a_runtime(rt):
+    errors = []
+
+    def worker(n):
+        try:
+            for i in range(10):
+                h = rt.alloc(8192, stream=n)
+                data = pattern(8192, n * 10 + i)
+                rt.upload(h, data, stream=n)
+                out = rt.alloc(8192, stream=n)
+                rt.launch(n, [(h, "r"), (out, "w")], lambda ctx: ctx.views[1].__setitem__(slice(None), ctx.views[0]))
+                assert rt.download(out, stream=n) == data
+                rt.free(h)
+                rt.free(out)
+        except BaseException as e:  # noqa: B902
+            errors.append(e)
+
+    threads = [threading.Thread(target=worker, args=(n,)) for n in range(1, 5)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    rt.synchronize()
+
+
+# ---- the seed reports -------------------------------------------------------------------------
+
+def _report000(integrity):
+    wrong = 0
+    with ferry.Runtime(integrity=integrity, inject="pinned-noop") as rt:
+        h = rt.alloc(MiB)
+        for i in range(8):
+            data = pattern(MiB, i)
+            rt.upload(h, data)
+            wrong += rt.download(h) != data
+        return wrong, rt.integrity_stats()
+
+
+def test_report000_verify_delivers_the_bytes_and_counts_the_mismatches():
+    wrong, stats = _report000("verify")
+    assert wrong == 0
+    assert stats["mismatches"] > 0 and stats["retries"] > 0
+
+
+def test_report000_with_integrity_off_the_bytes_are_wrong():
+    wrong, stats = _report000("off")
+    assert wrong > 0
+    assert stats["mismatches"] == 0
+
+
+def test_report003_the_held_launch_reads_the_right_bytes(tiny):
+    rt = tiny
+    resident = rt.alloc(6 * MiB, 0)
+    transient = rt.alloc(1 * MiB, 0)
+    out = rt.alloc(64 << 10, 0)
+    data = pattern(MiB, 3)
+    rt.upload(transient, data)
+
+    def copy(ctx):
+        ctx.views[1][:] = ctx.views[0][:len(ctx.views[1])]
+
+    rt.hold(0)  # 1. a launch reading the transient, held
+    rt.launch(0, [(transient, "r", 0, 64 << 10), (out, "w")], copy)
+    rt.free(transient)  # 2. the transient freed
+    reclaims = rt.pool_stats()["reclaims"]
+    with pytest.raises(ferry.OutOfMemoryError):
+        rt.alloc(3 * MiB, 1)  # more than a reclaim can give: the diagnostic, no abort
+    big = rt.alloc(1536 << 10, 1)  # 3. fits only by reclaiming around the held operand
+    assert rt.pool_stats()["reclaims"] > reclaims
+    rt.upload(big, b"\x07" * (1536 << 10), stream=1)
+    rt.release(0)  # 4. dispatch
+    assert rt.download(out) == data[:64 << 10]
+    assert rt.device_address(resident)[1] == 6 * MiB
+
+
+def test_a_dropped_runtime_is_destroyed_at_once():
+    import gc
+    import weakref
+    gc.disable()  # no cycle: refcounting alone destroys it, never the cyclic GC later
+    try:
+        rt = ferry.Runtime(profile="tiny")
+        ran = []
+        rt.launch(0, [(rt.alloc(64), "w")], lambda ctx: ran.append(1))
+        ref = weakref.ref(rt)
+        del rt
+        assert ref() is None and ran == [1]
+    finally:
+        gc.enable()
