@@ -9,6 +9,7 @@
 #pragma once
 
 #include <chrono>
+#include <memory>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -20,6 +21,7 @@
 #include "ferry/api.hpp"
 #include "ferry/content.hpp"
 #include "ferry/names.hpp"
+#include "ferry/race.hpp"
 #include "ferry/result.hpp"
 #include "ferry/stream.hpp"
 #include "ferry/user_kernel.hpp"
@@ -204,6 +206,9 @@ class Backend {
   virtual void advance(std::uint64_t ns);
 
   virtual FaultCounters fault_counters() const { return {}; }
+  // The stream races found so far, when this backend checks for them (the sim
+  // with race_check on); nullptr otherwise.
+  virtual std::shared_ptr<const RaceLog> race_log() const { return nullptr; }
 
   // The backend that runs the ops: this one, or for an adaptor (forwarding_backend.hpp)
   // the one at the end of its chain. A backend layer reaches its own backend's

@@ -27,6 +27,7 @@ struct BackendSpec {
   std::uint64_t seed = 1;  // sim: same seed, same schedule and bytes
   SimFaults faults;        // sim; a backend that injects no faults refuses any
   int device = 0;          // cuda: the device ordinal
+  bool race_check = false; // sim: report stream races (race.hpp); a backend that cannot refuses
 };
 
 // The profile a sim spec models (custom_profile, else the named preset).

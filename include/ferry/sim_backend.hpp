@@ -16,6 +16,7 @@
 #include "ferry/backend.hpp"
 #include "ferry/device_profile.hpp"
 #include "ferry/fault_spec.hpp"
+#include "ferry/race.hpp"
 
 namespace ferry FERRY_API {
 
@@ -23,6 +24,10 @@ struct SimOptions {
   DeviceProfile profile;  // left empty (no name, capacity 0): the "tiny" preset
   std::uint64_t seed = 1;
   SimFaults faults;
+  // Checks every issued operation for stream races (race.hpp): vector clocks over
+  // the streams and the host, a shadow of the last accesses to every byte range.
+  bool race_check = false;
+  std::size_t races_kept = 64;  // races kept in full; all are counted
 };
 
 // Sim-only controls beyond the Backend interface.

@@ -37,6 +37,11 @@ Result<void> check_spec(const BackendSpec& spec) {
                                                        std::string(to_string(spec.kind)) +
                                                        " backend runs on a real device");
   }
+  if (spec.race_check) {
+    return make_error(ErrorCode::unsupported, "race checking needs the sim backend, which sees every byte "
+                                              "and every operation; the " +
+                                                  std::string(to_string(spec.kind)) + " backend cannot");
+  }
   return {};
 }
 
@@ -44,7 +49,9 @@ Result<std::unique_ptr<Backend>> make_backend(const BackendSpec& spec) {
   FERRY_TRY(check_spec(spec));
   switch (spec.kind) {
     case BackendKind::sim: {
-      std::unique_ptr<Backend> sim = make_sim_backend({*spec_profile(spec), spec.seed, spec.faults});
+      SimOptions options{*spec_profile(spec), spec.seed, spec.faults};
+      options.race_check = spec.race_check;
+      std::unique_ptr<Backend> sim = make_sim_backend(options);
       return sim;
     }
     case BackendKind::cuda:

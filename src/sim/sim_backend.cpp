@@ -72,7 +72,8 @@ SimGpu::SimGpu(const SimOptions& options)
       streams_(kMaxStreams),
       compute_(1),
       copy_(profile_.copy_engines),
-      hasher_(std::make_unique<ContentHasher>()) {
+      hasher_(std::make_unique<ContentHasher>()),
+      races_(options.race_check ? std::make_unique<RaceChecker>(options.races_kept) : nullptr) {
   info_.backend = BackendKind::sim;
   info_.device = profile_.name;
   info_.capacity = profile_.capacity;
@@ -166,6 +167,7 @@ Result<Ticket> SimGpu::issue(StreamId stream, Op op) {
     op = WaitOp{*event->second};
   }
   StreamState& st = streams_[stream];
+  if (races_) races_->issue(stream, st.submitted + 1, op);
   PendingOp pending;
   pending.ticket = ++st.submitted;
   pending.engine = engine_of(op);
@@ -179,8 +181,11 @@ Result<Ticket> SimGpu::issue(StreamId stream, Op op) {
 
 Ticket SimGpu::issued_completed(StreamId stream) {
   std::lock_guard lock(mutex_);
-  // A pure read: polling must not change the schedule it observes.
-  return stream < kMaxStreams ? streams_[stream].completed : 0;
+  // A pure read: polling must not change the schedule it observes. What the
+  // host learns orders its later enqueues, though (race_checker.hpp).
+  if (stream >= kMaxStreams) return 0;
+  if (races_) races_->host_waited({stream, streams_[stream].completed});
+  return streams_[stream].completed;
 }
 
 bool SimGpu::point_complete(StreamPoint point) const {
@@ -196,6 +201,7 @@ Result<void> SimGpu::wait_issued(StreamPoint point, std::chrono::nanoseconds tim
   FERRY_TRY(check_healthy());
   switch (end) {
     case RunEnd::done:
+      if (races_) races_->host_waited(point);
       return streams_[point.stream].fault.check(point.ticket);
     case RunEnd::reached:
       return make_error(ErrorCode::timeout,
@@ -212,6 +218,11 @@ Result<void> SimGpu::wait_issued(StreamPoint point, std::chrono::nanoseconds tim
 Result<void> SimGpu::synchronize_issued() {
   std::lock_guard lock(mutex_);
   const RunEnd end = run_until(UINT64_MAX, [&] { return active_ == 0; });
+  if (races_ && end == RunEnd::done) {
+    std::array<Ticket, kMaxStreams> issued{};
+    for (StreamId s = 0; s < kMaxStreams; ++s) issued[s] = streams_[s].submitted;
+    races_->host_synchronized(issued);
+  }
   FERRY_TRY(check_healthy());
   if (end != RunEnd::done) {
     const auto s = static_cast<StreamId>(std::countr_zero(active_));
@@ -537,6 +548,12 @@ void SimGpu::advance(std::uint64_t ns) {
   const std::uint64_t target = saturating_add(now_, ns);
   run_until(target, [] { return false; });
   now_ = target;
+}
+
+std::shared_ptr<const RaceLog> SimGpu::race_log() const {
+  std::lock_guard lock(mutex_);
+  if (!races_) return nullptr;
+  return std::make_shared<const RaceLog>(*races_->log());  // a snapshot
 }
 
 FaultCounters SimGpu::fault_counters() const {

@@ -52,6 +52,7 @@
 #include "sim/device_memory.hpp"
 #include "sim/fault_model.hpp"
 #include "sim/pinned_host_memory.hpp"
+#include "sim/race_checker.hpp"
 
 namespace ferry::sim {
 
@@ -78,6 +79,7 @@ class SimGpu final : public HoldingBackend<SimBackend> {
 
   void advance(std::uint64_t ns) override;
   FaultCounters fault_counters() const override;
+  std::shared_ptr<const RaceLog> race_log() const override;
   Result<void> peek(std::uint64_t addr, std::span<std::byte> out) const override;
   bool validate(std::string* why = nullptr) const override;
 
@@ -167,6 +169,7 @@ class SimGpu final : public HoldingBackend<SimBackend> {
   std::uint64_t illegal_accesses_ = 0;
   std::uint64_t swallowed_copies_ = 0;
   std::map<const void*, std::unique_ptr<StreamPoint>> events_;  // export_event's, by token
+  std::unique_ptr<RaceChecker> races_;  // null unless SimOptions::race_check
   std::string first_fault_;  // set by the first illegal access; sticky
 };
 

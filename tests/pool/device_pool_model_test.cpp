@@ -250,7 +250,12 @@ class DevicePoolModelTest : public ::testing::TestWithParam<std::string> {};
 TEST_P(DevicePoolModelTest, RandomTrafficUnderPressureKeepsEveryByte) {
   std::uint64_t tight_fits = 0;
   for (std::uint64_t seed : {1u, 2u, 3u, 4u}) {
-    auto backend = testing::make_backend(GetParam(), {}, seed);
+    // On sim the race checker watches too: the model's hazard rule and the pool's
+    // orderings must leave no unordered conflicting access.
+    BackendSpec spec = testing::backend_spec(GetParam(), {}, seed);
+    spec.race_check = spec.kind == BackendKind::sim;
+    auto made = make_backend(spec);
+    std::unique_ptr<Backend> backend = made.ok() ? std::move(made).value() : nullptr;
     FERRY_REQUIRE_BACKEND(backend, GetParam());
     Model m(*backend, seed, 12 << 20);
     for (int i = 0; i < 1500; ++i) {
@@ -259,6 +264,11 @@ TEST_P(DevicePoolModelTest, RandomTrafficUnderPressureKeepsEveryByte) {
     ASSERT_NO_FATAL_FAILURE(m.finish());
     if (::testing::Test::HasFailure()) return;
     EXPECT_GT(m.checks(), 100u) << "seed " << seed;
+    if (const auto races = backend->race_log()) {
+      EXPECT_EQ(races->count, 0u) << "seed " << seed << ": "
+                                  << (races->kept.empty() ? std::string()
+                                                          : races->kept[0].earlier.kind + " vs " + races->kept[0].later.kind);
+    }
     EXPECT_GT(m.user_ops(), 30u) << "seed " << seed;
     EXPECT_GT(m.stats().reclaims, 0u) << "seed " << seed << ": the run never met pressure";
     tight_fits += m.stats().tight_fits;

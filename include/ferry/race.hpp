@@ -1,0 +1,37 @@
+// ferry — stream races as values: two accesses to overlapping device bytes from
+// different streams, at least one a write, with no happens-before between them
+// (docs/spec.md §9). The sim finds them when asked (SimOptions::race_check,
+// BackendSpec::race_check); Backend::race_log() returns what it found.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "ferry/api.hpp"
+#include "ferry/stream.hpp"
+#include "ferry/user_kernel.hpp"
+
+namespace ferry FERRY_API {
+
+// One side of a race: the operation and how it touched the bytes.
+struct RaceAccess {
+  StreamPoint op;       // stream and ticket
+  std::string kind;     // the op's name ("fill", "user", ...; op_contract.hpp)
+  std::string tag;      // a user op's tag, else empty
+  Access access = Access::read;
+};
+
+struct Race {
+  RaceAccess earlier;  // issued first
+  RaceAccess later;
+  std::uint64_t addr = 0;   // the overlapping bytes [addr, addr + bytes)
+  std::uint64_t bytes = 0;
+};
+
+struct RaceLog {
+  std::uint64_t count = 0;   // every race found
+  std::vector<Race> kept;    // the first ones, up to the checker's cap
+};
+
+}  // namespace ferry

@@ -1,0 +1,168 @@
+#include "sim/race_checker.hpp"
+
+#include <algorithm>
+#include <string>
+#include <utility>
+
+#include "ferry/op_contract.hpp"
+
+namespace ferry::sim {
+namespace {
+
+// How each built-in op touches its device ranges (for_each_device_range's roles).
+Access access_of(const char* role) {
+  const std::string_view r(role);
+  if (r == "src" || r == "input" || r == "a" || r == "b" || r == "read") return Access::read;
+  if (r == "read_write") return Access::read_write;
+  return Access::write;  // dst, output, c, write
+}
+
+}  // namespace
+
+RaceChecker::Clock RaceChecker::clock_of(StreamPoint p) const {
+  const std::vector<Segment>& segs = segments_[p.stream];
+  // The last segment that starts at or before the ticket.
+  auto it = std::upper_bound(segs.begin(), segs.end(), p.ticket,
+                             [](Ticket t, const Segment& s) { return t < s.from; });
+  Clock c{};
+  if (it != segs.begin()) c = std::prev(it)->clock;
+  c[p.stream] = std::max(c[p.stream], p.ticket);
+  return c;
+}
+
+void RaceChecker::issue(StreamId stream, Ticket ticket, const Op& op) {
+  Clock clock = clock_of({stream, ticket - 1});
+  bool joined = segments_[stream].empty();
+  const auto join = [&](const Clock& other) {
+    for (StreamId u = 0; u < kMaxStreams; ++u) {
+      if (other[u] > clock[u]) {
+        clock[u] = other[u];
+        joined = true;
+      }
+    }
+  };
+  join(host_);  // enqueued after whatever the host has seen complete
+  if (const auto* w = std::get_if<WaitOp>(&op)) join(clock_of(w->point));
+  clock[stream] = ticket;
+  if (joined) segments_[stream].push_back({ticket, clock});
+
+  Side side;
+  side.op = {stream, ticket};
+  side.kind = op_name(op);
+  if (const auto* u = std::get_if<UserOp>(&op)) side.tag = u->tag;
+  for_each_device_range(op, [&](std::uint64_t addr, std::uint64_t bytes, const char* role) {
+    if (bytes == 0) return;
+    side.access = access_of(role);
+    access(side, clock, addr, bytes);
+  });
+}
+
+void RaceChecker::host_waited(StreamPoint point) {
+  const Clock c = clock_of(point);
+  for (StreamId u = 0; u < kMaxStreams; ++u) host_[u] = std::max(host_[u], c[u]);
+}
+
+void RaceChecker::host_synchronized(const std::array<Ticket, kMaxStreams>& issued) {
+  for (StreamId s = 0; s < kMaxStreams; ++s) {
+    if (issued[s] > 0) host_waited({s, issued[s]});
+  }
+}
+
+void RaceChecker::split_at(std::uint64_t addr) {
+  auto it = shadow_.upper_bound(addr);
+  if (it == shadow_.begin()) return;
+  --it;
+  if (it->first == addr || it->second.end <= addr) return;
+  Shadow right = it->second;
+  it->second.end = addr;
+  shadow_.emplace(addr, std::move(right));
+}
+
+void RaceChecker::access(const Side& side, const Clock& clock, std::uint64_t addr, std::uint64_t bytes) {
+  const std::uint64_t end = addr + bytes;
+  split_at(addr);
+  split_at(end);
+  // Fill the gaps with empty ranges, so that every byte of [addr, end) has one.
+  std::uint64_t at = addr;
+  for (auto it = shadow_.lower_bound(addr); at < end;) {
+    const std::uint64_t next = it == shadow_.end() ? end : std::min(end, it->first);
+    if (at < next) {
+      it = shadow_.emplace_hint(it, at, Shadow{next, std::nullopt, {}});
+    }
+    at = it->second.end;
+    ++it;
+  }
+  struct Found {
+    Side earlier;
+    std::uint64_t lo, hi;
+  };
+  std::vector<Found> found;  // one per earlier op: its overlap with this access
+  const auto conflict = [&](const Side& earlier, std::uint64_t lo, std::uint64_t hi) {
+    if (earlier.op.stream == side.op.stream || ordered(earlier, clock)) return;
+    for (Found& f : found) {
+      if (f.earlier.op == earlier.op) {
+        f.lo = std::min(f.lo, lo);
+        f.hi = std::max(f.hi, hi);
+        return;
+      }
+    }
+    found.push_back({earlier, lo, hi});
+  };
+  for (auto it = shadow_.lower_bound(addr); it != shadow_.end() && it->first < end; ++it) {
+    Shadow& sh = it->second;
+    if (sh.write) conflict(*sh.write, it->first, sh.end);
+    if (writes(side.access)) {
+      for (const Side& r : sh.reads) conflict(r, it->first, sh.end);
+      sh.write = side;
+      sh.reads.clear();
+      if (reads(side.access)) sh.reads.push_back(side);
+    } else {
+      auto same = std::find_if(sh.reads.begin(), sh.reads.end(),
+                               [&](const Side& r) { return r.op.stream == side.op.stream; });
+      if (same != sh.reads.end()) *same = side;
+      else sh.reads.push_back(side);
+    }
+  }
+  for (const Found& f : found) report(f.earlier, side, f.lo, f.hi - f.lo);
+  // Neighbours left equal after the split are merged again, so the shadow stays
+  // as small as the pattern of accesses.
+  auto it = shadow_.lower_bound(addr);
+  if (it != shadow_.begin()) --it;
+  while (it != shadow_.end() && it->first < end) {
+    auto next = std::next(it);
+    if (next == shadow_.end() || next->first != it->second.end) {
+      it = next;
+      continue;
+    }
+    const Shadow& a = it->second;
+    const Shadow& b = next->second;
+    const auto same_side = [](const std::optional<Side>& x, const std::optional<Side>& y) {
+      return x.has_value() == y.has_value() && (!x || (x->op == y->op && x->access == y->access));
+    };
+    bool same = same_side(a.write, b.write) && a.reads.size() == b.reads.size();
+    for (std::size_t i = 0; same && i < a.reads.size(); ++i) same = a.reads[i].op == b.reads[i].op;
+    if (!same) {
+      it = next;
+      continue;
+    }
+    it->second.end = next->second.end;
+    shadow_.erase(next);
+  }
+}
+
+void RaceChecker::report(const Side& earlier, const Side& later, std::uint64_t addr, std::uint64_t bytes) {
+  for (Race& r : log_->kept) {
+    if (r.earlier.op == earlier.op && r.later.op == later.op) {
+      const std::uint64_t hi = std::max(r.addr + r.bytes, addr + bytes);
+      r.addr = std::min(r.addr, addr);
+      r.bytes = hi - r.addr;
+      return;
+    }
+  }
+  ++log_->count;
+  if (log_->kept.size() >= keep_) return;
+  const auto to_access = [](const Side& s) { return RaceAccess{s.op, std::string(s.kind), s.tag, s.access}; };
+  log_->kept.push_back(Race{to_access(earlier), to_access(later), addr, bytes});
+}
+
+}  // namespace ferry::sim
