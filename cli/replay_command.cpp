@@ -26,6 +26,8 @@ struct ReplayArgs {
   std::vector<std::string> inject;  // fault specs, in order (sim only)
   std::string report;    // empty: none; "-": stdout
   bool json = false;
+  bool race_check = false;
+  bool strict = false;
 };
 
 int run_replay(const ReplayArgs& args, const Io& io) {
@@ -42,6 +44,8 @@ int run_replay(const ReplayArgs& args, const Io& io) {
     return kExitUsage;
   }
   options.backend.faults = *faults;
+  options.backend.race_check = args.race_check;
+  options.strict = args.strict;
   if (const std::string why = fault_refusal(args.backend, *faults); !why.empty()) {
     io.err << "ferry replay: --inject " << describe(*faults) << ": " << why << '\n';
     return kExitUsage;
@@ -111,13 +115,20 @@ Subcommand add_replay(CLI::App& parent) {
       ->check(CLI::IsMember({"off", "probe", "verify"}))
       ->capture_default_str();
   add_inject_option(*app, args->inject);
+  app->add_flag("--race-check", args->race_check,
+                "Report every pair of unordered conflicting accesses from different streams\n"
+                "(sim only; docs/spec.md section 9): exit 1 when one is found");
+  app->add_flag("--strict", args->strict,
+                "Insert no cross-stream wait: only the trace's own `wait` ops order streams,\n"
+                "so a recorded program's ordering bug shows (as a race under --race-check)");
   add_report_options(*app, args->report, args->json);
   app->footer(
       "Blank lines in a trace are ignored. The whole trace is checked before anything runs.\n"
       "Uploads go from the host arena through the transfer engine under --integrity; an upload\n"
       "that never arrives intact is a transfer_corrupt error. --inject works with the sim only.\n"
       "Exit status: 0 every check matched and every error was expected; 1 a check was corrupt,\n"
-      "an error was unexpected or an expected error did not happen; 2 malformed trace (FILE:LINE:\n"
+      "an error was unexpected, an expected error did not happen or (--race-check) a race was\n"
+      "found; 2 malformed trace (FILE:LINE:\n"
       "what is wrong), bad option, or a backend this machine does not have.");
   return {app, [args](const Io& io) { return run_replay(*args, io); }};
 }

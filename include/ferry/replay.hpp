@@ -78,6 +78,10 @@ struct ReplayOptions {
   BackendSpec backend;
   std::uint64_t capacity = 0;    // pool capacity in bytes; 0 = the device's capacity
   IntegrityPolicy integrity = IntegrityPolicy::verify;  // of every upload
+  // The trace's order stands: the replay inserts no cross-stream wait of its own
+  // (only the trace's `wait` ops order streams), so a recorded program's ordering
+  // bug shows as a race (backend.race_check) or a corrupt check.
+  bool strict = false;
   // Called on the replaying thread before the first op, after every op, and
   // after the final synchronize and frees ("end"). Empty: never called.
   // An exception it throws stops the calls and counts as an unexpected
@@ -99,6 +103,24 @@ struct ReplayIntegrity {
   bool batched_disabled = false;     // batching is off (reason in batching_note)
   std::string batch_probe;           // "passed", "failed" or "not run": the start-up probe
   std::string batching_note;         // why batching is off; the probe's detail when on
+};
+
+// One side of a race, as the trace has it.
+struct ReplayRaceSide {
+  std::size_t line = 0;  // the trace line whose work it was; 0: the replay's own (the end)
+  std::string op;        // the trace op ("fill", "upload", ...)
+  std::string kind;      // the device operation ("fill", "copy_to_device", "hash", ...)
+  std::string access;    // "read", "write" or "read_write"
+  StreamPoint point;
+  std::string id;        // the trace id whose allocation held the bytes then, if any
+};
+
+// Two unordered conflicting accesses (race.hpp). `reuse`: the two sides' bytes
+// belonged to different allocations, a freed block reused too early.
+struct ReplayRace {
+  ReplayRaceSide earlier, later;
+  std::uint64_t addr = 0, bytes = 0;
+  bool reuse = false;
 };
 
 // One thing a person should look at: an unexpected error, an unexpected
@@ -137,13 +159,16 @@ struct ReplayReport {
   bool modeled_time = false;           // that clock is virtual (DeviceInfo::modeled_time)
   std::uint64_t illegal_accesses = 0;  // sim only: device ops on unmapped memory
   std::vector<ReplayProblem> problems;  // the first kMaxProblems, in trace order
+  bool race_checked = false;            // the backend checked for races
+  std::uint64_t races = 0;              // every race found
+  std::vector<ReplayRace> race_list;    // the first ones (the sim keeps 64)
 
   static constexpr std::size_t kMaxProblems = 20;
 
-  // The verdict: no corrupt check, no unexpected error or success.
+  // The verdict: no corrupt check, no unexpected error or success, no race.
   bool passed() const noexcept {
     return corrupt == 0 && unexpected_errors == 0 && unexpected_successes == 0 &&
-           illegal_accesses == 0;
+           illegal_accesses == 0 && races == 0;
   }
 };
 

@@ -54,6 +54,22 @@ std::string report_json(const ReplayReport& r) {
                     {"batching_note", in.batching_note}};
   j["device_time_ns"] = r.device_time_ns;
   j["illegal_accesses"] = r.illegal_accesses;
+  if (r.race_checked) {
+    ordered_json list = ordered_json::array();
+    for (const ReplayRace& race : r.race_list) {
+      const auto side = [](const ReplayRaceSide& s) {
+        return ordered_json{{"line", s.line},     {"op", s.op},         {"kind", s.kind},
+                            {"access", s.access}, {"stream", s.point.stream}, {"ticket", s.point.ticket},
+                            {"id", s.id}};
+      };
+      list.push_back({{"earlier", side(race.earlier)},
+                      {"later", side(race.later)},
+                      {"addr", race.addr},
+                      {"bytes", race.bytes},
+                      {"reuse", race.reuse}});
+    }
+    j["races"] = {{"count", r.races}, {"list", std::move(list)}};
+  }
   j["problems"] = ordered_json::array();
   for (const ReplayProblem& p : r.problems) {
     j["problems"].push_back(
@@ -123,6 +139,21 @@ std::string report_summary(const ReplayReport& r) {
   if (r.illegal_accesses) {
     line("illegal", std::to_string(r.illegal_accesses) + " device ops touched unmapped memory");
   }
+  if (r.race_checked) {
+    line("races", std::to_string(r.races) + (r.races == 1 ? " race" : " races") +
+                      " (unordered conflicting accesses from different streams)");
+    constexpr std::size_t kShown = 5;
+    for (std::size_t i = 0; i < r.race_list.size() && i < kShown; ++i) {
+      const ReplayRace& race = r.race_list[i];
+      const auto side = [](const ReplayRaceSide& x) {
+        return (x.line ? "line " + std::to_string(x.line) : std::string("the end")) + " (" + x.op + ": " + x.kind +
+               " " + x.access + " on stream " + std::to_string(x.point.stream) +
+               (x.id.empty() ? "" : ", id \"" + x.id + "\"") + ")";
+      };
+      s += "  race: " + side(race.earlier) + " and " + side(race.later) + ", " + human_bytes(race.bytes) +
+           " at " + text::hex(race.addr) + (race.reuse ? " - a freed block reused too early" : "") + "\n";
+    }
+  }
   for (const ReplayProblem& p : r.problems) {
     s += "  ! ";
     s += p.line ? "line " + std::to_string(p.line) : std::string("at the end");
@@ -139,6 +170,7 @@ std::string report_summary(const ReplayReport& r) {
     add(r.unexpected_errors, "unexpected errors");
     add(r.unexpected_successes, "unexpected successes");
     add(r.illegal_accesses, "illegal device accesses");
+    add(r.races, "races");
     s += "verdict: FAIL - " + why + "\n";
   }
   return s;

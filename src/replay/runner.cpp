@@ -2,6 +2,8 @@
 // HostArena and a TransferEngine, keeping the host reference model beside it
 // (replay.hpp states the semantics).
 #include <algorithm>
+#include <array>
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -41,13 +43,24 @@ struct Buffer {
   // ops that read them since.
   std::optional<StreamPoint> last_write;
   UseSet reads;
+  std::size_t allocation = SIZE_MAX;  // its latest allocation (race reports)
 };
 
 class Replayer {
+  struct WorkRun {
+    Ticket first;        // the first ticket of the run
+    const TraceOp* op;   // the trace op that enqueued it
+  };
+  struct AllocationRecord {
+    IdIndex id;
+    std::uint64_t addr, bytes;
+    std::size_t alloc_line, free_line;  // live on lines [alloc_line, free_line)
+  };
+
  public:
-  Replayer(const Trace& trace, Backend& backend, ReplayReport& report)
-      : trace_(trace), backend_(backend), order_(backend), report_(report),
-        buffers_(trace.ids.size()) {}
+  Replayer(const Trace& trace, Backend& backend, ReplayReport& report, bool strict)
+      : trace_(trace), backend_(backend), order_(backend), report_(report), strict_(strict),
+        buffers_(trace.ids.size()), racing_(backend.race_log() != nullptr) {}
 
   Result<void> setup(std::uint64_t capacity, IntegrityPolicy policy) {
     PoolOptions po;
@@ -98,6 +111,7 @@ class Replayer {
     observe(0, "start");
     for (const TraceOp& op : trace_.ops) {
       ++report_.ops;
+      const std::array<Ticket, kMaxStreams> before = submitted();
       try {
         execute(op);
       } catch (const std::bad_alloc&) {
@@ -105,9 +119,11 @@ class Replayer {
       } catch (const std::exception& e) {
         record(op, make_error(ErrorCode::backend_error, std::string("internal error: ") + e.what()));
       }
+      note_work(before, op);
       observe(op.line, replay::to_string(op.kind));
     }
     finish();
+    fill_races();
     observe(0, "end");
     report_.device_time_ns = backend_.now_ns() - start_ns;
     const PoolStats st = pool_->stats();
@@ -155,6 +171,78 @@ class Replayer {
         if (!outcome(op, pool_->trim())) return;
         return expect_success(op);
       case OpKind::check: return check(op);
+      case OpKind::wait: {
+        // An event recorded on `for` now, waited on by `stream`.
+        const StreamPoint point{op.waits_for, backend_.submitted(op.waits_for)};
+        if (!outcome(op, order_.order_after(op.stream, point))) return;
+        return expect_success(op);
+      }
+    }
+  }
+
+  // --- which trace line each device op came from (for race reports) -----------
+
+  std::array<Ticket, kMaxStreams> submitted() const {
+    std::array<Ticket, kMaxStreams> out{};
+    if (!racing_) return out;
+    for (StreamId s = 0; s < kMaxStreams; ++s) out[s] = backend_.submitted(s);
+    return out;
+  }
+
+  void note_work(const std::array<Ticket, kMaxStreams>& before, const TraceOp& op) {
+    if (!racing_) return;
+    const std::array<Ticket, kMaxStreams> after = submitted();
+    for (StreamId s = 0; s < kMaxStreams; ++s) {
+      if (after[s] > before[s]) work_[s].push_back({before[s] + 1, &op});
+    }
+  }
+
+  const TraceOp* op_of(StreamPoint p) const {
+    const auto& runs = work_[p.stream];
+    auto it = std::upper_bound(runs.begin(), runs.end(), p.ticket,
+                               [](Ticket t, const WorkRun& r) { return t < r.first; });
+    if (it == runs.begin()) return nullptr;
+    return std::prev(it)->op;
+  }
+
+  // The allocation that held `addr` when the op of `line` ran.
+  const AllocationRecord* allocation_at(std::uint64_t addr, std::size_t line) const {
+    for (const AllocationRecord& a : allocations_) {
+      if (addr >= a.addr && addr < a.addr + a.bytes && a.alloc_line <= line && line < a.free_line) return &a;
+    }
+    return nullptr;
+  }
+
+  void fill_races() {
+    const std::shared_ptr<const RaceLog> log = backend_.race_log();
+    if (!log) return;
+    report_.race_checked = true;
+    report_.races = log->count;
+    for (const Race& r : log->kept) {
+      ReplayRace rr;
+      rr.addr = r.addr;
+      rr.bytes = r.bytes;
+      const AllocationRecord* owners[2] = {nullptr, nullptr};
+      int i = 0;
+      for (auto [side, out] : {std::pair{&r.earlier, &rr.earlier}, std::pair{&r.later, &rr.later}}) {
+        const TraceOp* op = op_of(side->op);
+        out->line = op != nullptr ? op->line : 0;
+        out->op = op != nullptr ? std::string(replay::to_string(op->kind)) : "end";
+        out->kind = side->kind;
+        out->access = std::string(to_string(side->access));
+        out->point = side->op;
+        owners[i] = allocation_at(r.addr, out->line);
+        if (owners[i] != nullptr) out->id = trace_.ids[owners[i]->id];
+        ++i;
+      }
+      rr.reuse = owners[0] != owners[1] && owners[0] != nullptr && owners[1] != nullptr;
+      report_.race_list.push_back(std::move(rr));
+    }
+    if (report_.races > 0) {
+      const ReplayRace& first = report_.race_list.front();
+      add_problem(first.later.line, first.later.op, "race",
+                  std::to_string(report_.races) + " unordered conflicting accesses; the first: line " +
+                      std::to_string(first.earlier.line) + " and line " + std::to_string(first.later.line));
     }
   }
 
@@ -173,6 +261,11 @@ class Replayer {
     b.handle = *h;
     b.allocated = true;
     b.expected = ExpectedBytes::unknown(op.bytes);
+    if (racing_) {
+      const DeviceSpan span = *pool_->resolve(*h);
+      b.allocation = allocations_.size();
+      allocations_.push_back({op.id, span.addr, span.bytes, op.line, SIZE_MAX});
+    }
     expect_success(op);
   }
 
@@ -180,6 +273,7 @@ class Replayer {
     Buffer& b = buffers_[op.id];
     if (skip(b)) return;
     b.allocated = false;
+    if (racing_ && b.allocation < allocations_.size()) allocations_[b.allocation].free_line = op.line;
     if (!outcome(op, pool_->free(b.handle))) return;
     expect_success(op);
   }
@@ -309,11 +403,12 @@ class Replayer {
   // --- cross-stream ordering the program would have written -------------------
 
   Result<void> order_after_writer(StreamId stream, Buffer& b) {
-    if (!b.last_write) return {};
+    if (strict_ || !b.last_write) return {};
     return wait_on(stream, *b.last_write);
   }
 
   Result<void> order_after_writers_and_readers(StreamId stream, Buffer& b) {
+    if (strict_) return {};  // the trace's own waits order the streams
     FERRY_TRY(order_after_writer(stream, b));
     b.reads.retire(order_);
     std::vector<StreamPoint> reads(b.reads.points().begin(), b.reads.points().end());
@@ -417,10 +512,14 @@ class Replayer {
   Backend& backend_;
   StreamOrder order_;
   ReplayReport& report_;
+  const bool strict_;
   std::unique_ptr<DevicePool> pool_;
   std::unique_ptr<HostArena> arena_;
   std::unique_ptr<TransferEngine> engine_;
   std::vector<Buffer> buffers_;
+  const bool racing_;  // the backend checks races: keep what names their sides
+  std::array<std::vector<WorkRun>, kMaxStreams> work_;
+  std::vector<AllocationRecord> allocations_;
 };
 
 Result<ReplayReport> run(const Trace& trace, const ReplayOptions& options) {
@@ -441,7 +540,7 @@ Result<ReplayReport> run(const Trace& trace, const ReplayOptions& options) {
   report.device = backend->info().device;
 
   {
-    Replayer r(trace, *backend, report);
+    Replayer r(trace, *backend, report, options.strict);
     if (Result<void> s = r.setup(options.capacity, options.integrity); !s.ok()) {
       return std::move(s).error();
     }

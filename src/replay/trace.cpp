@@ -10,7 +10,7 @@ namespace {
 
 using nlohmann::json;
 
-constexpr std::array<std::pair<std::string_view, OpKind>, 10> kOps = {{
+constexpr std::array<std::pair<std::string_view, OpKind>, 11> kOps = {{
     {"alloc", OpKind::alloc},
     {"free", OpKind::free},
     {"fill", OpKind::fill},
@@ -21,6 +21,7 @@ constexpr std::array<std::pair<std::string_view, OpKind>, 10> kOps = {{
     {"sync", OpKind::sync},
     {"trim", OpKind::trim},
     {"check", OpKind::check},
+    {"wait", OpKind::wait},
 }};
 
 constexpr std::array<ErrorCode, 7> kCodes = {
@@ -233,6 +234,10 @@ class Validator {
         }
         break;
       case OpKind::trim:
+        break;
+      case OpKind::wait:
+        op.stream = f.stream("stream").value_or(0);
+        op.waits_for = f.stream("for").value_or(0);
         break;
     }
     if (f.has("expect")) op.expect = f.expect("expect");

@@ -18,7 +18,7 @@
 
 namespace ferry::replay {
 
-enum class OpKind : std::uint8_t { alloc, free, fill, upload, compute, hold, release, sync, trim, check };
+enum class OpKind : std::uint8_t { alloc, free, fill, upload, compute, hold, release, sync, trim, check, wait };
 
 std::string_view to_string(OpKind kind) noexcept;
 
@@ -31,7 +31,8 @@ struct TraceOp {
   std::vector<IdIndex> inputs;      // compute
   std::uint64_t bytes = 0;          // alloc
   std::uint64_t seed = 0;           // fill, upload
-  StreamId stream = 0;              // alloc, fill, upload, compute, hold, release, sync
+  StreamId stream = 0;              // alloc, fill, upload, compute, hold, release, sync, wait
+  StreamId waits_for = 0;           // wait: the stream whose work so far `stream` waits for
   bool all_streams = false;         // sync without a stream
   std::optional<ErrorCode> expect;  // the error the trace says this op returns
 };

@@ -48,9 +48,12 @@ TEST_P(CommittedTrace, ReplaysWithEveryCheckMatching) {
   ReplayOptions options = with_capacity(c.capacity);
   options.backend = testing::backend_spec(backend);
   options.backend.profile = "h200";
+  // The sim checks races too: the replay's own orderings must leave none.
+  options.backend.race_check = options.backend.kind == BackendKind::sim;
   Result<ReplayReport> r = replay_trace_file(trace_path(c.file), options);
   ASSERT_TRUE(r.ok()) << r.error().message;
   EXPECT_TRUE(r->passed()) << report_summary(*r);
+  EXPECT_EQ(r->races, 0u) << report_summary(*r);
   EXPECT_EQ(r->corrupt, 0u);
   EXPECT_EQ(r->unexpected_errors, 0u) << report_summary(*r);
   EXPECT_EQ(r->unexpected_successes, 0u);
