@@ -34,6 +34,7 @@ struct RunArgs {
   std::string policy = "lru";
   std::string prefetch = "on";
   bool host_exec = false;
+  bool race_check = false;
   std::string matmul = "auto";
   std::uint32_t slots = 0;
   std::string weights;
@@ -103,6 +104,7 @@ int run_run(const RunArgs& args, const Io& io) {
   o.policy = parse_eviction_policy(args.policy).value_or(EvictionPolicy::lru);
   o.prefetch = args.prefetch == "on";
   o.host_exec = args.host_exec;
+  o.race_check = args.race_check;
   o.matmul = parse_matmul_kind(args.matmul).value_or(MatmulKind::automatic);
   o.cache_slots = args.slots;
   o.weights_path = args.weights;
@@ -231,6 +233,9 @@ Subcommand add_run(CLI::App& parent) {
       ->capture_default_str();
   app->add_flag("--host-exec", args->host_exec,
                 "moe-offload: run cache misses on the host instead of fetching them");
+  app->add_flag("--race-check", args->race_check,
+                "Report unordered conflicting accesses from different streams (sim only):\n"
+                "a race fails the run (exit 1)");
   app->add_option("--slots", args->slots, "moe-offload: expert cache slots (default 32 of 64 experts)")
       ->check(CLI::Range(1u, 4096u));
   app->add_option("--weights", args->weights,

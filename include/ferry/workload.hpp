@@ -116,6 +116,7 @@ struct WorkloadOptions {
   std::string weights_path;         // a safetensors file; empty: synthetic bank
   BankPlacement placement = BankPlacement::registered;
   std::uint64_t seed = 1;           // weights, routing trace and the sim's schedule
+  bool race_check = false;          // sim: report stream races (race.hpp); a race fails the run
   // Host model for moe-offload's host execution (sim): a missed expert costs
   // max(FLOPs / host_flops_per_s, expert bytes / host_bytes_per_s) + 2 us.
   double host_flops_per_s = 1.0e12;
@@ -159,6 +160,9 @@ struct WorkloadReport {
   IntegrityCounters integrity;
   std::uint64_t swallowed_copies = 0;      // sim: copies the pinned-noop fault swallowed
   std::uint64_t illegal_accesses = 0;      // sim: device ops on unmapped memory (must be 0)
+  bool race_checked = false;               // sim with race_check: the races below were looked for
+  std::uint64_t races = 0;                 // unordered conflicting accesses found (must be 0)
+  std::vector<Race> race_list;             // the first ones
 
   // Cache (moe-offload).
   bool has_cache = false;

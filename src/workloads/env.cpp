@@ -37,6 +37,7 @@ Result<std::unique_ptr<Env>> make_env(const WorkloadOptions& options, double sca
   spec.profile = options.profile;
   spec.seed = options.seed;
   spec.faults = options.faults;
+  spec.race_check = options.race_check;
   DeviceProfile profile;
   if (spec.kind == BackendKind::sim) {
     Result<DeviceProfile> named = spec_profile(spec);

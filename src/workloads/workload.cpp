@@ -203,6 +203,11 @@ Result<WorkloadReport> run_workload(WorkloadKind kind, const WorkloadOptions& op
   const FaultCounters faults = env->backend->fault_counters();
   r.swallowed_copies = faults.swallowed_copies;
   r.illegal_accesses = faults.illegal_accesses;
+  if (const auto races = env->backend->race_log()) {
+    r.race_checked = true;
+    r.races = races->count;
+    r.race_list = races->kept;
+  }
   if (w->cache_stats) {
     r.has_cache = true;
     r.cache = *w->cache_stats;
@@ -215,8 +220,9 @@ Result<WorkloadReport> run_workload(WorkloadKind kind, const WorkloadOptions& op
   r.expected_digest = text::hex16(content_hash(expected));
   if (got.ok()) {
     r.actual_digest = text::hex16(content_hash(*got));
-    r.matched = *got == expected && r.illegal_accesses == 0;
+    r.matched = *got == expected && r.illegal_accesses == 0 && r.races == 0;
     if (r.illegal_accesses != 0) r.error = "the device touched unmapped memory";
+    if (r.races != 0 && r.error.empty()) r.error = std::to_string(r.races) + " stream races (race.hpp)";
   } else {
     r.error = std::string(to_string(got.error().code)) + ": " + got.error().message;
   }
@@ -292,6 +298,18 @@ std::string workload_report_json(const WorkloadReport& r) {
     j["cache"] = nullptr;
   }
   j["illegal_accesses"] = r.illegal_accesses;
+  if (r.race_checked) {
+    nlohmann::ordered_json list = nlohmann::ordered_json::array();
+    for (const Race& race : r.race_list) {
+      const auto side = [](const RaceAccess& a) {
+        return nlohmann::ordered_json{{"stream", a.op.stream}, {"ticket", a.op.ticket}, {"kind", a.kind},
+                                      {"tag", a.tag}, {"access", std::string(to_string(a.access))}};
+      };
+      list.push_back({{"earlier", side(race.earlier)}, {"later", side(race.later)}, {"addr", race.addr},
+                      {"bytes", race.bytes}});
+    }
+    j["races"] = {{"count", r.races}, {"list", std::move(list)}};
+  }
   j["expected_digest"] = r.expected_digest;
   j["actual_digest"] = r.actual_digest;
   j["error"] = r.error.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(r.error);
@@ -311,6 +329,18 @@ std::string workload_report_summary(const WorkloadReport& r) {
                            : "DID NOT MATCH (expected digest " + r.expected_digest + ", got " +
                                  (r.actual_digest.empty() ? "none" : r.actual_digest) + ")");
   if (!r.error.empty()) line("error", r.error);
+  if (r.race_checked) {
+    line("races", std::to_string(r.races) + " unordered conflicting accesses between streams");
+    for (std::size_t i = 0; i < r.race_list.size() && i < 5; ++i) {
+      const Race& race = r.race_list[i];
+      const auto side = [](const RaceAccess& a) {
+        return a.kind + (a.tag.empty() ? "" : " '" + a.tag + "'") + " " + std::string(to_string(a.access)) +
+               " at " + text::point(a.op);
+      };
+      line("race", side(race.earlier) + " and " + side(race.later) + ", " + bytes_text(race.bytes) + " at " +
+                       text::hex(race.addr));
+    }
+  }
   line("throughput", fixed(r.tokens_per_s, 0) + " tokens/s " + (r.modeled_time ? "modeled" : "measured") +
                          " at full shape (" + std::to_string(r.tokens) + " tokens, " + std::to_string(r.units) +
                          " " + r.unit_name + " in " + time_text(r.wall_ns) + (r.modeled_time ? " virtual" : "") +

@@ -99,6 +99,17 @@ TEST_P(EachWorkload, MatchesUnderPinnedNoopWithVerify) {
   EXPECT_EQ(r.integrity.corrupt, 0u);
 }
 
+// Under the race checker every workload's streams are ordered: the engine's,
+// the cache's and the workload's own waits leave no unordered conflicting access.
+TEST_P(EachWorkload, HasNoStreamRace) {
+  WorkloadOptions o = small(GetParam());
+  o.race_check = true;
+  const WorkloadReport r = run_ok(GetParam(), o);
+  EXPECT_TRUE(r.race_checked);
+  EXPECT_EQ(r.races, 0u) << workload_report_summary(r);
+  EXPECT_TRUE(r.matched) << r.error;
+}
+
 TEST_P(EachWorkload, MatchesWithPrefetchOff) {
   WorkloadOptions o = small(GetParam());
   o.prefetch = false;
