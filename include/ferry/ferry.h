@@ -72,6 +72,7 @@ typedef struct ferry_runtime_options {
   const char* inject;     /* nullable: sim fault spec as the CLI's --inject */
   uint32_t cache_slots;   /* offload cache slots; 0 = no cache */
   uint64_t cache_slot_bytes; /* 0: the largest entry defined before the first fill */
+  int race_check;         /* sim: 1 reports stream races (ferry_get_races); cuda refuses it */
 } ferry_runtime_options;
 
 /* Fills *options with the defaults. Never fails. */
@@ -178,6 +179,26 @@ FERRY_C_API ferry_status ferry_get_integrity_stats(ferry_runtime rt, ferry_integ
  * the NUL into buf (nullable when capacity is 0) and the full length, without
  * the NUL, into *length (nullable). Never blocks. */
 FERRY_C_API ferry_status ferry_memory_summary(ferry_runtime rt, char* buf, size_t capacity, size_t* length);
+
+/* ---- Stream races (sim with race_check): two accesses to overlapping device bytes
+ * from different streams, at least one a write, with no happens-before between them. */
+typedef struct ferry_race_side {
+  uint32_t stream;
+  uint64_t ticket;
+  const char* kind; /* the operation: "fill", "copy_to_device", "user", ... */
+  const char* tag;  /* a launch's tag, else "" */
+  uint32_t access;  /* FERRY_READ, FERRY_WRITE or FERRY_READ_WRITE */
+} ferry_race_side;
+typedef struct ferry_race {
+  ferry_race_side earlier, later;
+  uint64_t addr, bytes; /* the overlapping device bytes */
+} ferry_race;
+/* Copies up to `capacity` of the races kept (the first 64) into out (nullable when
+ * capacity is 0); *kept (nullable): how many were copied; *total (nullable): every
+ * race found. The strings stay valid until the next ferry_get_races on rt.
+ * Errors: UNSUPPORTED (the runtime does not check races). Never blocks. */
+FERRY_C_API ferry_status ferry_get_races(ferry_runtime rt, ferry_race* out, uint32_t capacity, uint32_t* kept,
+                                         uint64_t* total);
 
 /* ---- The offload cache (ferry_runtime_options.cache_slots > 0). */
 /* Declares entry `key` as `count` host pieces, uploaded back to back into one

@@ -196,7 +196,7 @@ class Runtime:
     UnsupportedError (cuda without a device), BackendError."""
 
     def __init__(self, backend="sim", profile="h200", capacity=0, seed=1, integrity="verify", inject=None,
-                 cache_slots=0, cache_slot_bytes=0):
+                 cache_slots=0, cache_slot_bytes=0, race_check=False):
         self._rt = None
         self._lib = _lib.lib()
         options = _lib.RuntimeOptions()
@@ -209,6 +209,7 @@ class Runtime:
         options.seed = _int(seed, "seed", 64)
         options.cache_slots = _int(cache_slots, "cache_slots", 32)
         options.cache_slot_bytes = _int(cache_slot_bytes, "cache_slot_bytes", 64)
+        options.race_check = 1 if race_check else 0
         rt = ctypes.c_void_p()
         self._check(self._lib.ferry_runtime_create(ctypes.byref(options), ctypes.byref(rt)))
         self._rt = rt
@@ -477,6 +478,26 @@ class Runtime:
         out = _lib.PoolStats()
         self._check(self._lib.ferry_get_pool_stats(self._live(), ctypes.byref(out)))
         return _lib.as_dict(out)
+
+    def races(self):
+        """The stream races found (Runtime(race_check=True), sim): {"count": every race,
+        "list": [{"earlier": side, "later": side, "addr", "bytes"}]} with each side
+        {"stream", "ticket", "kind", "tag", "access": "r"|"w"|"rw"}. UnsupportedError
+        when the runtime does not check races."""
+        rt = self._live()
+        out = (_lib.Race * 64)()
+        kept = ctypes.c_uint32()
+        total = ctypes.c_uint64()
+        self._check(self._lib.ferry_get_races(rt, out, 64, ctypes.byref(kept), ctypes.byref(total)))
+        marks = {1: "r", 2: "w", 3: "rw"}
+
+        def side(s):
+            return {"stream": s.stream, "ticket": s.ticket, "kind": s.kind.decode(), "tag": s.tag.decode(),
+                    "access": marks.get(s.access, "?")}
+
+        return {"count": total.value,
+                "list": [{"earlier": side(r.earlier), "later": side(r.later), "addr": r.addr, "bytes": r.bytes}
+                         for r in out[:kept.value]]}
 
     def integrity_stats(self):
         """ferry_integrity_stats as a dict (bytes_moved, bytes_verified, mismatches,

@@ -84,7 +84,8 @@ class CHandle(ctypes.Structure):
 class RuntimeOptions(ctypes.Structure):
     _fields_ = [("backend", ctypes.c_char_p), ("profile", ctypes.c_char_p), ("capacity", ctypes.c_uint64),
                 ("seed", ctypes.c_uint64), ("integrity", ctypes.c_char_p), ("inject", ctypes.c_char_p),
-                ("cache_slots", ctypes.c_uint32), ("cache_slot_bytes", ctypes.c_uint64)]
+                ("cache_slots", ctypes.c_uint32), ("cache_slot_bytes", ctypes.c_uint64),
+                ("race_check", ctypes.c_int)]
 
 
 class Operand(ctypes.Structure):
@@ -113,6 +114,15 @@ class IntegrityStats(ctypes.Structure):
 
 class CacheStats(ctypes.Structure):
     _fields_ = _stats("hits", "misses", "evictions", "uploads", "bytes_uploaded", "prefetches")
+
+
+class RaceSide(ctypes.Structure):
+    _fields_ = [("stream", ctypes.c_uint32), ("ticket", ctypes.c_uint64), ("kind", ctypes.c_char_p),
+                ("tag", ctypes.c_char_p), ("access", ctypes.c_uint32)]
+
+
+class Race(ctypes.Structure):
+    _fields_ = [("earlier", RaceSide), ("later", RaceSide), ("addr", ctypes.c_uint64), ("bytes", ctypes.c_uint64)]
 
 
 def as_dict(struct):
@@ -154,6 +164,8 @@ _PROTOTYPES = {
                                       ctypes.POINTER(ctypes.c_int)]),
     "ferry_cache_release": (_status, [_rt, _u64]),
     "ferry_get_cache_stats": (_status, [_rt, ctypes.POINTER(CacheStats)]),
+    "ferry_get_races": (_status, [_rt, ctypes.POINTER(Race), ctypes.c_uint32, ctypes.POINTER(ctypes.c_uint32),
+                                  ctypes.POINTER(ctypes.c_uint64)]),
     "ferry_trace_start": (_status, [_rt, ctypes.c_char_p]),
     "ferry_trace_stop": (_status, [_rt]),
 }

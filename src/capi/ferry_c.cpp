@@ -25,6 +25,8 @@ struct ferry_runtime_s {
   // line are never split by ferry_trace_stop.
   std::shared_mutex trace_mu;
   std::unique_ptr<ferry::RecordingPool> recorder;
+  std::mutex races_mu;  // guards `races`, whose strings ferry_get_races hands out
+  std::shared_ptr<const ferry::RaceLog> races;
 };
 
 namespace {
@@ -139,6 +141,7 @@ ferry::Result<ferry::RuntimeOptions> runtime_options(const ferry_runtime_options
     options.engine.policy = *policy;
   }
   options.pool.capacity = o.capacity;
+  options.backend.race_check = o.race_check != 0;
   if (o.cache_slots > 0) {
     ferry::CacheOptions cache;
     cache.slots = o.cache_slots;
@@ -410,6 +413,33 @@ ferry_status ferry_memory_summary(ferry_runtime rt, char* buf, size_t capacity, 
       std::memcpy(buf, text.data(), n);
       buf[n] = '\0';
     }
+    return ok();
+  });
+}
+
+ferry_status ferry_get_races(ferry_runtime rt, ferry_race* out, uint32_t capacity, uint32_t* kept, uint64_t* total) {
+  return guarded("ferry_get_races", [&] {
+    FERRY_C_CHECK(rt != nullptr, "ferry_get_races", "rt");
+    FERRY_C_CHECK(out != nullptr || capacity == 0, "ferry_get_races", "out");
+    std::shared_ptr<const ferry::RaceLog> log = rt->runtime->backend().race_log();
+    if (!log) {
+      return fail(FERRY_ERROR_UNSUPPORTED, "ferry_get_races: the runtime does not check races (race_check is 0)");
+    }
+    std::lock_guard lock(rt->races_mu);
+    rt->races = std::move(log);
+    const auto access = [](ferry::Access a) -> uint32_t {
+      return a == ferry::Access::read ? FERRY_READ : a == ferry::Access::write ? FERRY_WRITE : FERRY_READ_WRITE;
+    };
+    const auto side = [&](const ferry::RaceAccess& a) {
+      return ferry_race_side{a.op.stream, a.op.ticket, a.kind.c_str(), a.tag.c_str(), access(a.access)};
+    };
+    const std::size_t n = std::min<std::size_t>(capacity, rt->races->kept.size());
+    for (std::size_t i = 0; i < n; ++i) {
+      const ferry::Race& r = rt->races->kept[i];
+      out[i] = ferry_race{side(r.earlier), side(r.later), r.addr, r.bytes};
+    }
+    if (kept != nullptr) *kept = static_cast<uint32_t>(n);
+    if (total != nullptr) *total = rt->races->count;
     return ok();
   });
 }

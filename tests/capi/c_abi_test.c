@@ -48,6 +48,12 @@ static ferry_status refuses(const ferry_launch_context* ctx, void* user_data) {
   return FERRY_ERROR_TRANSFER_CORRUPT;
 }
 
+static ferry_status refuses_nothing(const ferry_launch_context* ctx, void* user_data) {
+  (void)ctx;
+  ++*(int*)user_data;
+  return FERRY_OK;
+}
+
 static void test_basics(void) {
   CHECK(strcmp(ferry_version(), "0.1.0") == 0);
   CHECK(FERRY_VERSION_MAJOR == 0 && FERRY_VERSION_MINOR == 1);
@@ -239,12 +245,43 @@ static void test_cache_and_trace(const char* trace_path) {
   ferry_runtime_destroy(no_cache);
 }
 
+/* Two streams fill one block with nothing between them: a write/write race. */
+static void test_races(void) {
+  ferry_runtime_options o;
+  ferry_runtime_options_init(&o);
+  o.profile = "tiny";
+  o.race_check = 1;
+  ferry_runtime rt = NULL;
+  OK(ferry_runtime_create(&o, &rt));
+  ferry_handle h;
+  OK(ferry_alloc(rt, 4096, 0, &h));
+  int calls = 0;
+  ferry_operand w[1] = {{h, 0, 0, FERRY_WRITE}};
+  OK(ferry_launch(rt, 0, w, 1, refuses_nothing, &calls, 0, 0));
+  OK(ferry_launch(rt, 1, w, 1, refuses_nothing, &calls, 0, 0));
+  OK(ferry_synchronize(rt));
+  ferry_race races[4];
+  uint32_t kept = 0;
+  uint64_t total = 0;
+  OK(ferry_get_races(rt, races, 4, &kept, &total));
+  CHECK(total == 1 && kept == 1);
+  CHECK(races[0].earlier.stream == 0 && races[0].later.stream == 1);
+  CHECK(strcmp(races[0].later.kind, "user") == 0 && races[0].later.access == FERRY_WRITE);
+  CHECK(races[0].bytes == 4096);
+  ferry_runtime_destroy(rt);
+
+  ferry_runtime plain = make("tiny", NULL, NULL, 0);
+  CHECK(ferry_get_races(plain, NULL, 0, NULL, NULL) == FERRY_ERROR_UNSUPPORTED);
+  ferry_runtime_destroy(plain);
+}
+
 int main(int argc, char** argv) {
   test_basics();
   test_memory_and_transfers();
   test_launch_hold_record_use();
   test_integrity();
   test_cache_and_trace(argc > 1 ? argv[1] : "c_abi_test.trace.jsonl");
+  test_races();
   if (failures == 0) printf("c_abi_test: every check passed\n");
   return failures == 0 ? 0 : 1;
 }

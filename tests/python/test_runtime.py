@@ -547,3 +547,27 @@ def test_a_dropped_runtime_is_destroyed_at_once():
         assert ref() is None and ran == [1]
     finally:
         gc.enable()
+
+
+def test_race_check_names_both_sides_of_an_unordered_write():
+    with ferry.Runtime(profile="tiny", race_check=True) as rt:
+        h = rt.alloc(4096)
+
+        def touch(ctx):
+            pass
+
+        rt.launch(0, [(h, "w")], touch)
+        rt.launch(1, [(h, "r")], touch)  # nothing orders stream 1 after stream 0
+        rt.synchronize()
+        races = rt.races()
+        assert races["count"] == 1
+        race = races["list"][0]
+        assert (race["earlier"]["stream"], race["later"]["stream"]) == (0, 1)
+        assert race["earlier"]["access"] == "w" and race["later"]["access"] == "r"
+        assert race["later"]["kind"] == "user" and race["bytes"] == 4096
+
+
+def test_races_without_race_check_is_unsupported():
+    with ferry.Runtime(profile="tiny") as rt:
+        with pytest.raises(ferry.UnsupportedError):
+            rt.races()
