@@ -1,19 +1,26 @@
-// What the examples share: one option (--backend sim|cuda) and how they fail.
+// What the examples share: their options (--backend sim|cuda, --race-check) and
+// how they fail.
 #pragma once
 
 #include <cstdio>
 #include <cstring>
 
 #include "ferry/backend.hpp"
+#include "ferry/make_backend.hpp"
 #include "ferry/result.hpp"
 
 namespace example {
 
-// Parses the arguments into *kind. Returns -1 to go on, else the exit code: 0
+// Parses the arguments into *spec. Returns -1 to go on, else the exit code: 0
 // after --help, 2 on a bad argument.
-inline int parse_args(int argc, char** argv, const char* what, ferry::BackendKind* kind) {
+inline int parse_args(int argc, char** argv, const char* what, ferry::BackendSpec* spec) {
+  ferry::BackendKind* kind = &spec->kind;
   *kind = ferry::BackendKind::sim;
   for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--race-check") == 0) {
+      spec->race_check = true;
+      continue;
+    }
     if (std::strcmp(argv[i], "--backend") == 0 && i + 1 < argc) {
       auto parsed = ferry::parse_backend_kind(argv[++i]);
       if (!parsed.ok()) {
@@ -24,10 +31,26 @@ inline int parse_args(int argc, char** argv, const char* what, ferry::BackendKin
       continue;
     }
     const bool help = std::strcmp(argv[i], "--help") == 0 || std::strcmp(argv[i], "-h") == 0;
-    std::fprintf(help ? stdout : stderr, "%s\nusage: %s [--backend sim|cuda]   (default: sim)\n", what, argv[0]);
+    std::fprintf(help ? stdout : stderr,
+                 "%s\nusage: %s [--backend sim|cuda] [--race-check]   (default: sim; --race-check: sim only)\n",
+                 what, argv[0]);
     return help ? 0 : 2;
   }
   return -1;
+}
+
+// With --race-check: prints the races the sim found; true when there were none.
+inline bool race_free(const ferry::Backend& backend) {
+  const auto log = backend.race_log();
+  if (!log) return true;
+  for (const ferry::Race& r : log->kept) {
+    std::fprintf(stderr, "race: %s on stream %u ticket %llu and %s on stream %u ticket %llu, %llu bytes\n",
+                 r.earlier.kind.c_str(), r.earlier.op.stream, static_cast<unsigned long long>(r.earlier.op.ticket),
+                 r.later.kind.c_str(), r.later.op.stream, static_cast<unsigned long long>(r.later.op.ticket),
+                 static_cast<unsigned long long>(r.bytes));
+  }
+  std::printf("race check: %llu races\n", static_cast<unsigned long long>(log->count));
+  return log->count == 0;
 }
 
 // Prints ferry's error and returns the exit code of a failed run.

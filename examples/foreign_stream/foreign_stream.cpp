@@ -50,12 +50,13 @@ ferry::Result<void> program_reads(ferry::Runtime& rt, ferry::StreamId stream, fe
 }  // namespace
 
 int main(int argc, char** argv) {
-  ferry::BackendKind kind;
-  if (int exit = example::parse_args(argc, argv, "foreign_stream: your stream, record_use", &kind); exit >= 0) {
+  ferry::BackendSpec spec;
+  if (int exit = example::parse_args(argc, argv, "foreign_stream: your stream, record_use", &spec); exit >= 0) {
     return exit;
   }
   ferry::RuntimeOptions options;
-  options.backend.kind = kind;
+  options.backend = spec;
+  const ferry::BackendKind kind = spec.kind;
   options.backend.profile = "tiny";
   auto runtime = ferry::Runtime::create(options);
   if (!runtime.ok()) return example::fail(runtime.error());
@@ -105,5 +106,5 @@ int main(int argc, char** argv) {
   std::printf("foreign_stream on %s: adopted as stream %u; the program read %s; a freed handle was %s\n",
               std::string(ferry::to_string(kind)).c_str(), *side, seen == weights ? "the right bytes" : "WRONG BYTES",
               stale.ok() ? "ACCEPTED" : "refused (stale_handle)");
-  return right ? 0 : 1;
+  return right && example::race_free(rt.backend()) ? 0 : 1;
 }

@@ -38,14 +38,15 @@ ferry::Result<void> copy_kernel(const ferry::KernelLaunch& l) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  ferry::BackendKind kind;
-  if (int exit = example::parse_args(argc, argv, "lazy_queue: report 003 with your own held kernel", &kind);
+  ferry::BackendSpec spec;
+  if (int exit = example::parse_args(argc, argv, "lazy_queue: report 003 with your own held kernel", &spec);
       exit >= 0) {
     return exit;
   }
   constexpr std::uint64_t MiB = 1 << 20;
   ferry::RuntimeOptions options;
-  options.backend.kind = kind;
+  options.backend = spec;
+  const ferry::BackendKind kind = spec.kind;
   options.backend.profile = "tiny";
   options.pool.capacity = 8 * MiB;
   auto runtime = ferry::Runtime::create(options);
@@ -83,5 +84,5 @@ int main(int argc, char** argv) {
   std::printf("lazy_queue on %s: %llu reclaim(s), %llu recovered fit(s); the held kernel read %s\n",
               std::string(ferry::to_string(kind)).c_str(), static_cast<unsigned long long>(s.reclaims),
               static_cast<unsigned long long>(s.recoveries), got == input ? "the right bytes" : "WRONG BYTES");
-  return got == input && s.recoveries > 0 ? 0 : 1;
+  return got == input && s.recoveries > 0 && example::race_free(rt.backend()) ? 0 : 1;
 }

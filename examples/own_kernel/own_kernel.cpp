@@ -11,15 +11,16 @@
 #include "ferry/user_op.hpp"
 
 int main(int argc, char** argv) {
-  ferry::BackendKind kind;
-  if (int exit = example::parse_args(argc, argv, "own_kernel: your own kernel on streamed layers", &kind); exit >= 0) {
+  ferry::BackendSpec spec;
+  if (int exit = example::parse_args(argc, argv, "own_kernel: your own kernel on streamed layers", &spec); exit >= 0) {
     return exit;
   }
   constexpr int kLayers = 16;
   constexpr std::uint64_t kLayerBytes = 1 << 20;
 
   ferry::RuntimeOptions options;
-  options.backend.kind = kind;
+  options.backend = spec;
+  const ferry::BackendKind kind = spec.kind;
   options.backend.profile = "tiny";   // a 64 MiB model device (sim)
   options.pool.capacity = 8 << 20;    // a budget far below the 16 MiB of weights
   auto runtime = ferry::Runtime::create(options);
@@ -76,5 +77,5 @@ int main(int argc, char** argv) {
               static_cast<unsigned long long>(kLayerBytes >> 10),
               static_cast<unsigned long long>(s.peak_reserved_bytes >> 10),
               got == expected ? "result matches the host reference" : "RESULT DIFFERS");
-  return got == expected ? 0 : 1;
+  return got == expected && example::race_free(rt.backend()) ? 0 : 1;
 }
