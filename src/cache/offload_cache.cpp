@@ -1,6 +1,7 @@
 #include "ferry/offload_cache.hpp"
 
 #include "core/invariant.hpp"
+#include "core/testing_hooks.hpp"
 #include "ferry/validation.hpp"
 
 #include <algorithm>
@@ -231,6 +232,7 @@ struct OffloadCache::Impl {
   // pinned entry (so the slot cannot change).
   Result<void> order_after(DeviceHandle slot, StreamPoint ready, StreamId stream) {
     FERRY_TRY(pool.make_ready(slot, stream));
+    if (testing_hooks::dropped(testing_hooks::WaitSite::cache_fetch)) return {};
     Result<Ticket> t = pool.order().order_after(stream, ready);
     if (!t.ok()) return std::move(t).error();
     return {};
