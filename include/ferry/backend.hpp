@@ -209,6 +209,12 @@ class Backend {
   // The stream races found so far, when this backend checks for them (the sim
   // with race_check on); nullptr otherwise.
   virtual std::shared_ptr<const RaceLog> race_log() const { return nullptr; }
+  // The host is about to read or write host bytes [ptr, ptr + bytes) that device
+  // operations may use (the arena hands a block to the program): a race checker
+  // checks it against those operations. Others ignore it. Never blocks.
+  virtual void note_host_access(const std::byte* ptr, std::uint64_t bytes, Access access) {
+    (void)ptr, (void)bytes, (void)access;
+  }
 
   // The backend that runs the ops: this one, or for an adaptor (forwarding_backend.hpp)
   // the one at the end of its chain. A backend layer reaches its own backend's

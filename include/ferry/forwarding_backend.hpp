@@ -46,6 +46,9 @@ class ForwardingBackend : public Backend {
   void advance(std::uint64_t ns) override { inner_.advance(ns); }
   FaultCounters fault_counters() const override { return inner_.fault_counters(); }
   std::shared_ptr<const RaceLog> race_log() const override { return inner_.race_log(); }
+  void note_host_access(const std::byte* ptr, std::uint64_t bytes, Access access) override {
+    inner_.note_host_access(ptr, bytes, access);
+  }
   Backend& innermost() noexcept override { return inner_.innermost(); }
   Result<NativeStream> native_stream(StreamId stream) override { return inner_.native_stream(stream); }
   Result<StreamId> adopt_stream(NativeStream native) override { return inner_.adopt_stream(native); }

@@ -14,9 +14,13 @@
 
 namespace ferry FERRY_API {
 
+// The `stream` of a race's host side: a host read or write of host memory that a
+// device operation may still use (ticket 0, kind "host").
+inline constexpr StreamId kHostSide = kMaxStreams;
+
 // One side of a race: the operation and how it touched the bytes.
 struct RaceAccess {
-  StreamPoint op;       // stream and ticket
+  StreamPoint op;       // stream and ticket; stream kHostSide: the host itself
   std::string kind;     // the op's name ("fill", "user", ...; op_contract.hpp)
   std::string tag;      // a user op's tag, else empty
   Access access = Access::read;
@@ -25,7 +29,9 @@ struct RaceAccess {
 struct Race {
   RaceAccess earlier;  // issued first
   RaceAccess later;
-  std::uint64_t addr = 0;   // the overlapping bytes [addr, addr + bytes)
+  std::uint64_t addr = 0;   // the overlapping bytes [addr, addr + bytes): device
+                            // addresses, or host ones when a side is the host's or
+                            // a copy's host range
   std::uint64_t bytes = 0;
 };
 

@@ -14,6 +14,7 @@ enum class WaitSite : std::uint8_t {
   cache_fetch,    // acquire()'s wait for the entry's upload (offload_cache.cpp)
   replay_runner,  // the replay's waits between a producer and a consumer (runner.cpp)
   pool_reuse,     // make_ready's wait behind a same-stream reuse (device_pool.cpp)
+  arena_lease,    // a freed arena block waits for the transfers that read it (host_arena.cpp)
 };
 
 void drop_waits(WaitSite site);  // WaitSite::none restores them all

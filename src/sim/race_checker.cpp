@@ -53,7 +53,15 @@ void RaceChecker::issue(StreamId stream, Ticket ticket, const Op& op) {
   for_each_device_range(op, [&](std::uint64_t addr, std::uint64_t bytes, const char* role) {
     if (bytes == 0) return;
     side.access = access_of(role);
-    access(side, clock, addr, bytes);
+    access(shadow_, side, clock, addr, bytes);
+  });
+  // A copy's host side: a download or a hash writes host memory, an upload reads it.
+  const Access host_access =
+      std::holds_alternative<CopyToHostOp>(op) || std::holds_alternative<HashOp>(op) ? Access::write : Access::read;
+  for_each_host_range(op, [&](const std::byte* p, std::uint64_t bytes) {
+    if (bytes == 0) return;
+    side.access = host_access;
+    access(host_shadow_, side, clock, reinterpret_cast<std::uintptr_t>(p), bytes);
   });
 }
 
@@ -68,26 +76,48 @@ void RaceChecker::host_synchronized(const std::array<Ticket, kMaxStreams>& issue
   }
 }
 
-void RaceChecker::split_at(std::uint64_t addr) {
-  auto it = shadow_.upper_bound(addr);
-  if (it == shadow_.begin()) return;
+void RaceChecker::split_at(ShadowMap& shadow, std::uint64_t addr) {
+  auto it = shadow.upper_bound(addr);
+  if (it == shadow.begin()) return;
   --it;
   if (it->first == addr || it->second.end <= addr) return;
   Shadow right = it->second;
   it->second.end = addr;
-  shadow_.emplace(addr, std::move(right));
+  shadow.emplace(addr, std::move(right));
 }
 
-void RaceChecker::access(const Side& side, const Clock& clock, std::uint64_t addr, std::uint64_t bytes) {
+void RaceChecker::host_access(const std::byte* ptr, std::uint64_t bytes, Access access) {
+  if (bytes == 0) return;
+  const auto lo = reinterpret_cast<std::uintptr_t>(ptr);
+  const std::uint64_t hi = lo + bytes;
+  const Side host{{kHostSide, 0}, "host", access, {}};
+  // The host's own later enqueues are ordered after this access (program order),
+  // so only copies already issued can race with it, and nothing is recorded.
+  auto it = host_shadow_.upper_bound(lo);
+  if (it != host_shadow_.begin() && std::prev(it)->second.end > lo) --it;
+  for (; it != host_shadow_.end() && it->first < hi; ++it) {
+    const Shadow& sh = it->second;
+    const std::uint64_t a = std::max<std::uint64_t>(it->first, lo), b = std::min(sh.end, hi);
+    if (sh.write && !ordered(*sh.write, host_)) report(*sh.write, host, a, b - a);
+    if (writes(access)) {
+      for (const Side& r : sh.reads) {
+        if (!ordered(r, host_)) report(r, host, a, b - a);
+      }
+    }
+  }
+}
+
+void RaceChecker::access(ShadowMap& shadow, const Side& side, const Clock& clock, std::uint64_t addr,
+                         std::uint64_t bytes) {
   const std::uint64_t end = addr + bytes;
-  split_at(addr);
-  split_at(end);
+  split_at(shadow, addr);
+  split_at(shadow, end);
   // Fill the gaps with empty ranges, so that every byte of [addr, end) has one.
   std::uint64_t at = addr;
-  for (auto it = shadow_.lower_bound(addr); at < end;) {
-    const std::uint64_t next = it == shadow_.end() ? end : std::min(end, it->first);
+  for (auto it = shadow.lower_bound(addr); at < end;) {
+    const std::uint64_t next = it == shadow.end() ? end : std::min(end, it->first);
     if (at < next) {
-      it = shadow_.emplace_hint(it, at, Shadow{next, std::nullopt, {}});
+      it = shadow.emplace_hint(it, at, Shadow{next, std::nullopt, {}});
     }
     at = it->second.end;
     ++it;
@@ -108,7 +138,7 @@ void RaceChecker::access(const Side& side, const Clock& clock, std::uint64_t add
     }
     found.push_back({earlier, lo, hi});
   };
-  for (auto it = shadow_.lower_bound(addr); it != shadow_.end() && it->first < end; ++it) {
+  for (auto it = shadow.lower_bound(addr); it != shadow.end() && it->first < end; ++it) {
     Shadow& sh = it->second;
     if (sh.write) conflict(*sh.write, it->first, sh.end);
     if (writes(side.access)) {
@@ -126,11 +156,11 @@ void RaceChecker::access(const Side& side, const Clock& clock, std::uint64_t add
   for (const Found& f : found) report(f.earlier, side, f.lo, f.hi - f.lo);
   // Neighbours left equal after the split are merged again, so the shadow stays
   // as small as the pattern of accesses.
-  auto it = shadow_.lower_bound(addr);
-  if (it != shadow_.begin()) --it;
-  while (it != shadow_.end() && it->first < end) {
+  auto it = shadow.lower_bound(addr);
+  if (it != shadow.begin()) --it;
+  while (it != shadow.end() && it->first < end) {
     auto next = std::next(it);
-    if (next == shadow_.end() || next->first != it->second.end) {
+    if (next == shadow.end() || next->first != it->second.end) {
       it = next;
       continue;
     }
@@ -146,7 +176,7 @@ void RaceChecker::access(const Side& side, const Clock& clock, std::uint64_t add
       continue;
     }
     it->second.end = next->second.end;
-    shadow_.erase(next);
+    shadow.erase(next);
   }
 }
 

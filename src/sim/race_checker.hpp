@@ -50,6 +50,9 @@ class RaceChecker {
   // The host saw `point` complete (a wait), or every issued op (a synchronize).
   void host_waited(StreamPoint point);
   void host_synchronized(const std::array<Ticket, kMaxStreams>& issued);
+  // The host reads or writes host bytes that copies may use: a race with any of
+  // them the host has not seen complete.
+  void host_access(const std::byte* ptr, std::uint64_t bytes, Access access);
 
   std::shared_ptr<const RaceLog> log() const { return log_; }
 
@@ -73,9 +76,10 @@ class RaceChecker {
 
   Clock clock_of(StreamPoint p) const;
   static bool ordered(const Side& a, const Clock& b) { return b[a.op.stream] >= a.op.ticket; }
+  using ShadowMap = std::map<std::uint64_t, Shadow>;  // by start; disjoint
   // Splits the shadow so that [addr, end) starts and ends on range boundaries.
-  void split_at(std::uint64_t addr);
-  void access(const Side& side, const Clock& clock, std::uint64_t addr, std::uint64_t bytes);
+  static void split_at(ShadowMap& shadow, std::uint64_t addr);
+  void access(ShadowMap& shadow, const Side& side, const Clock& clock, std::uint64_t addr, std::uint64_t bytes);
   // Counts and keeps the race of `later` with `earlier` over [addr, addr + bytes),
   // merged with one already kept for the same two ops.
   void report(const Side& earlier, const Side& later, std::uint64_t addr, std::uint64_t bytes);
@@ -83,7 +87,8 @@ class RaceChecker {
   std::size_t keep_;
   std::array<std::vector<Segment>, kMaxStreams> segments_;
   Clock host_{};
-  std::map<std::uint64_t, Shadow> shadow_;  // by start; disjoint
+  ShadowMap shadow_;       // device bytes
+  ShadowMap host_shadow_;  // host bytes copies read or write
   std::shared_ptr<RaceLog> log_;
 };
 

@@ -556,6 +556,11 @@ std::shared_ptr<const RaceLog> SimGpu::race_log() const {
   return std::make_shared<const RaceLog>(*races_->log());  // a snapshot
 }
 
+void SimGpu::note_host_access(const std::byte* ptr, std::uint64_t bytes, Access access) {
+  std::lock_guard lock(mutex_);
+  if (races_) races_->host_access(ptr, bytes, access);
+}
+
 FaultCounters SimGpu::fault_counters() const {
   std::lock_guard lock(mutex_);
   return {illegal_accesses_, swallowed_copies_};

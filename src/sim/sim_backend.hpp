@@ -80,6 +80,7 @@ class SimGpu final : public HoldingBackend<SimBackend> {
   void advance(std::uint64_t ns) override;
   FaultCounters fault_counters() const override;
   std::shared_ptr<const RaceLog> race_log() const override;
+  void note_host_access(const std::byte* ptr, std::uint64_t bytes, Access access) override;
   Result<void> peek(std::uint64_t addr, std::span<std::byte> out) const override;
   bool validate(std::string* why = nullptr) const override;
 

@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "core/invariant.hpp"
+#include "core/testing_hooks.hpp"
 #include "core/text.hpp"
 #include "ferry/content.hpp"
 
@@ -347,6 +348,8 @@ Result<HostBlock> HostArena::allocate(std::uint64_t bytes, std::uint64_t alignme
       check();
       lock.unlock();
       release_now();
+      // The program writes its block next: a copy that still reads it would race.
+      backend.note_host_access(b->data, bytes, Access::write);
       return *b;
     }
     const std::uint64_t held = m.st.reserved_bytes + m.reserving;
@@ -455,7 +458,7 @@ Result<void> HostArena::free(const HostBlock& block) {
       return stale();
     }
     ++m.st.frees;
-    if (it->second.uses.retire(order_)) {
+    if (it->second.uses.retire(order_) || testing_hooks::dropped(testing_hooks::WaitSite::arena_lease)) {
       m.drop_block(block.chunk, it);
     } else {
       // A transfer still reads it: park it until that transfer completed (I6).

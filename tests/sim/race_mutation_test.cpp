@@ -136,5 +136,35 @@ TEST(RaceMutation, TheReplayRunnersWaitsAreNeeded) {
   EXPECT_GT(races_of_the_mixed_trace(true), 0u);
 }
 
+// An arena block uploaded from (the copy still in flight), freed, and handed out
+// again: the program's write into it races the copy unless the lease keeps it.
+std::uint64_t races_of_an_arena_reuse(bool drop, std::vector<Race>* kept) {
+  Rig rig(IntegrityPolicy::off);  // off: upload() returns with the copy in flight
+  auto h = rig.pool->allocate(256 * KiB, 1);
+  auto block = rig.arena->allocate(256 * KiB);
+  EXPECT_TRUE(block.ok());
+  EXPECT_TRUE(rig.engine->upload(1, TransferPlan().add(*block, *h)).ok());
+  std::optional<Dropping> d;
+  if (drop) d.emplace(WaitSite::arena_lease);
+  EXPECT_TRUE(rig.arena->free(*block).ok());
+  auto again = rig.arena->allocate(256 * KiB);  // the same bytes only when the lease is dropped
+  EXPECT_TRUE(again.ok());
+  (void)rig.backend->synchronize();
+  *kept = rig.backend->race_log()->kept;
+  EXPECT_TRUE(rig.arena->free(*again).ok());
+  return rig.races();
+}
+
+TEST(RaceMutation, TheArenasLeaseIsNeeded) {
+  std::vector<Race> kept;
+  EXPECT_EQ(races_of_an_arena_reuse(false, &kept), 0u);
+  EXPECT_GT(races_of_an_arena_reuse(true, &kept), 0u);
+  ASSERT_FALSE(kept.empty());
+  EXPECT_EQ(kept[0].earlier.kind, "copy_to_device");
+  EXPECT_EQ(kept[0].earlier.access, Access::read);
+  EXPECT_EQ(kept[0].later.op.stream, kHostSide) << "the host's write into the upload source";
+  EXPECT_EQ(kept[0].later.access, Access::write);
+}
+
 }  // namespace
 }  // namespace ferry
