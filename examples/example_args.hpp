@@ -45,8 +45,8 @@ inline bool race_free(const ferry::Backend& backend) {
   if (!log) return true;
   for (const ferry::Race& r : log->kept) {
     std::fprintf(stderr, "race: %s on stream %u ticket %llu and %s on stream %u ticket %llu, %llu bytes\n",
-                 r.earlier.kind.c_str(), r.earlier.op.stream, static_cast<unsigned long long>(r.earlier.op.ticket),
-                 r.later.kind.c_str(), r.later.op.stream, static_cast<unsigned long long>(r.later.op.ticket),
+                 r.earlier.kind.data(), r.earlier.op.stream, static_cast<unsigned long long>(r.earlier.op.ticket),
+                 r.later.kind.data(), r.later.op.stream, static_cast<unsigned long long>(r.later.op.ticket),
                  static_cast<unsigned long long>(r.bytes));
   }
   std::printf("race check: %llu races\n", static_cast<unsigned long long>(log->count));

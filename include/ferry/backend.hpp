@@ -187,7 +187,9 @@ class Backend {
 
   // Blocks until `point` has completed. Dispatches held ops of that stream up to
   // the point first. Errors: timeout (after `timeout` of backend time, or at once
-  // when the point waits for held work, which is named), backend_error (device fault).
+  // when the point waits for held work, which is named), backend_error (device
+  // fault), or the stream's sticky fault when an op at or before the point failed
+  // (a held op that failed when issued, a user kernel's own error).
   virtual Result<void> wait(StreamPoint point, std::chrono::nanoseconds timeout) = 0;
   // Flushes and waits for every stream. Blocks.
   virtual Result<void> synchronize() = 0;
@@ -234,8 +236,8 @@ class Backend {
   // StreamId: ferry ops on it are enqueued on `native` itself, in order with the
   // program's work there. ferry never destroys it, and never holds it: set_hold on
   // an adopted stream does nothing (a held op would run after the program's later
-  // work). The id is the first one from kFirstAdoptedStream up (then below it, from
-  // the top) that no ferry work has used. Errors:
+  // work). The id is the first one from kFirstAdoptedStream up to
+  // kLastAdoptedStream, then below kFirstAdoptedStream, that no ferry work has used. Errors:
   // invalid_argument (null, one of ferry's own streams, or adopted already: the
   // message names its id), out_of_memory (every id is in use), backend_error.
   virtual Result<StreamId> adopt_stream(NativeStream native) = 0;
@@ -250,7 +252,8 @@ class Backend {
   // invalid_argument (a point not handed out), timeout (the point waits for held
   // work on another stream, which is named), backend_error.
   virtual Result<NativeEvent> export_event(StreamPoint point) = 0;
-  // Errors: invalid_argument (not an event export_event made, or released already).
+  // Errors: invalid_argument (not an event export_event made, released already,
+  // or still waited on by a NativeWaitOp in a host-side queue).
   virtual Result<void> release_event(NativeEvent event) = 0;
 };
 

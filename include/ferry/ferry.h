@@ -149,8 +149,9 @@ FERRY_C_API ferry_status ferry_record_use(ferry_runtime rt, uint32_t stream, con
                                           uint32_t count);
 
 /* ---- Streams. */
-/* 1: hold (new work waits in a host-side queue); 0: release and dispatch.
- * Errors: INVALID_ARGUMENT (bad stream). Never blocks. */
+/* 1: hold (new work waits in a host-side queue); 0: release and dispatch. An
+ * adopted stream is never held: hold does nothing there. Errors: INVALID_ARGUMENT
+ * (bad stream). Never blocks. */
 FERRY_C_API ferry_status ferry_hold(ferry_runtime rt, uint32_t stream, int hold);
 /* Dispatches held work and waits for every stream. Errors: the first sticky
  * stream fault (a failed launch), BACKEND, TIMEOUT. Blocks. */
@@ -186,7 +187,7 @@ typedef struct ferry_race_side {
   uint32_t stream;
   uint64_t ticket;
   const char* kind; /* the operation: "fill", "copy_to_device", "user", ... */
-  const char* tag;  /* a launch's tag, else "" */
+  const char* tag;  /* a C++ user op's tag; "" for ferry_launch, which has none */
   uint32_t access;  /* FERRY_READ, FERRY_WRITE or FERRY_READ_WRITE */
 } ferry_race_side;
 typedef struct ferry_race {
@@ -195,7 +196,7 @@ typedef struct ferry_race {
 } ferry_race;
 /* Copies up to `capacity` of the races kept (the first 64) into out (nullable when
  * capacity is 0); *kept (nullable): how many were copied; *total (nullable): every
- * race found. The strings stay valid until the next ferry_get_races on rt.
+ * race found. The strings stay valid while rt lives.
  * Errors: UNSUPPORTED (the runtime does not check races). Never blocks. */
 FERRY_C_API ferry_status ferry_get_races(ferry_runtime rt, ferry_race* out, uint32_t capacity, uint32_t* kept,
                                          uint64_t* total);

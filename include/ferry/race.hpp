@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "ferry/api.hpp"
@@ -21,7 +22,7 @@ inline constexpr StreamId kHostSide = kMaxStreams;
 // One side of a race: the operation and how it touched the bytes.
 struct RaceAccess {
   StreamPoint op;       // stream and ticket; stream kHostSide: the host itself
-  std::string kind;     // the op's name ("fill", "user", ...; op_contract.hpp)
+  std::string_view kind;  // the op's name ("fill", "user", ...; op_contract.hpp): static storage
   std::string tag;      // a user op's tag, else empty
   Access access = Access::read;
 };

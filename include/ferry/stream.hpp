@@ -17,10 +17,11 @@ using Ticket = std::uint64_t;  // 0 means "nothing enqueued yet"
 
 // Streams are small integers 0..kMaxStreams-1, created on first use.
 inline constexpr StreamId kMaxStreams = 64;
-// Adopted streams (Backend::adopt_stream) take ids from here up, away from the
-// low ids a program numbers its streams with and the top ids the transfer
-// engine hashes on by default.
+// Adopted streams (Backend::adopt_stream) take ids kFirstAdoptedStream up to
+// kLastAdoptedStream, then below, away from the low ids a program numbers its
+// streams with; never the top four, where the transfer engine hashes by default.
 inline constexpr StreamId kFirstAdoptedStream = 32;
+inline constexpr StreamId kLastAdoptedStream = kMaxStreams - 5;
 
 struct StreamPoint {
   StreamId stream = 0;

@@ -89,7 +89,9 @@ class StreamOrder {
   Ticket completed(StreamId stream);
 
   // Blocks (bounded) until `point`, or every point of `uses`, has completed.
-  // Dispatches held work it waits for. Errors: timeout, backend_error.
+  // Dispatches held work it waits for. A completed point is success even when its
+  // stream carries a fault (Backend::wait reports that). Errors: timeout,
+  // backend_error (a device fault).
   Result<void> wait(StreamPoint point);
   Result<void> wait(const UseSet& uses);
 

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <string_view>
 
 #include "ferry/api.hpp"
 #include "ferry/device_pool.hpp"
@@ -30,6 +31,12 @@ struct Operand {
   std::uint64_t offset = 0;
   std::uint64_t bytes = kRestOfBlock;
 };
+
+// The device bytes [offset, offset + bytes) of a block of `span` (kRestOfBlock:
+// to its end): the one rule of an operand's range. Errors: invalid_argument when
+// the range leaves the block; the message starts with `what`.
+Result<DeviceRange> operand_range(const DeviceSpan& span, std::uint64_t offset, std::uint64_t bytes,
+                                  std::string_view what);
 
 // The modeled cost of a kernel on sim (cost_model.hpp); 0 and 0: one pass over
 // its operands at memory bandwidth.

@@ -457,8 +457,9 @@ class Runtime:
 
     def adopt_stream(self, native):
         """A ferry stream id for the program's own native stream (an int, e.g.
-        torch.cuda.current_stream().cuda_stream). InvalidArgumentError (0, adopted
-        already, one of ferry's own)."""
+        torch.cuda.current_stream().cuda_stream when that is not the default
+        stream, which is 0: adopt cudaStreamLegacy, 0x1, for it).
+        InvalidArgumentError (0, adopted already, one of ferry's own)."""
         out = ctypes.c_uint32()
         self._check(self._lib.ferry_adopt_stream(self._live(), _int(native, "adopt_stream: native", 64) or None,
                                                  ctypes.byref(out)))

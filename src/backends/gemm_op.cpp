@@ -106,13 +106,7 @@ Result<Ticket> enqueue_gemm(DevicePool& pool, StreamId stream, MatrixSlice a, Ma
       e.message = "gemm " + shape.text() + ": " + name + ": " + e.message;
       return e;
     }
-    const std::uint64_t bytes = s.bytes == kRestOfBlock && s.offset <= span->bytes ? span->bytes - s.offset : s.bytes;
-    if (s.offset > span->bytes || bytes > span->bytes - s.offset) {
-      return make_error(ErrorCode::invalid_argument, "gemm " + shape.text() + ": " + name + " asks for bytes [" +
-                                                         std::to_string(s.offset) + ", +" + std::to_string(s.bytes) +
-                                                         ") of a block of " + std::to_string(span->bytes) + " bytes");
-    }
-    return DeviceRange{span->addr + s.offset, bytes};
+    return operand_range(*span, s.offset, s.bytes, "gemm " + shape.text() + ": " + name);
   };
   Result<DeviceRange> ra = range(a, "a");
   if (!ra.ok()) return std::move(ra).error();

@@ -7,6 +7,7 @@
 #include <exception>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <shared_mutex>
 #include <new>
 #include <string>
@@ -25,8 +26,10 @@ struct ferry_runtime_s {
   // line are never split by ferry_trace_stop.
   std::shared_mutex trace_mu;
   std::unique_ptr<ferry::RecordingPool> recorder;
-  std::mutex races_mu;  // guards `races`, whose strings ferry_get_races hands out
-  std::shared_ptr<const ferry::RaceLog> races;
+  // Tags ferry_get_races handed out: interned, never erased, so the strings stay
+  // valid for the runtime's life whatever another thread asks meanwhile.
+  std::mutex tags_mu;
+  std::set<std::string> tags;
 };
 
 namespace {
@@ -375,8 +378,9 @@ ferry_status ferry_adopt_stream(ferry_runtime rt, void* native, uint32_t* out) {
 ferry_status ferry_release_stream(ferry_runtime rt, uint32_t stream, uint64_t timeout_ms) {
   return guarded("ferry_release_stream", [&] {
     FERRY_C_CHECK(rt != nullptr, "ferry_release_stream", "rt");
-    const auto timeout = timeout_ms > (UINT64_MAX / 1'000'000) ? std::chrono::nanoseconds::max()
-                                                               : std::chrono::nanoseconds(timeout_ms * 1'000'000);
+    constexpr uint64_t kMaxMs = static_cast<uint64_t>(INT64_MAX) / 1'000'000;  // nanoseconds are int64
+    const auto timeout = timeout_ms > kMaxMs ? std::chrono::nanoseconds::max()
+                                             : std::chrono::nanoseconds(static_cast<int64_t>(timeout_ms) * 1'000'000);
     return done(rt->runtime->backend().release_stream(stream, timeout));
   });
 }
@@ -425,21 +429,22 @@ ferry_status ferry_get_races(ferry_runtime rt, ferry_race* out, uint32_t capacit
     if (!log) {
       return fail(FERRY_ERROR_UNSUPPORTED, "ferry_get_races: the runtime does not check races (race_check is 0)");
     }
-    std::lock_guard lock(rt->races_mu);
-    rt->races = std::move(log);
+    std::lock_guard lock(rt->tags_mu);
     const auto access = [](ferry::Access a) -> uint32_t {
       return a == ferry::Access::read ? FERRY_READ : a == ferry::Access::write ? FERRY_WRITE : FERRY_READ_WRITE;
     };
     const auto side = [&](const ferry::RaceAccess& a) {
-      return ferry_race_side{a.op.stream, a.op.ticket, a.kind.c_str(), a.tag.c_str(), access(a.access)};
+      // kind is a static op name (NUL-terminated); a tag is interned.
+      return ferry_race_side{a.op.stream, a.op.ticket, a.kind.data(), rt->tags.insert(a.tag).first->c_str(),
+                             access(a.access)};
     };
-    const std::size_t n = std::min<std::size_t>(capacity, rt->races->kept.size());
+    const std::size_t n = std::min<std::size_t>(capacity, log->kept.size());
     for (std::size_t i = 0; i < n; ++i) {
-      const ferry::Race& r = rt->races->kept[i];
+      const ferry::Race& r = log->kept[i];
       out[i] = ferry_race{side(r.earlier), side(r.later), r.addr, r.bytes};
     }
     if (kept != nullptr) *kept = static_cast<uint32_t>(n);
-    if (total != nullptr) *total = rt->races->count;
+    if (total != nullptr) *total = log->count;
     return ok();
   });
 }

@@ -293,8 +293,9 @@ Result<StreamId> HoldQueues::adopt_stream(NativeStream native) {
   }
   // kFirstAdoptedStream up, then below it from the top: away from the ids a
   // program numbers its own ferry streams with (stream.hpp).
-  for (StreamId i = 0; i < kMaxStreams; ++i) {
-    const StreamId s = i < kMaxStreams - kFirstAdoptedStream ? kFirstAdoptedStream + i : kMaxStreams - 1 - i;
+  constexpr StreamId kUpward = kLastAdoptedStream - kFirstAdoptedStream + 1;
+  for (StreamId i = 0; i < kLastAdoptedStream + 1; ++i) {
+    const StreamId s = i < kUpward ? kFirstAdoptedStream + i : kFirstAdoptedStream - 1 - (i - kUpward);
     Queue& q = queues_[s];
     if (!adoptable(q)) continue;
     FERRY_TRY(device_.bind_stream(s, native));
@@ -303,8 +304,8 @@ Result<StreamId> HoldQueues::adopt_stream(NativeStream native) {
     return s;
   }
   return make_error(ErrorCode::out_of_memory, "adopt_stream(" + text::hex(native) + "): all " +
-                                                  std::to_string(kMaxStreams) +
-                                                  " stream ids carry ferry work or an adopted stream");
+                                                  std::to_string(kLastAdoptedStream + 1) +
+                                                  " adoptable stream ids carry ferry work or an adopted stream");
 }
 
 Result<void> HoldQueues::release_stream(StreamId stream, std::chrono::nanoseconds timeout) {
@@ -335,7 +336,7 @@ Result<void> HoldQueues::release_stream(StreamId stream, std::chrono::nanosecond
     std::lock_guard lock(mu_);
     Queue& q = queues_[stream];
     if (q.adopted == nullptr) return not_adopted();  // released by another thread meanwhile
-    if (q.submitted != last) continue;  // work enqueued meanwhile: wait for it too
+    if (!q.broken && q.submitted != last) continue;  // work enqueued meanwhile: wait for it too
     FERRY_TRY(device_.unbind_stream(stream));
     q.adopted = nullptr;
     q.released_at = q.submitted;
@@ -366,6 +367,19 @@ Result<NativeEvent> HoldQueues::export_event(StreamPoint point) {
 
 Result<void> HoldQueues::release_event(NativeEvent event) {
   std::lock_guard lock(mu_);
+  // A queued native wait binds to the event only when it is issued: released now,
+  // the event could be recycled for another point and the wait wait for that.
+  for (StreamId s = 0; s < kMaxStreams; ++s) {
+    const Queue& q = queues_[s];
+    for (std::size_t i = 0; i < q.queued.size(); ++i) {
+      const auto* w = std::get_if<NativeWaitOp>(&q.queued[i]);
+      if (w != nullptr && w->event == event) {
+        return make_error(ErrorCode::invalid_argument,
+                          "release_event(" + text::hex(event) + "): " + text::point({s, q.issued + 1 + i}) +
+                              " still waits on it in the host-side queue; release it once that is dispatched");
+      }
+    }
+  }
   return device_.release_export(event);
 }
 

@@ -74,14 +74,21 @@ bool StreamOrder::is_complete(StreamPoint point) {
 
 Result<void> StreamOrder::wait(StreamPoint point) {
   if (is_complete(point)) return {};
-  FERRY_TRY(backend_.wait(point, wait_timeout_));
+  Result<void> waited = backend_.wait(point, wait_timeout_);
+  // A stream's sticky fault (a failed user kernel) is the op's error, not this
+  // wait's: the point completed, so leases on it retire.
+  if (!waited.ok() && !is_complete(point)) return waited;
   completed(point.stream);
   return {};
 }
 
 Result<void> StreamOrder::wait(const UseSet& uses) {
-  for (const StreamPoint& p : uses.points()) FERRY_TRY(wait(p));
-  return {};
+  Result<void> first;  // every point is waited for, even after one failed
+  for (const StreamPoint& p : uses.points()) {
+    Result<void> r = wait(p);
+    if (!r.ok() && first.ok()) first = std::move(r);
+  }
+  return first;
 }
 
 Result<Ticket> StreamOrder::order_after(StreamId stream, StreamPoint point) {

@@ -248,6 +248,9 @@ class CudaBackend final : public HoldingBackend<Backend> {
   // (detach_resources), read by user kernels under mu_ or by anyone.
   mutable std::mutex cublas_handles_mu_;
   std::map<cudaStream_t, cublasHandle_t> cublas_handles_;
+  // Handles whose stream was released or replaced: cublasDestroy synchronizes the
+  // device, so they wait for the destructor rather than run under our locks.
+  std::vector<cublasHandle_t> retired_cublas_;  // guarded by cublas_handles_mu_
   mutable std::mutex mu_;
   std::array<Stream, kMaxStreams> streams_;
   std::vector<cudaEvent_t> free_events_;

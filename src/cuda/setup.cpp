@@ -195,12 +195,14 @@ CudaBackend::~CudaBackend() {
   bind();
   (void)synchronize();
   // Before the streams they are bound to.
-  if (!cublas_handles_.empty()) {
+  if (!cublas_handles_.empty() || !retired_cublas_.empty()) {
     std::string unused;  // a handle exists, so cuBLAS is loaded: no load happens here
     if (const CublasApi* cublas = cublas_api(unused)) {
       for (const auto& [native, handle] : cublas_handles_) (void)cublas->destroy(handle);
+      for (cublasHandle_t handle : retired_cublas_) (void)cublas->destroy(handle);
     }
     cublas_handles_.clear();
+    retired_cublas_.clear();
   }
   for (Stream& st : streams_) {
     if (st.handle == nullptr) continue;

@@ -67,6 +67,9 @@ Result<void> CudaBackend::synchronize_issued() {
   for (StreamId s = 0; s < kMaxStreams; ++s) {
     if (last[s] == 0) continue;
     auto r = wait_issued(StreamPoint{s, last[s]}, std::chrono::nanoseconds::max());
+    // A stream's fault (a failed user kernel) is reported by waits on its points,
+    // as on the sim, not by synchronize: the work itself has completed.
+    if (!r.ok() && issued_completed(s) >= last[s]) continue;
     if (!r.ok() && first.ok()) first = std::move(r);
   }
   return first;
@@ -123,17 +126,12 @@ void CudaBackend::detach_resources(Stream& st) {
     st.scratch = nullptr;
     st.scratch_bytes = 0;
   }
-  cublasHandle_t handle = nullptr;
-  {
-    std::lock_guard lock(cublas_handles_mu_);
-    if (const auto it = cublas_handles_.find(st.handle); it != cublas_handles_.end()) {
-      handle = it->second;
-      cublas_handles_.erase(it);
-    }
-  }
-  if (handle != nullptr) {
-    std::string unused;  // a handle exists, so cuBLAS is loaded: no load happens here
-    if (const CublasApi* cublas = cublas_api(unused)) (void)cublas->destroy(handle);
+  // Retired, not destroyed: cublasDestroy synchronizes the device, and the hold
+  // layer's lock and mu_ are held here.
+  std::lock_guard lock(cublas_handles_mu_);
+  if (const auto it = cublas_handles_.find(st.handle); it != cublas_handles_.end()) {
+    retired_cublas_.push_back(it->second);
+    cublas_handles_.erase(it);
   }
 }
 

@@ -1,5 +1,6 @@
 #include "ferry/allocation.hpp"
 
+#include <new>
 #include <utility>
 
 namespace ferry {
@@ -41,7 +42,13 @@ Result<void> Allocation::reset() {
   DevicePool& pool = *pool_;
   // Empty before the free, so a failed free never leaves a handle to free twice.
   const DeviceHandle h = release();
-  return pool.free(h);
+  // The destructor and move-assignment are noexcept: host memory running out in
+  // the pool's bookkeeping is an error here, never std::terminate.
+  try {
+    return pool.free(h);
+  } catch (const std::bad_alloc&) {
+    return make_error(ErrorCode::out_of_memory, "Allocation::reset: no host memory to free the block (it leaks)");
+  }
 }
 
 }  // namespace ferry

@@ -8,6 +8,17 @@
 
 namespace ferry {
 
+Result<DeviceRange> operand_range(const DeviceSpan& span, std::uint64_t offset, std::uint64_t bytes,
+                                  std::string_view what) {
+  const std::uint64_t n = bytes == kRestOfBlock && offset <= span.bytes ? span.bytes - offset : bytes;
+  if (offset > span.bytes || n > span.bytes - offset) {
+    return make_error(ErrorCode::invalid_argument,
+                      std::string(what) + " asks for bytes [" + std::to_string(offset) + ", +" +
+                          std::to_string(bytes) + ") of a block of " + std::to_string(span.bytes) + " bytes");
+  }
+  return DeviceRange{span.addr + offset, n};
+}
+
 Result<Ticket> enqueue_user(DevicePool& pool, StreamId stream, std::span<const Operand> operands,
                             UserKernel kernel, UserCost cost, std::string tag) {
   for (const Operand& o : operands) FERRY_TRY(pool.make_ready(o.handle, stream));
@@ -18,14 +29,12 @@ Result<Ticket> enqueue_user(DevicePool& pool, StreamId stream, std::span<const O
       const Operand& o = operands[i];
       Result<DeviceSpan> span = pool.lease(o.handle, {stream, t});
       if (!span.ok()) return std::move(span).error();
-      const std::uint64_t bytes = o.bytes == kRestOfBlock && o.offset <= span->bytes ? span->bytes - o.offset : o.bytes;
-      if (o.offset > span->bytes || bytes > span->bytes - o.offset) {
-        return make_error(ErrorCode::invalid_argument,
-                          "enqueue_user" + (tag.empty() ? std::string() : " '" + tag + "'") + ": operand " +
-                              std::to_string(i) + " asks for bytes [" + std::to_string(o.offset) + ", +" +
-                              std::to_string(o.bytes) + ") of a block of " + std::to_string(span->bytes) + " bytes");
-      }
-      op.operands.push_back(UserOperand{{span->addr + o.offset, bytes}, o.access});
+      Result<DeviceRange> range =
+          operand_range(*span, o.offset, o.bytes,
+                        "enqueue_user" + (tag.empty() ? std::string() : " '" + tag + "'") + ": operand " +
+                            std::to_string(i));
+      if (!range.ok()) return std::move(range).error();
+      op.operands.push_back(UserOperand{*range, o.access});
     }
     op.kernel = std::move(kernel);
     op.flops = cost.flops;

@@ -229,7 +229,7 @@ class Replayer {
         const TraceOp* op = op_of(side->op);
         out->line = op != nullptr ? op->line : 0;
         out->op = op != nullptr ? std::string(replay::to_string(op->kind)) : "end";
-        out->kind = side->kind;
+        out->kind = std::string(side->kind);
         out->access = std::string(to_string(side->access));
         out->point = side->op;
         owners[i] = allocation_at(r.addr, out->line);

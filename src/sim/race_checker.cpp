@@ -191,7 +191,7 @@ void RaceChecker::report(const Side& earlier, const Side& later, std::uint64_t a
   }
   ++log_->count;
   if (log_->kept.size() >= keep_) return;
-  const auto to_access = [](const Side& s) { return RaceAccess{s.op, std::string(s.kind), s.tag, s.access}; };
+  const auto to_access = [](const Side& s) { return RaceAccess{s.op, s.kind, s.tag, s.access}; };
   log_->kept.push_back(Race{to_access(earlier), to_access(later), addr, bytes});
 }
 

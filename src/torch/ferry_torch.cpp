@@ -149,11 +149,17 @@ void free_impl(void* ptr, int device, void* stream) {
   ferry::DevicePool& pool = state->runtime->pool();
   // The block stays leased until PyTorch's kernels enqueued on the stream so far
   // have completed; only then may another stream reuse it or the pool unmap it.
-  if (auto id = stream_of(*state, stream); id.ok()) {
-    const ferry::DeviceHandle used[] = {handle};
-    if (auto r = ferry::record_use(pool, *id, used); !r.ok()) last_error = request + r.error().message;
-  } else {
-    last_error = request + id.error().message;
+  // Without the lease the block could go to another stream under PyTorch's
+  // kernels: leaking it beats that (the pool's own rule).
+  auto id = stream_of(*state, stream);
+  if (!id.ok()) {
+    last_error = request + id.error().message + " (the block is kept, not freed)";
+    return;
+  }
+  const ferry::DeviceHandle used[] = {handle};
+  if (auto r = ferry::record_use(pool, *id, used); !r.ok()) {
+    last_error = request + r.error().message + " (the block is kept, not freed)";
+    return;
   }
   if (auto r = pool.free(handle); !r.ok()) last_error = request + r.error().message;
 }

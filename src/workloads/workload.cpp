@@ -302,7 +302,7 @@ std::string workload_report_json(const WorkloadReport& r) {
     nlohmann::ordered_json list = nlohmann::ordered_json::array();
     for (const Race& race : r.race_list) {
       const auto side = [](const RaceAccess& a) {
-        return nlohmann::ordered_json{{"stream", a.op.stream}, {"ticket", a.op.ticket}, {"kind", a.kind},
+        return nlohmann::ordered_json{{"stream", a.op.stream}, {"ticket", a.op.ticket}, {"kind", std::string(a.kind)},
                                       {"tag", a.tag}, {"access", std::string(to_string(a.access))}};
       };
       list.push_back({{"earlier", side(race.earlier)}, {"later", side(race.later)}, {"addr", race.addr},
@@ -334,7 +334,7 @@ std::string workload_report_summary(const WorkloadReport& r) {
     for (std::size_t i = 0; i < r.race_list.size() && i < 5; ++i) {
       const Race& race = r.race_list[i];
       const auto side = [](const RaceAccess& a) {
-        return a.kind + (a.tag.empty() ? "" : " '" + a.tag + "'") + " " + std::string(to_string(a.access)) +
+        return std::string(a.kind) + (a.tag.empty() ? "" : " '" + a.tag + "'") + " " + std::string(to_string(a.access)) +
                " at " + text::point(a.op);
       };
       line("race", side(race.earlier) + " and " + side(race.later) + ", " + bytes_text(race.bytes) + " at " +

@@ -267,7 +267,8 @@ TEST_P(DevicePoolModelTest, RandomTrafficUnderPressureKeepsEveryByte) {
     if (const auto races = backend->race_log()) {
       EXPECT_EQ(races->count, 0u) << "seed " << seed << ": "
                                   << (races->kept.empty() ? std::string()
-                                                          : races->kept[0].earlier.kind + " vs " + races->kept[0].later.kind);
+                                                          : std::string(races->kept[0].earlier.kind) + " vs " +
+                                                                std::string(races->kept[0].later.kind));
     }
     EXPECT_GT(m.user_ops(), 30u) << "seed " << seed;
     EXPECT_GT(m.stats().reclaims, 0u) << "seed " << seed << ": the run never met pressure";

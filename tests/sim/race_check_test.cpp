@@ -73,11 +73,12 @@ TEST_F(RaceCheck, ReadAfterWriteNeedsAWaitOrAHostWait) {
 
   auto again = raw(0, FillOp{{a.addr, a.bytes}, 2});
   ASSERT_TRUE(raw(2, WaitOp{{0, *again}}).ok());  // an event wait orders stream 2
-  ASSERT_TRUE(raw(2, CopyToHostOp{out.data(), {a.addr, a.bytes}}).ok());
+  std::vector<std::byte> out2(a.bytes), out3(a.bytes);  // one host buffer per copy: no host race
+  ASSERT_TRUE(raw(2, CopyToHostOp{out2.data(), {a.addr, a.bytes}}).ok());
   const DeviceSpan b = block(64 * KiB);  // (a again would race with stream 2's read)
   auto third = raw(0, FillOp{{b.addr, b.bytes}, 3});
   ASSERT_TRUE(backend_->wait({0, *third}, std::chrono::seconds(1)).ok());  // so does a host wait
-  ASSERT_TRUE(raw(3, CopyToHostOp{out.data(), {b.addr, b.bytes}}).ok());
+  ASSERT_TRUE(raw(3, CopyToHostOp{out3.data(), {b.addr, b.bytes}}).ok());
   ASSERT_TRUE(backend_->synchronize().ok());
   EXPECT_EQ(log().count, 1u) << "an ordered access was reported";
   (void)fill;
@@ -141,6 +142,17 @@ TEST_F(RaceCheck, AnUploadReadOnAnotherStreamNeedsTheWaitOrderAfterMakes) {
   ASSERT_TRUE(enqueue_user(*pool_, 0, ops, copy).ok());
   ASSERT_TRUE(backend_->synchronize().ok());
   EXPECT_EQ(log().count, planted) << "an upload ordered by order_after was reported";
+}
+
+TEST_F(RaceCheck, TwoDownloadsIntoOneHostBufferFromTwoStreamsRace) {
+  const DeviceSpan a = block(4 * KiB);
+  const DeviceSpan b = block(4 * KiB);
+  std::vector<std::byte> host(4 * KiB);
+  ASSERT_TRUE(raw(0, CopyToHostOp{host.data(), {a.addr, a.bytes}}).ok());
+  ASSERT_TRUE(raw(1, CopyToHostOp{host.data(), {b.addr, b.bytes}}).ok());
+  ASSERT_TRUE(backend_->synchronize().ok());
+  ASSERT_EQ(log().count, 1u);
+  EXPECT_EQ(log().kept[0].addr, reinterpret_cast<std::uintptr_t>(host.data())) << "a host range";
 }
 
 TEST_F(RaceCheck, TheCapKeepsTheFirstAndCountsAll) {
