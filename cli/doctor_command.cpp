@@ -26,6 +26,9 @@ namespace {
 
 struct DoctorArgs {
   BackendKind backend = BackendKind::sim;
+  // Given or not: without --backend the default is chosen at run time.
+  const CLI::Option* backend_option = nullptr;
+  const CLI::Option* profile_option = nullptr;
   std::string profile = "h200";
   std::string seed = "1";
   std::vector<std::string> inject;
@@ -95,7 +98,30 @@ int run_doctor(const DoctorArgs& args, const Io& io) {
   spec.profile = args.profile;
   spec.seed = seed;
   spec.faults = *faults;
-  Result<std::unique_ptr<Backend>> made = make_backend(spec);
+  // Without --backend: the machine's GPU when it has one (that is what a doctor is
+  // asked about), else the sim; injected faults and profiles are the sim's alone.
+  const bool chosen = args.backend_option == nullptr || args.backend_option->count() == 0;
+  std::string why_this_backend = "--backend " + std::string(to_string(spec.kind));
+  Result<std::unique_ptr<Backend>> made = make_error(ErrorCode::unsupported, "not tried");
+  const bool sim_asked = injected != "none" || (args.profile_option != nullptr && args.profile_option->count() > 0);
+  if (chosen && !sim_asked) {
+    BackendSpec cuda = spec;
+    cuda.kind = BackendKind::cuda;
+    made = make_backend(cuda);
+    if (made.ok()) {
+      spec = cuda;
+      why_this_backend = "cuda (the default: this machine has a CUDA device)";
+    } else if (made.error().code == ErrorCode::unsupported) {
+      why_this_backend = "sim (the default: no usable CUDA here: " + made.error().message +
+                         "; --backend cuda to insist)";
+      made = make_backend(spec);
+    } else {  // a device is there and its backend failed: that is the finding
+      spec = cuda;
+    }
+  } else {
+    if (chosen) why_this_backend = "sim (the default with --inject or --profile: they are the sim's)";
+    made = make_backend(spec);
+  }
   if (!made.ok()) {
     io.err << me << "the " << to_string(spec.kind) << " backend is not available: " << made.error().message << '\n';
     return kExitUsage;
@@ -152,6 +178,7 @@ int run_doctor(const DoctorArgs& args, const Io& io) {
     using nlohmann::ordered_json;
     ordered_json j;
     j["backend"] = to_string(info.backend);
+    j["backend_choice"] = why_this_backend;
     j["device"] = info.device;
     if (info.modeled_time) {
       j["seed"] = seed;
@@ -201,6 +228,7 @@ int run_doctor(const DoctorArgs& args, const Io& io) {
       s += value + '\n';
     };
     s += "ferry doctor\n";
+    line("backend", why_this_backend);
     std::string device = std::string(to_string(info.backend)) + " " + info.device;
     if (info.modeled_time) {
       device += " (simulated, seed " + std::to_string(seed) + ")";
@@ -249,8 +277,8 @@ Subcommand add_doctor(CLI::App& parent) {
   auto args = std::make_shared<DoctorArgs>();
   CLI::App* app = parent.add_subcommand(
       "doctor", "Show the device and backend ferry sees, and run report 000's pinned-churn probe on it");
-  add_backend_option(*app, args->backend);
-  add_profile_option(*app, args->profile);
+  args->backend_option = add_backend_option(*app, args->backend);
+  args->profile_option = add_profile_option(*app, args->profile);
   add_seed_option(*app, args->seed, "Seed of the sim's schedule and faults");
   add_inject_option(*app, args->inject);
   app->add_flag("--json", args->json, "Print one JSON object instead of the summary");
@@ -261,7 +289,9 @@ Subcommand add_doctor(CLI::App& parent) {
       "real sleeps (about 0.2 s in all). Then one verified upload goes through ferry's own\n"
       "arena and transfer engine.\n"
       "Exit status: 0 healthy; 1 silent copy failures seen (or the probe could not run);\n"
-      "2 bad usage, or a backend this machine does not have.");
+      "2 bad usage, or a backend this machine does not have.\n"
+      "Without --backend: cuda when this machine has a CUDA device, else sim (always sim\n"
+      "with --inject or --profile); the line `backend` says which was checked and why.");
   return {app, [args](const Io& io) { return run_doctor(*args, io); }};
 }
 

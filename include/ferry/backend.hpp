@@ -113,6 +113,11 @@ struct DeviceInfo {
   BackendKind backend = BackendKind::sim;
   std::string device;        // profile name on sim, GPU name on cuda
   std::uint64_t capacity = 0;      // physical device memory, bytes
+  // What one process may expect to get: on cuda the memory free when the backend
+  // started minus a margin for contexts, libraries and scratch; 0 means `capacity`
+  // (the sim). The pool's default capacity, and its ceiling without virtual memory
+  // (one allocation of all of it must succeed).
+  std::uint64_t available = 0;
   std::uint64_t granularity = 0;   // unit of map()/unmap(), a power of two
   bool virtual_memory = false;     // map/unmap of granules inside reserved ranges
   bool batched_copy = false;       // BatchCopyToDeviceOp is native (else unsupported: callers copy per range)
@@ -131,6 +136,9 @@ struct FaultCounters {
   std::uint64_t illegal_accesses = 0;
   // Copies out of pinned memory that the injected pinned-noop fault swallowed.
   std::uint64_t swallowed_copies = 0;
+  // Batched copies the device refused at enqueue, then issued one copy at a time
+  // (cuda): the bytes arrive, the batched path did not run.
+  std::uint64_t batch_fallbacks = 0;
 };
 
 struct HostMemoryStats {

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 
 #include "ferry/api.hpp"
 #include "ferry/backend.hpp"
@@ -21,5 +22,17 @@ bool cuda_backend_built() noexcept;
 
 // Errors: unsupported (not built, no driver, no device), backend_error.
 Result<std::unique_ptr<Backend>> make_cuda_backend(const CudaOptions& options);
+
+// Where this process's cuBLAS came from (the GEMM user op loads it on first use).
+struct CublasLocation {
+  std::string path;      // the file loaded
+  std::string found_by;  // "FERRY_CUBLAS_PATH", "the loader's search path", "$CUDA_HOME/lib64", ...
+};
+// Loads cuBLAS unless it is loaded already (once per process; the first call may take
+// a few hundred ms), searching FERRY_CUBLAS_PATH (a file or a folder), the loader's
+// path, $CUDA_HOME/lib64, a PyTorch wheel's site-packages/nvidia/cu13/lib, then the
+// toolkit of the build. Errors: unsupported (not built, or not found: the message
+// names every place tried). Any thread.
+Result<CublasLocation> locate_cublas();
 
 }  // namespace ferry

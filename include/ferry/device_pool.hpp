@@ -50,8 +50,10 @@ struct DeviceHandle {
 };
 
 struct PoolOptions {
-  // Bytes the pool may map; 0 means the device's capacity. Larger than the
-  // device's capacity is clamped to it.
+  // Bytes the pool may map; 0 means what the device has available
+  // (DeviceInfo::available: on cuda the free memory at start, less a margin).
+  // Larger than the device's capacity is clamped to it; without virtual memory
+  // (the whole capacity one allocation) to what is available.
   std::uint64_t capacity = 0;
   // Mapped granules that no block uses are kept (cached) up to this many bytes
   // and unmapped beyond it. trim() and pressure release them all.

@@ -32,14 +32,20 @@ struct CublasApi {
   // Optional: they only improve messages.
   decltype(&cublasGetStatusName) get_status_name = nullptr;
   decltype(&cublasGetStatusString) get_status_string = nullptr;
+  // The file that was loaded, and which search found it ("FERRY_CUBLAS_PATH",
+  // "the loader's search path", "$CUDA_HOME/lib64", "a PyTorch wheel's DIR", ...).
+  std::string path;
+  std::string found_by;
 
   // "CUBLAS_STATUS_NOT_SUPPORTED (15): the functionality requested is not supported",
   // as much of it as the library can say.
   std::string describe(cublasStatus_t status) const;
 };
 
-// The process's cuBLAS, loaded on the first call: by soname, then from the CUDA
-// toolkit's library directory of the build. Null when it cannot be loaded or lacks a
+// The process's cuBLAS, loaded on the first call: from FERRY_CUBLAS_PATH (a file or a
+// folder), by soname through the loader, from $CUDA_HOME/lib64, from a PyTorch wheel's
+// site-packages/nvidia/cu13/lib, then from the CUDA toolkit's library directory of the
+// build. Null when it cannot be loaded or lacks a
 // required symbol; `why` then names the library and the reason (the same text on
 // every later call). Never blocks after the first call.
 const CublasApi* cublas_api(std::string& why);

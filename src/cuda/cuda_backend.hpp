@@ -51,6 +51,7 @@
 #include <cuda_runtime_api.h>
 
 #include <array>
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -66,6 +67,7 @@
 #include "cuda/cublas_api.hpp"
 #include "cuda/cuda_error.hpp"
 #include "cuda/driver_api.hpp"
+#include "cuda/host_jobs.hpp"
 #include "ferry/backend.hpp"
 #include "ferry/holding_backend.hpp"
 #include "ferry/result.hpp"
@@ -76,10 +78,6 @@ namespace ferry::cuda_detail {
 inline void* device_ptr(std::uint64_t addr) {
   return reinterpret_cast<void*>(static_cast<std::uintptr_t>(addr));
 }
-
-// Enqueues a memcpy of host memory on `stream`, run by the driver in stream order
-// (cudaLaunchHostFunc) when the device reaches it (host_memory.cpp).
-cudaError_t launch_host_copy(cudaStream_t stream, void* dst, const void* src, std::size_t bytes);
 
 // One stream-ordered batched host->device copy; cudaErrorNotSupported on runtimes
 // before 12.8 (issue.cpp). The arrays are the runtime's, hence not const.
@@ -141,6 +139,12 @@ class CudaBackend final : public HoldingBackend<Backend> {
   // The handle bound to `native`, or null. Takes only cublas_handles_mu_, so a user
   // kernel may call it under mu_.
   cublasHandle_t cublas_handle(cudaStream_t native) const;
+
+  FaultCounters fault_counters() const override {
+    FaultCounters f;
+    f.batch_fallbacks = batch_fallbacks_.load(std::memory_order_relaxed);
+    return f;
+  }
 
   std::uint64_t now_ns() const override {
     return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -214,6 +218,9 @@ class CudaBackend final : public HoldingBackend<Backend> {
   void detach_resources(Stream& st);
 
   // host_memory.cpp
+  // Enqueues a memcpy of host memory on `stream`, run by the driver in stream order
+  // (cudaLaunchHostFunc) when the device reaches it; the job is host_jobs_'s.
+  cudaError_t launch_host_copy(cudaStream_t stream, void* dst, const void* src, std::size_t bytes);
   Result<std::byte*> staging_buffer(Stream& st, StreamId s);
   Result<void> copy_to_device(StreamId s, Stream& st, std::uint64_t dst, const std::byte* src,
                               std::uint64_t bytes);
@@ -258,6 +265,10 @@ class CudaBackend final : public HoldingBackend<Backend> {
   std::vector<void*> retired_scratch_;
   std::uint64_t* result_slots_ = nullptr;  // pinned, one per stream
   std::optional<Error> fault_;             // a sticky device fault
+  std::atomic<std::uint64_t> batch_fallbacks_{0};
+
+  // Declared before the streams' teardown needs it, freed after (the destructor).
+  HostJobs host_jobs_;
 
   mutable std::mutex host_mu_;
   std::map<std::byte*, std::uint64_t> pinned_;      // allocate_pinned blocks

@@ -22,25 +22,13 @@ namespace {
 
 constexpr std::uint64_t kStagingBytes = 4ull << 20;  // per buffer, two per stream
 
-// A host-side copy run by the driver in stream order (cudaLaunchHostFunc). It must
-// not call CUDA; it frees itself.
-struct HostCopy {
-  void* dst;
-  const void* src;
-  std::size_t bytes;
-};
-void CUDART_CB run_host_copy(void* data) {
-  auto* job = static_cast<HostCopy*>(data);
-  std::memcpy(job->dst, job->src, job->bytes);
-  delete job;
-}
-
 }  // namespace
 
-cudaError_t launch_host_copy(cudaStream_t stream, void* dst, const void* src, std::size_t bytes) {
-  auto* job = new HostCopy{dst, src, bytes};
-  const cudaError_t err = cudaLaunchHostFunc(stream, run_host_copy, job);
-  if (err != cudaSuccess) delete job;
+cudaError_t CudaBackend::launch_host_copy(cudaStream_t stream, void* dst, const void* src,
+                                          std::size_t bytes) {
+  HostJobs::Job* job = host_jobs_.add(dst, src, bytes);
+  const cudaError_t err = cudaLaunchHostFunc(stream, &HostJobs::run, job);
+  if (err != cudaSuccess) host_jobs_.cancel(job);
   return err;
 }
 

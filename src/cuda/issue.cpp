@@ -182,8 +182,10 @@ Result<void> CudaBackend::batch_to_device(StreamId s, Stream& st, const BatchCop
   if (dsts.empty()) return {};
   const cudaError_t err = memcpy_batch_to_device(dsts, srcs, sizes, device_, st.handle);
   if (err == cudaSuccess) return {};
-  // A rejected batch enqueued nothing: the same copies one by one.
+  // A rejected batch enqueued nothing: the same copies one by one, counted so that a
+  // test of the batched path can tell it did not run.
   (void)cudaGetLastError();
+  batch_fallbacks_.fetch_add(1, std::memory_order_relaxed);
   for (std::size_t i = 0; i < dsts.size(); ++i) {
     FERRY_TRY(check(cudaMemcpyAsync(dsts[i], srcs[i], sizes[i], cudaMemcpyHostToDevice, st.handle),
                     "cudaMemcpyAsync host->device (after cudaMemcpyBatchAsync failed: " +

@@ -6,10 +6,12 @@
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <utility>
@@ -24,6 +26,11 @@
 namespace ferry {
 namespace cuda_detail {
 namespace {
+
+bool verbose() {
+  const char* v = std::getenv("FERRY_CUDA_VERBOSE");
+  return v != nullptr && std::strcmp(v, "1") == 0;
+}
 
 constexpr std::uint64_t kFallbackGranularity = 2ull << 20;  // without VMM: the usual large page
 
@@ -115,6 +122,17 @@ Result<std::unique_ptr<Backend>> create_backend(int device) {
   info.backend = BackendKind::cuda;
   info.device = prop.name;
   info.capacity = prop.totalGlobalMem;
+  // Free memory now, less a margin for what the context, cuBLAS, scratch and other
+  // libraries of this process take later: max(256 MiB, 1/64 of the card).
+  std::size_t free_bytes = 0;
+  std::size_t total_bytes = 0;
+  if (cudaMemGetInfo(&free_bytes, &total_bytes) == cudaSuccess) {
+    const std::uint64_t margin = std::max<std::uint64_t>(256ull << 20, info.capacity / 64);
+    info.available = free_bytes > margin ? free_bytes - margin : 0;
+    if (info.available == 0) info.available = 1;  // nothing free: not "unknown"
+  } else {
+    (void)cudaGetLastError();
+  }
   info.host_register = device_attribute(cudaDevAttrHostRegisterSupported, device) != 0;
   setup.register_read_only = device_attribute(cudaDevAttrHostRegisterReadOnlySupported, device) != 0;
   setup.memory_pools = device_attribute(cudaDevAttrMemoryPoolsSupported, device) != 0;
@@ -167,9 +185,10 @@ Result<std::unique_ptr<Backend>> create_backend(int device) {
   std::string batch_note;
   info.batched_copy = probe_batched_copy(device, batch_note);
   // FERRY_CUDA_VERBOSE=1: one line on what was chosen and why (for tools/gpu-check).
-  if (const char* v = std::getenv("FERRY_CUDA_VERBOSE"); v != nullptr && std::strcmp(v, "1") == 0) {
-    std::fprintf(stderr, "ferry cuda: %s, %llu MiB, granularity %llu KiB, VMM: %s, batched copy: %s\n",
+  if (verbose()) {
+    std::fprintf(stderr, "ferry cuda: %s, %llu MiB (%llu MiB available), granularity %llu KiB, VMM: %s, batched copy: %s\n",
                  info.device.c_str(), static_cast<unsigned long long>(info.capacity >> 20),
+                 static_cast<unsigned long long>(info.available >> 20),
                  static_cast<unsigned long long>(info.granularity >> 10), vmm_note.c_str(),
                  batch_note.c_str());
   }
@@ -223,6 +242,11 @@ CudaBackend::~CudaBackend() {
       if (b != nullptr) (void)cudaFreeHost(b);
     }
   }
+  // Every stream is synchronized and destroyed: a job whose host function has not run
+  // never will (a sticky error stops them), so it is freed here, not leaked.
+  if (const std::size_t never_ran = host_jobs_.release_all(); never_ran > 0 && verbose()) {
+    std::fprintf(stderr, "ferry cuda: %zu host copies never ran (a sticky device error)\n", never_ran);
+  }
   for (void* p : retired_scratch_) (void)cudaFree(p);
   for (cudaEvent_t e : free_events_) (void)cudaEventDestroy(e);
   for (const auto& [e, count] : exported_) (void)cudaEventDestroy(e);  // never released by the program
@@ -244,15 +268,40 @@ Result<void> CudaBackend::init() {
 
 bool cuda_backend_built() noexcept { return true; }
 
+Result<CublasLocation> locate_cublas() {
+  std::string why;
+  const cuda_detail::CublasApi* api = cuda_detail::cublas_api(why);
+  if (api == nullptr) return make_error(ErrorCode::unsupported, why);
+  return CublasLocation{api->path, api->found_by};
+}
+
 Result<std::unique_ptr<Backend>> make_cuda_backend(const CudaOptions& options) {
   int count = 0;
   const cudaError_t err = cudaGetDeviceCount(&count);
-  if (err != cudaSuccess || count == 0) {
-    (void)cudaGetLastError();
-    return make_error(ErrorCode::unsupported,
-                      std::string("no CUDA device or driver found: ") +
-                          (err != cudaSuccess ? cudaGetErrorString(err)
-                                              : "the driver reports no devices"));
+  (void)cudaGetLastError();
+  if (err == cudaSuccess && count == 0) {
+    return make_error(ErrorCode::unsupported, "no CUDA device or driver found: the driver reports no devices");
+  }
+  if (err != cudaSuccess) {
+    // Without a GPU the runtime says "CUDA driver version is insufficient", which sends
+    // people to upgrade a driver they do not have. The kernel driver's /proc entry tells
+    // "no driver here" (unsupported: tests skip) from "a driver too old or broken"
+    // (backend_error: a machine with a device must not skip its GPU tests).
+    const bool no_driver = err == cudaErrorNoDevice || err == cudaErrorStubLibrary ||
+                           !std::filesystem::exists("/proc/driver/nvidia/version");
+    if (no_driver) {
+      return make_error(ErrorCode::unsupported,
+                        std::string("no CUDA device or driver found on this machine (the CUDA runtime says: ") +
+                            cudaGetErrorName(err) + ")");
+    }
+    return make_error(ErrorCode::backend_error,
+                      std::string("an NVIDIA driver is installed but CUDA could not start on it: ") +
+                          cuda_detail::describe(err) +
+                          (err == cudaErrorInsufficientDriver
+                               ? " (the driver is older than this build's CUDA runtime " +
+                                     std::to_string(CUDART_VERSION / 1000) + "." +
+                                     std::to_string(CUDART_VERSION % 1000 / 10) + ")"
+                               : std::string()));
   }
   if (options.device < 0 || options.device >= count) {
     return make_error(ErrorCode::invalid_argument,

@@ -12,6 +12,10 @@ Result<std::unique_ptr<Backend>> make_cuda_backend(const CudaOptions&) {
                     "or without a CUDA toolkit)");
 }
 
+Result<CublasLocation> locate_cublas() {
+  return make_error(ErrorCode::unsupported, "this build of ferry has no CUDA backend, hence no cuBLAS");
+}
+
 }  // namespace ferry
 
 namespace ferry::cuda_detail {

@@ -88,13 +88,23 @@ struct DevicePool::Impl {
     const DeviceInfo& info = backend.info();
     granule = std::bit_ceil(std::max<std::uint64_t>(info.granularity, kAlign));
     granule_shift = static_cast<unsigned>(std::countr_zero(granule));
-    const std::uint64_t device_cap = info.capacity / granule * granule;
-    capacity = options.capacity == 0 ? device_cap : std::min(options.capacity, device_cap);
+    const std::uint64_t available =
+        info.available == 0 ? info.capacity : std::min(info.available, info.capacity);
+    // Without VMM the whole capacity is one allocation made now: asking for more than
+    // is free can never succeed. With VMM granules map on demand, so an explicit
+    // capacity may exceed what is free today (a map then fails as out_of_memory).
+    const std::uint64_t ceiling = info.virtual_memory ? info.capacity : available;
+    const std::uint64_t device_cap = ceiling / granule * granule;
+    capacity = options.capacity == 0 ? available / granule * granule : std::min(options.capacity, device_cap);
     capacity = capacity / granule * granule;
     if (capacity == 0) {
-      status = make_error(ErrorCode::invalid_argument,
-                          "pool capacity " + std::to_string(options.capacity) +
-                              " B is smaller than one device granule (" + bytes_str(granule) + ")");
+      status = options.capacity == 0
+                   ? make_error(ErrorCode::out_of_memory,
+                                "the device has " + bytes_str(available) +
+                                    " available, less than one granule (" + bytes_str(granule) + ")")
+                   : make_error(ErrorCode::invalid_argument,
+                                "pool capacity " + std::to_string(options.capacity) +
+                                    " B is smaller than one device granule (" + bytes_str(granule) + ")");
       return;
     }
     // With virtual memory, address space is cheap: the large range has room

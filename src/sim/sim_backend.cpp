@@ -563,7 +563,7 @@ void SimGpu::note_host_access(const std::byte* ptr, std::uint64_t bytes, Access 
 
 FaultCounters SimGpu::fault_counters() const {
   std::lock_guard lock(mutex_);
-  return {illegal_accesses_, swallowed_copies_};
+  return {illegal_accesses_, swallowed_copies_, 0};
 }
 
 Result<void> SimGpu::peek(std::uint64_t addr, std::span<std::byte> out) const {

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "cli_run.hpp"
+#include "test_paths.hpp"
 
 namespace ferry::cli::testing {
 namespace {
@@ -54,7 +55,7 @@ TEST(BenchPool, SummaryNamesTheFigures) {
 }
 
 TEST(BenchFragmentation, Report003RatioIsAtLeastOne) {
-  CliRun r = run_ferry({"bench", "fragmentation", FERRY_TRACES_DIR "/report003.jsonl", "--json"});
+  CliRun r = run_ferry({"bench", "fragmentation", ::ferry::testing::traces_dir() + "/report003.jsonl", "--json"});
   ASSERT_EQ(r.code, 0) << r.out << r.err;
   const nlohmann::json j = parse_one_object(r);
   const auto peak = j["peak_live_bytes"].get<std::uint64_t>();

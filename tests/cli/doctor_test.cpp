@@ -21,8 +21,10 @@ nlohmann::json parse_one_object(const CliRun& r) {
   return j.is_object() ? j : nlohmann::json::object();
 }
 
+bool cuda_device_here() { return make_cuda_backend({}).ok(); }
+
 TEST(Doctor, HealthyOnACleanSim) {
-  CliRun r = run_ferry({"doctor"});
+  CliRun r = run_ferry({"doctor", "--backend", "sim"});
   EXPECT_EQ(r.code, 0) << r.out << r.err;
   for (const char* word : {"sim h200", "memory", "granularity", "virtual memory", "batched copy",
                            "probe passed", "host register", "pinned arena", "budget", "chunks",
@@ -87,12 +89,36 @@ TEST(Doctor, BatchBrokenShowsTheProbeDisablingBatching) {
   EXPECT_EQ(j["capabilities"]["batching_enabled"], false);
 }
 
+// Runs in every build on a machine without a GPU (with or without the backend built).
 TEST(Doctor, CudaWhereThereIsNoneExitsTwoWithAPlainMessage) {
-  if (cuda_backend_built()) GTEST_SKIP() << "this build has the CUDA backend";
+  if (cuda_device_here()) GTEST_SKIP() << "this machine has a CUDA device";
   CliRun r = run_ferry({"doctor", "--backend", "cuda"});
   EXPECT_EQ(r.code, 2);
   EXPECT_NE(r.err.find("cuda backend is not available"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("insufficient"), std::string::npos) << r.err;  // not "upgrade your driver"
   EXPECT_TRUE(r.out.empty()) << r.out;
+}
+
+// Without --backend the doctor checks the GPU where there is one, and always says
+// which backend it checked and why.
+TEST(Doctor, WithoutABackendChecksTheGpuIfAnyAndSaysWhich) {
+  CliRun r = run_ferry({"doctor"});
+  const bool gpu = cuda_device_here();
+  EXPECT_EQ(r.code, 0) << r.out << r.err;
+  const std::string expected = gpu ? "backend        cuda (the default: this machine has a CUDA device)"
+                                   : "backend        sim (the default: no usable CUDA here: ";
+  EXPECT_NE(r.out.find(expected), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(gpu ? "device         cuda " : "device         sim h200"), std::string::npos) << r.out;
+
+  CliRun j = run_ferry({"doctor", "--json"});
+  const nlohmann::json o = parse_one_object(j);
+  EXPECT_EQ(o["backend"], gpu ? "cuda" : "sim");
+  EXPECT_NE(o["backend_choice"].get<std::string>().find("the default"), std::string::npos) << o["backend_choice"];
+
+  CliRun asked = run_ferry({"doctor", "--backend", "sim", "--json"});
+  EXPECT_EQ(parse_one_object(asked)["backend_choice"], "--backend sim");
+  CliRun injected = run_ferry({"doctor", "--json", "--inject", "batch-broken"});
+  EXPECT_EQ(parse_one_object(injected)["backend"], "sim");
 }
 
 TEST(Doctor, BadUsageExitsTwo) {
@@ -129,7 +155,7 @@ int exit_status(const std::string& command) {
 
 TEST(Doctor, TheBinaryExitsWithTheDocumentedCodes) {
   const std::string bin = FERRY_CLI_BINARY;
-  EXPECT_EQ(exit_status(bin + " doctor"), 0);
+  EXPECT_EQ(exit_status(bin + " doctor --backend sim"), 0);
   EXPECT_EQ(exit_status(bin + " doctor --inject pinned-noop"), 1);
   EXPECT_EQ(exit_status(bin + " doctor --inject nonsense"), 2);
 }

@@ -11,13 +11,14 @@
 #include "cli_run.hpp"
 #include "ferry/fault_spec.hpp"
 #include "ferry/replay.hpp"
+#include "test_paths.hpp"
 
 namespace ferry::cli::testing {
 namespace {
 
 constexpr std::uint64_t kReport003UploadBytes = 3 * (std::uint64_t{12} << 20);
 
-std::string trace(const std::string& name) { return std::string(FERRY_TRACES_DIR) + "/" + name; }
+std::string trace(const std::string& name) { return ::ferry::testing::traces_dir() + "/" + name; }
 
 struct JsonRun {
   int code = -1;

@@ -1,8 +1,10 @@
 // The cuBLAS loader without a GPU: cuBLAS is not linked into ferry, it is loaded by
 // the first call and only then (a binary must start, fast, on machines without it).
+// Run twice by ctest: as found, and with FERRY_CUBLAS_PATH naming the toolkit's folder.
 #include <dlfcn.h>
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <string>
 
 #include "cuda/cublas_api.hpp"
@@ -30,6 +32,13 @@ TEST(CudaCublasApi, LoadsOnTheFirstCallOnly) {
     GTEST_SKIP() << why;
   }
   EXPECT_TRUE(cublas_in_process());
+  // Where it came from, for ferry doctor: a real file and the search that found it.
+  EXPECT_NE(api->path.find(kSoname), std::string::npos) << api->path;
+  EXPECT_FALSE(api->found_by.empty());
+  if (const char* env = std::getenv("FERRY_CUBLAS_PATH"); env != nullptr && *env != 0) {
+    EXPECT_EQ(api->found_by, "FERRY_CUBLAS_PATH") << api->path;
+    EXPECT_EQ(api->path.rfind(env, 0), 0u) << api->path << " is not under " << env;
+  }
   EXPECT_NE(api->create, nullptr);
   EXPECT_NE(api->destroy, nullptr);
   EXPECT_NE(api->set_stream, nullptr);

@@ -45,6 +45,9 @@ TEST(CudaBackendFactory, IsBuiltAndAnswersPlainlyWithoutADevice) {
   if (cuda_backend_built()) {
     EXPECT_NE(r.error().message.find("no CUDA device or driver found"), std::string::npos)
         << r.error().message;
+    // Not the runtime's "driver version is insufficient", which sends people to
+    // upgrade a driver that is not there.
+    EXPECT_EQ(r.error().message.find("insufficient"), std::string::npos) << r.error().message;
   }
 }
 
@@ -67,6 +70,14 @@ class CudaBackendTest : public ::testing::TestWithParam<bool> {
       FAIL() << r.error().message;
     }
     backend_ = std::move(r).value();
+    // Each variant proves the path it is named after: /vmm must really map granules
+    // through the driver, /plain must really be the cudaMalloc fallback.
+    if (GetParam()) {
+      ASSERT_TRUE(backend_->info().virtual_memory)
+          << "the /vmm variant runs without virtual memory management (FERRY_CUDA_VERBOSE=1 says why)";
+    } else {
+      ASSERT_FALSE(backend_->info().virtual_memory) << "FERRY_CUDA_VMM=0 did not select the fallback";
+    }
   }
 
   void TearDown() override {
@@ -162,9 +173,10 @@ TEST_P(CudaBackendTest, DescribesTheDevice) {
   EXPECT_GT(info.h2d_bytes_per_s, 0);
   EXPECT_GT(info.mem_bytes_per_s, 0);
   EXPECT_GT(info.flops_per_s, 0);
-  if (!GetParam()) {
-    EXPECT_FALSE(info.virtual_memory);
-  }
+  EXPECT_EQ(info.virtual_memory, GetParam());
+  // The pool's default capacity: free memory at start, less a margin, never the card.
+  EXPECT_GT(info.available, 0u);
+  EXPECT_LT(info.available, info.capacity);
   RecordProperty("device", info.device);
   RecordProperty("virtual_memory", info.virtual_memory ? "yes" : "no");
   RecordProperty("batched_copy", info.batched_copy ? "yes" : "no");
@@ -324,7 +336,12 @@ TEST_P(CudaBackendTest, ComputeEqualsTheHostMix) {
   EXPECT_EQ(read(out.addr, out.bytes), pattern(kMixStart, out.bytes));
 }
 
+// The native batched path (cudaMemcpyBatchAsync): fails when the start-up probe
+// disabled it or when the device refused a batch and the copies went one by one.
 TEST_P(CudaBackendTest, BatchedCopyMovesEveryPiece) {
+  ASSERT_TRUE(backend_->info().batched_copy)
+      << "the batched-copy probe failed at start-up (FERRY_CUDA_VERBOSE=1 says why)";
+  const std::uint64_t fallbacks = backend_->fault_counters().batch_fallbacks;
   const std::uint64_t n = 1 << 20;
   const std::uint64_t dst = device_buffer(8 * n);
   std::byte* src = pinned(6 * n);
@@ -350,7 +367,8 @@ TEST_P(CudaBackendTest, BatchedCopyMovesEveryPiece) {
     ASSERT_TRUE(std::equal(pageable.begin(), pageable.end(),
                            got.begin() + static_cast<std::ptrdiff_t>(7 * n)));
   }
-  RecordProperty("batched_copy", backend_->info().batched_copy ? "native" : "per-copy fallback");
+  EXPECT_EQ(backend_->fault_counters().batch_fallbacks, fallbacks)
+      << "cudaMemcpyBatchAsync refused the batch: the bytes came per copy, not batched";
 }
 
 TEST_P(CudaBackendTest, HeldOperationsWaitForAFlush) {
@@ -442,17 +460,30 @@ TEST_P(CudaBackendTest, TicketsCountUpAndComplete) {
   EXPECT_EQ(read(buf, 1 << 20, 11), pattern(199, 1 << 20));
 }
 
-TEST_P(CudaBackendTest, WaitTimesOutOrSucceeds) {
+// A zero-timeout wait on work that cannot have finished answers `timeout` at once
+// (the hash waits on a held point of another stream, so it cannot have run), and a
+// finite wait on the same work, once released, succeeds well inside its timeout.
+TEST_P(CudaBackendTest, WaitWithZeroTimeoutOnUnfinishedWorkTimesOutAtOnce) {
   const std::uint64_t n = 64 << 20;
   const std::uint64_t buf = device_buffer(n);
+  backend_->set_hold(13, true);
+  auto gate = backend_->enqueue(13, NopOp{});
+  ASSERT_TRUE(gate.ok());
+  ASSERT_TRUE(backend_->enqueue(12, WaitOp{{13, *gate}}).ok());
   auto t = backend_->enqueue(12, HashOp{{buf, n}, reinterpret_cast<std::uint64_t*>(pinned(8))});
   ASSERT_TRUE(t.ok());
+  const auto started = std::chrono::steady_clock::now();
   auto w = backend_->wait({12, *t}, std::chrono::nanoseconds(0));
-  EXPECT_TRUE(w.ok() || w.error().code == ErrorCode::timeout) << w.error().message;
+  ASSERT_FALSE(w.ok()) << "a wait on work behind a held point succeeded";
+  EXPECT_EQ(w.error().code, ErrorCode::timeout) << w.error().message;
+  EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::seconds(1));
   EXPECT_EQ(backend_->wait({12, *t + 5}, std::chrono::milliseconds(1)).error().code,
             ErrorCode::invalid_argument);  // never enqueued, as on sim
   EXPECT_TRUE(backend_->wait({12, 0}, std::chrono::nanoseconds(0)).ok());
-  EXPECT_TRUE(backend_->wait({12, *t}, kForever).ok());
+  backend_->set_hold(13, false);
+  const Result<void> done = backend_->wait({12, *t}, std::chrono::seconds(30));
+  EXPECT_TRUE(done.ok()) << done.error().message;  // the device's own wait, not the hold layer's
+  EXPECT_EQ(backend_->completed(12), *t);
 }
 
 TEST_P(CudaBackendTest, PinnedAndRegisteredMemoryIsCounted) {

@@ -9,13 +9,14 @@
 #include <string>
 
 #include "cli_run.hpp"
+#include "test_paths.hpp"
 
 namespace ferry::cli {
 namespace {
 
 using testing::run_ferry;
 
-std::string committed(const std::string& name) { return std::string(FERRY_TRACES_DIR) + "/" + name; }
+std::string committed(const std::string& name) { return ::ferry::testing::traces_dir() + "/" + name; }
 
 constexpr const char* kTrace =
     R"({"op":"alloc","id":"keep","bytes":4194304,"stream":0}

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "backend_fixture.hpp"
+#include "ferry/forwarding_backend.hpp"
 #include "pool_helpers.hpp"
 
 namespace ferry {
@@ -408,6 +409,55 @@ TEST(DevicePoolSim, DestructionWaitsForWorkInFlight) {
   sim->set_hold(0, false);
   ASSERT_TRUE(sim->synchronize().ok());
   EXPECT_EQ(sim->fault_counters().illegal_accesses, 0u);
+}
+
+}  // namespace
+}  // namespace ferry
+
+namespace ferry {
+namespace {
+
+// A device that says less is available than it has (cuda: free memory at start
+// minus a margin), with or without virtual memory.
+class ReportsAvailable final : public ForwardingBackend {
+ public:
+  ReportsAvailable(Backend& inner, std::uint64_t available, bool vmm) : ForwardingBackend(inner) {
+    info_ = inner.info();
+    info_.available = available;
+    info_.virtual_memory = vmm;
+  }
+  const DeviceInfo& info() const noexcept override { return info_; }
+
+ private:
+  DeviceInfo info_;
+};
+
+// Without VMM the pool's capacity is one allocation made at construction: the whole
+// card's memory can never be had, so the default and any explicit capacity stop at
+// what is available. With VMM only the default follows it.
+TEST(DevicePoolCapacity, DefaultsToWhatIsAvailableAndWithoutVmmNeverAsksForMore) {
+  auto sim = testing::make_backend("sim");
+  ASSERT_NE(sim, nullptr);
+  const std::uint64_t g = sim->info().granularity;
+  const std::uint64_t available = 5 * g + g / 2;  // rounded down to 5 granules
+  ASSERT_LT(available, sim->info().capacity);
+  for (const bool vmm : {false, true}) {
+    ReportsAvailable device(*sim, available, vmm);
+    StreamOrder order(device);
+    DevicePool by_default(order);
+    ASSERT_TRUE(by_default.status().ok()) << by_default.status().error().message;
+    EXPECT_EQ(by_default.capacity(), 5 * g) << "vmm " << vmm;
+    PoolOptions o;
+    o.capacity = 8 * g;
+    DevicePool explicit_capacity(order, o);
+    ASSERT_TRUE(explicit_capacity.status().ok());
+    EXPECT_EQ(explicit_capacity.capacity(), vmm ? 8 * g : 5 * g) << "vmm " << vmm;
+  }
+  ReportsAvailable nothing_free(*sim, 1, false);
+  StreamOrder order(nothing_free);
+  DevicePool none(order);
+  ASSERT_FALSE(none.status().ok());
+  EXPECT_EQ(none.status().error().code, ErrorCode::out_of_memory) << none.status().error().message;
 }
 
 }  // namespace

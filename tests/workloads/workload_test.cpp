@@ -10,6 +10,7 @@
 #include <ostream>
 #include <string>
 
+#include "backend_fixture.hpp"
 #include "ferry/cuda_backend.hpp"
 #include "ferry/workload.hpp"
 
@@ -210,7 +211,7 @@ INSTANTIATE_TEST_SUITE_P(All, EachWorkloadGemm,
 // (MatmulKind::automatic) checked bit for bit against the host's GEMMs. SKIP
 // without a device.
 TEST_P(EachWorkloadGemm, CudaMatchesWithCublas) {
-  if (auto cuda = make_cuda_backend({}); !cuda.ok()) GTEST_SKIP() << "no cuda backend: " << cuda.error().message;
+  FERRY_SKIP_WITHOUT_BACKEND("cuda");  // a device whose backend fails to start fails here
   WorkloadOptions o = gemm_small(GetParam());
   o.backend = BackendKind::cuda;
   o.matmul = MatmulKind::automatic;
