@@ -255,6 +255,7 @@ TEST_P(DevicePoolModelTest, RandomTrafficUnderPressureKeepsEveryByte) {
     BackendSpec spec = testing::backend_spec(GetParam(), {}, seed);
     spec.race_check = spec.kind == BackendKind::sim;
     auto made = make_backend(spec);
+    if (!made.ok()) testing::last_backend_error() = made.error();  // what FERRY_REQUIRE_BACKEND reads
     std::unique_ptr<Backend> backend = made.ok() ? std::move(made).value() : nullptr;
     FERRY_REQUIRE_BACKEND(backend, GetParam());
     Model m(*backend, seed, 12 << 20);
