@@ -17,6 +17,7 @@
 #include "ferry/device_pool.hpp"
 #include "ferry/device_profile.hpp"
 #include "ferry/fault_spec.hpp"
+#include "ferry/gemm.hpp"
 #include "ferry/host_arena.hpp"
 #include "ferry/stream_order.hpp"
 #include "ferry/transfer_engine.hpp"
@@ -179,6 +180,7 @@ int run_doctor(const DoctorArgs& args, const Io& io) {
     ordered_json j;
     j["backend"] = to_string(info.backend);
     j["backend_choice"] = why_this_backend;
+    j["gemm"] = gemm_library(*backend);
     j["device"] = info.device;
     if (info.modeled_time) {
       j["seed"] = seed;
@@ -245,6 +247,7 @@ int run_doctor(const DoctorArgs& args, const Io& io) {
                              (info.batched_copy ? " (" + batch_state + ")" : "") +
                              (probe.detail.empty() ? "" : ": " + probe.detail));
     line("host register", yes_no(info.host_register));
+    line("gemm", gemm_library(*backend));
     line("pinned arena", human_bytes(arena.options().budget_bytes) + " budget in " +
                              human_bytes(arena.options().chunk_bytes) + " chunks");
     if (churn.ok()) {

@@ -101,4 +101,9 @@ struct MatrixSlice {
 Result<Ticket> enqueue_gemm(DevicePool& pool, StreamId stream, MatrixSlice a, MatrixSlice b, MatrixSlice c,
                             const GemmShape& shape, UserCost cost = {});
 
+// Which GEMM `backend` runs, for a person: "host GEMM (gemm_bf16)" on sim; on cuda
+// the cuBLAS library loaded and how it was found, or why none could be. Loads
+// cuBLAS on cuda (once per process). Never fails.
+std::string gemm_library(const Backend& backend);
+
 }  // namespace ferry

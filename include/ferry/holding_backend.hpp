@@ -42,6 +42,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 
 #include "ferry/api.hpp"
@@ -146,6 +147,11 @@ class HoldQueues {
   // Issues held ops of `stream` through `ticket`, stopping early at a WaitOp
   // whose point is not issued yet (blocked).
   Result<void> dispatch_through(StreamId stream, Ticket ticket);
+  // Issues held work of point.stream through the point, for the host to wait on
+  // or export. Errors: invalid_argument (a point not handed out), timeout at once
+  // when it waits for held work (named), the fault of a broken stream. `what`
+  // starts the messages.
+  Result<void> issue_for_host(StreamPoint point, std::string_view what);
   // Issues what unheld, blocked streams can issue now; repeats until nothing moves.
   void unblock();
   bool blocked(const Op& op) const;

@@ -7,6 +7,7 @@
 
 #include "core/text.hpp"
 #include "cuda/cublas_gemm.hpp"
+#include "ferry/cuda_backend.hpp"
 #include "ferry/gemm.hpp"
 
 namespace ferry {
@@ -120,6 +121,13 @@ Result<Ticket> enqueue_gemm(DevicePool& pool, StreamId stream, MatrixSlice a, Ma
                               {b.handle, Access::read, b.offset, rb->bytes},
                               {c.handle, Access::write, c.offset, rc->bytes}};
   return enqueue_user(pool, stream, operands, std::move(op->kernel), {op->flops, op->mem_bytes}, std::move(op->tag));
+}
+
+std::string gemm_library(const Backend& backend) {
+  if (backend.info().backend != BackendKind::cuda) return "host GEMM (gemm_bf16)";
+  Result<CublasLocation> where = locate_cublas();
+  if (!where.ok()) return "none: " + where.error().message;
+  return "cuBLAS " + where->path + " (found by " + where->found_by + ")";
 }
 
 }  // namespace ferry

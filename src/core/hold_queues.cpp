@@ -109,23 +109,29 @@ Result<void> HoldQueues::flush_all() {
   return first;
 }
 
+Result<void> HoldQueues::issue_for_host(StreamPoint point, std::string_view what) {
+  Queue& q = queues_[point.stream];
+  if (point.ticket > q.submitted) {
+    return make_error(ErrorCode::invalid_argument, std::string(what) + " " + text::point(point) +
+                                                       ": that stream has only " + std::to_string(q.submitted) +
+                                                       " tickets");
+  }
+  (void)dispatch_through(point.stream, point.ticket);  // a failure becomes the stream's fault
+  unblock();
+  check();
+  if (point.ticket > q.issued) {
+    if (q.broken) return *q.fault.error;
+    return make_error(ErrorCode::timeout,
+                      std::string(what) + " " + text::point(point) + " can never complete: " + describe_blockage(point));
+  }
+  return {};
+}
+
 Result<void> HoldQueues::wait(StreamPoint point, std::chrono::nanoseconds timeout) {
   if (point.stream >= kMaxStreams) return bad_stream("wait", point.stream);
   {
     std::lock_guard lock(mu_);
-    Queue& q = queues_[point.stream];
-    if (point.ticket > q.submitted) {
-      return make_error(ErrorCode::invalid_argument, "wait for " + text::point(point) + ": that stream has only " +
-                                                         std::to_string(q.submitted) + " tickets");
-    }
-    (void)dispatch_through(point.stream, point.ticket);  // a failure becomes the stream's fault
-    unblock();
-    check();
-    if (point.ticket > q.issued) {
-      if (q.broken) return *q.fault.error;
-      return make_error(ErrorCode::timeout,
-                        "wait for " + text::point(point) + " can never complete: " + describe_blockage(point));
-    }
+    FERRY_TRY(issue_for_host(point, "wait for"));
   }
   FERRY_TRY(device_.wait_issued(point, timeout));
   std::lock_guard lock(mu_);
@@ -348,20 +354,7 @@ Result<void> HoldQueues::release_stream(StreamId stream, std::chrono::nanosecond
 Result<NativeEvent> HoldQueues::export_event(StreamPoint point) {
   if (point.stream >= kMaxStreams) return bad_stream("export_event", point.stream);
   std::lock_guard lock(mu_);
-  Queue& q = queues_[point.stream];
-  if (point.ticket > q.submitted) {
-    return make_error(ErrorCode::invalid_argument, "export_event for " + text::point(point) +
-                                                       ": that stream has only " + std::to_string(q.submitted) +
-                                                       " tickets");
-  }
-  (void)dispatch_through(point.stream, point.ticket);  // a failure becomes the stream's fault
-  unblock();
-  check();
-  if (point.ticket > q.issued) {
-    if (q.broken) return *q.fault.error;
-    return make_error(ErrorCode::timeout,
-                      "export_event for " + text::point(point) + ": " + describe_blockage(point));
-  }
+  FERRY_TRY(issue_for_host(point, "export_event for"));
   return device_.export_issued(point);
 }
 
