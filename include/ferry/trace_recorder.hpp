@@ -26,6 +26,7 @@
 //   copy_to_host,
 //   download        check {id} (the format's read-back; the replay waits for it)
 //   hold / release  hold / release {stream}
+//   wait            wait {stream, for}
 //   synchronize     sync {stream} or sync {}
 //   trim            trim {}
 // Ids are "b<N>" or, with a tag, "<tag>#<N>"; N counts allocations from 1, so
@@ -118,6 +119,11 @@ class RecordingPool {
   // Errors: invalid_argument (stream out of range), backend_error. Never block.
   Result<void> hold(StreamId stream);
   Result<void> release(StreamId stream);
+  // `stream` waits for everything enqueued on `for_stream` so far (an event wait,
+  // StreamOrder::order_after), recorded as the trace's `wait`, so a recording
+  // replays under --strict with the program's own ordering. Never blocks.
+  // Errors: invalid_argument (a stream out of range), backend_error.
+  Result<void> wait(StreamId stream, StreamId for_stream);
   // Waits for everything enqueued on `stream` so far (dispatching what it
   // holds), or for every stream. Blocks (bounded). Errors: invalid_argument,
   // timeout, backend_error.

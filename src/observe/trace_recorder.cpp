@@ -268,6 +268,21 @@ Result<void> RecordingPool::hold(StreamId stream) {
   return r;
 }
 
+Result<void> RecordingPool::wait(StreamId stream, StreamId for_stream) {
+  Impl& p = *impl_;
+  for (StreamId s : {stream, for_stream}) {
+    if (Result<void> bad = check_stream(s); !bad.ok()) {
+      p.unrecorded();
+      return bad;
+    }
+  }
+  StreamOrder& order = p.pool.order();
+  Result<Ticket> t = order.order_after(stream, {for_stream, order.backend().submitted(for_stream)});
+  Result<void> r = t.ok() ? Result<void>() : Result<void>(t.error());
+  p.write(Line{{"op", "wait"}, {"stream", stream}, {"for", for_stream}}, r);
+  return r;
+}
+
 Result<void> RecordingPool::release(StreamId stream) {
   Impl& p = *impl_;
   if (Result<void> s = check_stream(stream); !s.ok()) {

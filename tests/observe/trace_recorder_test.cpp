@@ -166,6 +166,37 @@ TEST(TraceRecorder, ARecordedProgramReplaysWithEveryCheckMatchingAndTheSameError
   EXPECT_EQ(r->skipped, 0u);
 }
 
+// A program's own cross-stream wait is recorded, so its recording replays under
+// --strict with the program's ordering: race-free with the wait, a race without.
+std::uint64_t strict_races_of_a_recording(bool with_wait) {
+  Rig rig(h200_at(64 * kMiB));
+  std::ostringstream trace;
+  {
+    RecordingPool rec(*rig.pool, trace);
+    auto w = rec.allocate(1 * kMiB, 0, "w");
+    auto out = rec.allocate(64 * 1024, 0, "out");
+    EXPECT_TRUE(w.ok() && out.ok());
+    EXPECT_TRUE(rec.fill(1, *w, 5).ok());
+    if (with_wait) EXPECT_TRUE(rec.wait(0, 1).ok());
+    const DeviceHandle in[] = {*w};
+    EXPECT_TRUE(rec.compute(0, in, *out).ok());
+    EXPECT_TRUE(rec.synchronize().ok());
+    EXPECT_TRUE(rec.flush().ok());
+  }
+  EXPECT_EQ(trace.str().find(R"("op":"wait")") != std::string::npos, with_wait) << trace.str();
+  ReplayOptions o = replay_at(64 * kMiB);
+  o.strict = true;
+  o.backend.race_check = true;
+  Result<ReplayReport> r = replay_trace_text(trace.str(), "recorded.jsonl", o);
+  EXPECT_TRUE(r.ok()) << r.error().message;
+  return r.ok() ? r->races : 0;
+}
+
+TEST(TraceRecorder, AProgramsWaitIsRecordedAndReplaysUnderStrict) {
+  EXPECT_EQ(strict_races_of_a_recording(true), 0u);
+  EXPECT_GT(strict_races_of_a_recording(false), 0u);
+}
+
 TEST(TraceRecorder, ARecordedFileReplaysThroughTheCliWithExitZero) {
   TempDir dir;
   const std::string path = dir.path("recorded.jsonl");
