@@ -11,6 +11,7 @@
 #include <shared_mutex>
 #include <new>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "ferry/fault_spec.hpp"
@@ -38,43 +39,29 @@ using ferry::ErrorCode;
 
 thread_local std::string t_last_error;
 
+// The one mapping between ferry's error codes and the ABI's statuses, read both ways.
+constexpr std::pair<ErrorCode, ferry_status> kStatuses[] = {
+    {ErrorCode::out_of_memory, FERRY_ERROR_OUT_OF_MEMORY},
+    {ErrorCode::stale_handle, FERRY_ERROR_STALE_HANDLE},
+    {ErrorCode::invalid_argument, FERRY_ERROR_INVALID_ARGUMENT},
+    {ErrorCode::transfer_corrupt, FERRY_ERROR_TRANSFER_CORRUPT},
+    {ErrorCode::backend_error, FERRY_ERROR_BACKEND},
+    {ErrorCode::unsupported, FERRY_ERROR_UNSUPPORTED},
+    {ErrorCode::timeout, FERRY_ERROR_TIMEOUT},
+};
+
 ferry_status status_of(ErrorCode code) {
-  switch (code) {
-    case ErrorCode::out_of_memory:
-      return FERRY_ERROR_OUT_OF_MEMORY;
-    case ErrorCode::stale_handle:
-      return FERRY_ERROR_STALE_HANDLE;
-    case ErrorCode::invalid_argument:
-      return FERRY_ERROR_INVALID_ARGUMENT;
-    case ErrorCode::transfer_corrupt:
-      return FERRY_ERROR_TRANSFER_CORRUPT;
-    case ErrorCode::backend_error:
-      return FERRY_ERROR_BACKEND;
-    case ErrorCode::unsupported:
-      return FERRY_ERROR_UNSUPPORTED;
-    case ErrorCode::timeout:
-      return FERRY_ERROR_TIMEOUT;
+  for (const auto& [c, s] : kStatuses) {
+    if (c == code) return s;
   }
   return FERRY_ERROR_BACKEND;
 }
 
 ErrorCode code_of(ferry_status status) {
-  switch (status) {
-    case FERRY_ERROR_OUT_OF_MEMORY:
-      return ErrorCode::out_of_memory;
-    case FERRY_ERROR_STALE_HANDLE:
-      return ErrorCode::stale_handle;
-    case FERRY_ERROR_INVALID_ARGUMENT:
-      return ErrorCode::invalid_argument;
-    case FERRY_ERROR_TRANSFER_CORRUPT:
-      return ErrorCode::transfer_corrupt;
-    case FERRY_ERROR_UNSUPPORTED:
-      return ErrorCode::unsupported;
-    case FERRY_ERROR_TIMEOUT:
-      return ErrorCode::timeout;
-    default:
-      return ErrorCode::backend_error;
+  for (const auto& [c, s] : kStatuses) {
+    if (s == status) return c;
   }
+  return ErrorCode::backend_error;
 }
 
 ferry_status fail(const ferry::Error& error) {
