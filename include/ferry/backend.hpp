@@ -225,6 +225,13 @@ class Backend {
   virtual void note_host_access(const std::byte* ptr, std::uint64_t bytes, Access access) {
     (void)ptr, (void)bytes, (void)access;
   }
+  // Device bytes [addr, addr + bytes) are now the pool block `handle`, named `tag`
+  // (empty: unnamed): a race checker names the block in its reports, and tells a
+  // reuse of the bytes by another allocation. Others ignore it. Never blocks.
+  virtual void note_block(std::uint64_t addr, std::uint64_t bytes, const DeviceHandle& handle,
+                          std::string_view tag) {
+    (void)addr, (void)bytes, (void)handle, (void)tag;
+  }
 
   // The backend that runs the ops: this one, or for an adaptor (forwarding_backend.hpp)
   // the one at the end of its chain. A backend layer reaches its own backend's

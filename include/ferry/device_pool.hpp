@@ -29,25 +29,19 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "ferry/api.hpp"
 #include "ferry/backend.hpp"
 #include "ferry/content.hpp"
+#include "ferry/device_handle.hpp"
 #include "ferry/result.hpp"
 #include "ferry/stream.hpp"
 #include "ferry/stream_order.hpp"
 #include "ferry/validation.hpp"
 
 namespace ferry FERRY_API {
-
-// A value handle. {0,0,0} is the null handle and never resolves.
-struct DeviceHandle {
-  std::uint32_t pool = 0;
-  std::uint32_t slot = 0;
-  std::uint32_t generation = 0;
-  friend bool operator==(const DeviceHandle&, const DeviceHandle&) = default;
-};
 
 struct PoolOptions {
   // Bytes the pool may map; 0 means what the device has available
@@ -134,6 +128,10 @@ class DevicePool {
 
   // Resolves without leasing (for inspection). Errors: stale_handle.
   Result<DeviceSpan> resolve(DeviceHandle handle) const;
+
+  // Names the block for diagnostics: the race checker's reports (race.hpp) carry
+  // `tag` for it. Errors: stale_handle. Never blocks.
+  Result<void> set_tag(DeviceHandle handle, std::string_view tag);
 
   // Resolves `handle` and records a lease for `point` (called from a
   // StreamOrder::submit prepare callback). Errors: stale_handle.

@@ -96,6 +96,9 @@ FERRY_C_API ferry_status ferry_free(ferry_runtime rt, ferry_handle h);
  * address is for the program's own kernels; it carries no lease (ferry_launch
  * and ferry_record_use do). Errors: STALE_HANDLE. Never blocks. */
 FERRY_C_API ferry_status ferry_device_address(ferry_runtime rt, ferry_handle h, uint64_t* addr, uint64_t* bytes);
+/* Names the block for diagnostics: the race reports (ferry_get_races) carry `tag`
+ * (copied; NULL clears it) for it. Errors: STALE_HANDLE. Never blocks. */
+FERRY_C_API ferry_status ferry_set_tag(ferry_runtime rt, ferry_handle h, const char* tag);
 /* Releases cached device memory and completed frees. Never blocks. */
 FERRY_C_API ferry_status ferry_trim(ferry_runtime rt);
 
@@ -149,6 +152,10 @@ FERRY_C_API ferry_status ferry_record_use(ferry_runtime rt, uint32_t stream, con
                                           uint32_t count);
 
 /* ---- Streams. */
+/* Stream `stream` waits for everything enqueued on `for_stream` so far: an event
+ * recorded there, waited on by `stream` (recorded as the trace's `wait` while
+ * tracing). Errors: INVALID_ARGUMENT (bad stream), BACKEND. Never blocks. */
+FERRY_C_API ferry_status ferry_stream_wait(ferry_runtime rt, uint32_t stream, uint32_t for_stream);
 /* 1: hold (new work waits in a host-side queue); 0: release and dispatch. An
  * adopted stream is never held: hold does nothing there. Errors: INVALID_ARGUMENT
  * (bad stream). Never blocks. */
@@ -189,10 +196,14 @@ typedef struct ferry_race_side {
   const char* kind; /* the operation: "fill", "copy_to_device", "user", ... */
   const char* tag;  /* a C++ user op's tag; "" for ferry_launch, which has none */
   uint32_t access;  /* FERRY_READ, FERRY_WRITE or FERRY_READ_WRITE */
+  ferry_handle block;    /* the pool block the bytes were when this side touched them; null: none */
+  const char* block_tag; /* its ferry_set_tag name; "" when unnamed */
 } ferry_race_side;
 typedef struct ferry_race {
   ferry_race_side earlier, later;
   uint64_t addr, bytes; /* the overlapping device bytes */
+  int reuse; /* 1: the sides' blocks differ: the bytes were freed and handed out again
+              * while the earlier side's work could still run (allocator reuse) */
 } ferry_race;
 /* Copies up to `capacity` of the races kept (the first 64) into out (nullable when
  * capacity is 0); *kept (nullable): how many were copied; *total (nullable): every

@@ -49,6 +49,10 @@ class ForwardingBackend : public Backend {
   void note_host_access(const std::byte* ptr, std::uint64_t bytes, Access access) override {
     inner_.note_host_access(ptr, bytes, access);
   }
+  void note_block(std::uint64_t addr, std::uint64_t bytes, const DeviceHandle& handle,
+                  std::string_view tag) override {
+    inner_.note_block(addr, bytes, handle, tag);
+  }
   Backend& innermost() noexcept override { return inner_.innermost(); }
   Result<NativeStream> native_stream(StreamId stream) override { return inner_.native_stream(stream); }
   Result<StreamId> adopt_stream(NativeStream native) override { return inner_.adopt_stream(native); }

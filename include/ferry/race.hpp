@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "ferry/api.hpp"
+#include "ferry/device_handle.hpp"
 #include "ferry/stream.hpp"
 #include "ferry/user_kernel.hpp"
 
@@ -19,12 +20,20 @@ namespace ferry FERRY_API {
 // device operation may still use (ticket 0, kind "host").
 inline constexpr StreamId kHostSide = kMaxStreams;
 
+// The pool block a side's bytes belonged to when it touched them (the pool names
+// each allocation to the backend, Backend::note_block).
+struct RaceBlock {
+  DeviceHandle handle;  // null: no pool block (host bytes, or memory no pool handed out)
+  std::string tag;      // DevicePool::set_tag's name for it, else empty
+};
+
 // One side of a race: the operation and how it touched the bytes.
 struct RaceAccess {
   StreamPoint op;       // stream and ticket; stream kHostSide: the host itself
   std::string_view kind;  // the op's name ("fill", "user", ...; op_contract.hpp): static storage
   std::string tag;      // a user op's tag, else empty
   Access access = Access::read;
+  RaceBlock block;      // for the first byte of the race's range
 };
 
 struct Race {
@@ -34,6 +43,10 @@ struct Race {
                             // addresses, or host ones when a side is the host's or
                             // a copy's host range
   std::uint64_t bytes = 0;
+  // The sides touched two different allocations of the same bytes: a block freed
+  // and handed out again while the earlier side's work could still run (the
+  // allocator-reuse race; I3's ordering missing).
+  bool reuse = false;
 };
 
 struct RaceLog {

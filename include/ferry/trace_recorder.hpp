@@ -19,6 +19,9 @@
 //   compute         compute {inputs, output, stream}; with no inputs: fill of the
 //                   output with a fresh seed (the format needs inputs)
 //   copy_on_device  compute {inputs: [src], output: dst, stream}
+//   user            user {stream, operands: [{id, access, offset, bytes}], tag}
+//                   (the replay stands a kernel of its own in for the program's,
+//                   with the same marks and ranges)
 //   upload          upload {id, stream, seed} per distinct destination of the
 //                   plan, in plan order; seeds are fresh (the trace stands for
 //                   the program's bytes with patterns; the replay's reference
@@ -70,6 +73,7 @@
 #include "ferry/result.hpp"
 #include "ferry/stream.hpp"
 #include "ferry/transfer_engine.hpp"
+#include "ferry/user_op.hpp"
 
 namespace ferry FERRY_API {
 
@@ -105,6 +109,10 @@ class RecordingPool {
   Result<Ticket> compute(StreamId stream, std::span<const DeviceHandle> inputs, DeviceHandle output,
                          double flops = 0, std::uint64_t mem_bytes = 0);
   Result<Ticket> copy_to_host(StreamId stream, DeviceHandle src, std::span<std::byte> dst);
+  // The program's own kernel (enqueue_user, user_op.hpp; errors as it). An operand
+  // this recorder did not hand out leaves the call unrecorded.
+  Result<Ticket> user(StreamId stream, std::span<const Operand> operands, UserKernel kernel, UserCost cost = {},
+                      std::string tag = {});
 
   // --- transfers through `engine`, which must use pool() (errors as the engine's)
   Result<TransferReceipt> upload(TransferEngine& engine, StreamId stream, const TransferPlan& plan);

@@ -304,6 +304,15 @@ class Runtime:
                                                    ctypes.byref(addr), ctypes.byref(nbytes)))
         return addr.value, nbytes.value
 
+    def set_tag(self, h, tag):
+        """Names the block for diagnostics: races() names it by `tag` (a str).
+        StaleHandleError."""
+        if not isinstance(tag, str):
+            raise TypeError(f"set_tag: tag must be a str, got {type(tag).__name__}")
+        if "\0" in tag:
+            raise ValueError("set_tag: tag must not contain a NUL character")
+        self._check(self._lib.ferry_set_tag(self._live(), _handle(h, "set_tag"), tag.encode()))
+
     def trim(self):
         """Releases cached device memory and completed frees."""
         self._check(self._lib.ferry_trim(self._live()))
@@ -431,6 +440,13 @@ class Runtime:
         self._check(self._lib.ferry_record_use(rt, _int(stream, "record_use: stream", 32), array, len(handles)))
 
     # -- streams
+    def stream_wait(self, stream, for_stream):
+        """Stream `stream` waits for everything enqueued on `for_stream` so far (an
+        event recorded there, waited on by `stream`; recorded as the trace's `wait`).
+        InvalidArgumentError (bad stream). Never blocks."""
+        self._check(self._lib.ferry_stream_wait(self._live(), _int(stream, "stream_wait: stream", 32),
+                                                _int(for_stream, "stream_wait: for_stream", 32)))
+
     def hold(self, stream):
         """New work on `stream` waits in a host-side queue until release(stream)."""
         self._check(self._lib.ferry_hold(self._live(), _int(stream, "hold: stream", 32), 1))
@@ -482,9 +498,11 @@ class Runtime:
 
     def races(self):
         """The stream races found (Runtime(race_check=True), sim): {"count": every race,
-        "list": [{"earlier": side, "later": side, "addr", "bytes"}]} with each side
-        {"stream", "ticket", "kind", "tag", "access": "r"|"w"|"rw"}. UnsupportedError
-        when the runtime does not check races."""
+        "list": [{"earlier": side, "later": side, "addr", "bytes", "reuse"}]} with each
+        side {"stream", "ticket", "kind", "tag", "access": "r"|"w"|"rw", "block": Handle
+        (Handle() when none), "block_tag"}; "reuse" is True when the sides' blocks
+        differ (the bytes were handed out again too early). UnsupportedError when the
+        runtime does not check races."""
         rt = self._live()
         out = (_lib.Race * 64)()
         kept = ctypes.c_uint32()
@@ -494,11 +512,12 @@ class Runtime:
 
         def side(s):
             return {"stream": s.stream, "ticket": s.ticket, "kind": s.kind.decode(), "tag": s.tag.decode(),
-                    "access": marks.get(s.access, "?")}
+                    "access": marks.get(s.access, "?"), "block": Handle._from_c(s.block),
+                    "block_tag": s.block_tag.decode(errors="replace")}
 
         return {"count": total.value,
-                "list": [{"earlier": side(r.earlier), "later": side(r.later), "addr": r.addr, "bytes": r.bytes}
-                         for r in out[:kept.value]]}
+                "list": [{"earlier": side(r.earlier), "later": side(r.later), "addr": r.addr, "bytes": r.bytes,
+                          "reuse": bool(r.reuse)} for r in out[:kept.value]]}
 
     def integrity_stats(self):
         """ferry_integrity_stats as a dict (bytes_moved, bytes_verified, mismatches,

@@ -118,11 +118,13 @@ class CacheStats(ctypes.Structure):
 
 class RaceSide(ctypes.Structure):
     _fields_ = [("stream", ctypes.c_uint32), ("ticket", ctypes.c_uint64), ("kind", ctypes.c_char_p),
-                ("tag", ctypes.c_char_p), ("access", ctypes.c_uint32)]
+                ("tag", ctypes.c_char_p), ("access", ctypes.c_uint32), ("block", CHandle),
+                ("block_tag", ctypes.c_char_p)]
 
 
 class Race(ctypes.Structure):
-    _fields_ = [("earlier", RaceSide), ("later", RaceSide), ("addr", ctypes.c_uint64), ("bytes", ctypes.c_uint64)]
+    _fields_ = [("earlier", RaceSide), ("later", RaceSide), ("addr", ctypes.c_uint64), ("bytes", ctypes.c_uint64),
+                ("reuse", ctypes.c_int)]
 
 
 def as_dict(struct):
@@ -146,12 +148,14 @@ _PROTOTYPES = {
     "ferry_alloc": (_status, [_rt, _u64, _u32, ctypes.POINTER(CHandle)]),
     "ferry_free": (_status, [_rt, CHandle]),
     "ferry_device_address": (_status, [_rt, CHandle, ctypes.POINTER(_u64), ctypes.POINTER(_u64)]),
+    "ferry_set_tag": (_status, [_rt, CHandle, ctypes.c_char_p]),
     "ferry_trim": (_status, [_rt]),
     "ferry_upload": (_status, [_rt, _u32, CHandle, _u64, _p, _u64]),
     "ferry_download": (_status, [_rt, _u32, CHandle, _u64, _p, _u64]),
     "ferry_launch": (_status, [_rt, _u32, ctypes.POINTER(Operand), _u32, LAUNCH_FN, _p, ctypes.c_double, _u64]),
     "ferry_record_use": (_status, [_rt, _u32, ctypes.POINTER(CHandle), _u32]),
     "ferry_hold": (_status, [_rt, _u32, ctypes.c_int]),
+    "ferry_stream_wait": (_status, [_rt, _u32, _u32]),
     "ferry_synchronize": (_status, [_rt]),
     "ferry_native_stream": (_status, [_rt, _u32, ctypes.POINTER(_p)]),
     "ferry_adopt_stream": (_status, [_rt, _p, ctypes.POINTER(_u32)]),

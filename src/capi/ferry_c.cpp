@@ -216,6 +216,16 @@ ferry_status ferry_device_address(ferry_runtime rt, ferry_handle h, uint64_t* ad
   });
 }
 
+ferry_status ferry_set_tag(ferry_runtime rt, ferry_handle h, const char* tag) {
+  return guarded("ferry_set_tag", [&] {
+    FERRY_C_CHECK(rt != nullptr, "ferry_set_tag", "rt");
+    const std::string_view name = tag != nullptr ? std::string_view(tag) : std::string_view{};
+    ferry::Result<void> r = rt->runtime->pool().set_tag(to_cpp(h), name);
+    if (!r.ok()) return fail(r.error());
+    return ok();
+  });
+}
+
 ferry_status ferry_trim(ferry_runtime rt) {
   return guarded("ferry_trim", [&] {
     FERRY_C_CHECK(rt != nullptr, "ferry_trim", "rt");
@@ -290,6 +300,8 @@ ferry_status ferry_launch(ferry_runtime rt, uint32_t stream, const ferry_operand
       if (s == FERRY_OK) return {};
       return ferry::make_error(code_of(s), std::string("the launch function returned ") + ferry_status_name(s));
     };
+    std::shared_lock lock(rt->trace_mu);
+    if (rt->recorder) return done(rt->recorder->user(stream, ops, std::move(kernel), {flops, mem_bytes}));
     return done(ferry::enqueue_user(rt->runtime->pool(), stream, ops, std::move(kernel), {flops, mem_bytes}));
   });
 }
@@ -301,6 +313,24 @@ ferry_status ferry_record_use(ferry_runtime rt, uint32_t stream, const ferry_han
     std::vector<ferry::DeviceHandle> hs;
     for (uint32_t i = 0; i < count; ++i) hs.push_back(to_cpp(handles[i]));
     return done(ferry::record_use(rt->runtime->pool(), stream, hs));
+  });
+}
+
+ferry_status ferry_stream_wait(ferry_runtime rt, uint32_t stream, uint32_t for_stream) {
+  return guarded("ferry_stream_wait", [&] {
+    FERRY_C_CHECK(rt != nullptr, "ferry_stream_wait", "rt");
+    for (uint32_t s : {stream, for_stream}) {
+      if (s >= ferry::kMaxStreams) {
+        return fail(FERRY_ERROR_INVALID_ARGUMENT, ("ferry_stream_wait: stream " + std::to_string(s) +
+                                                   " is out of range (streams are 0.." +
+                                                   std::to_string(ferry::kMaxStreams - 1) + ")").c_str());
+      }
+    }
+    std::shared_lock lock(rt->trace_mu);
+    if (rt->recorder) return done(rt->recorder->wait(stream, for_stream));
+    ferry::StreamOrder& order = rt->runtime->order();
+    auto t = order.order_after(stream, {for_stream, order.backend().submitted(for_stream)});
+    return t.ok() ? ok() : fail(t.error());
   });
 }
 
@@ -422,13 +452,19 @@ ferry_status ferry_get_races(ferry_runtime rt, ferry_race* out, uint32_t capacit
     };
     const auto side = [&](const ferry::RaceAccess& a) {
       // kind is a static op name (NUL-terminated); a tag is interned.
-      return ferry_race_side{a.op.stream, a.op.ticket, a.kind.data(), rt->tags.insert(a.tag).first->c_str(),
-                             access(a.access)};
+      const ferry::DeviceHandle& b = a.block.handle;
+      return ferry_race_side{a.op.stream,
+                             a.op.ticket,
+                             a.kind.data(),
+                             rt->tags.insert(a.tag).first->c_str(),
+                             access(a.access),
+                             ferry_handle{b.pool, b.slot, b.generation},
+                             rt->tags.insert(a.block.tag).first->c_str()};
     };
     const std::size_t n = std::min<std::size_t>(capacity, log->kept.size());
     for (std::size_t i = 0; i < n; ++i) {
       const ferry::Race& r = log->kept[i];
-      out[i] = ferry_race{side(r.earlier), side(r.later), r.addr, r.bytes};
+      out[i] = ferry_race{side(r.earlier), side(r.later), r.addr, r.bytes, r.reuse ? 1 : 0};
     }
     if (kept != nullptr) *kept = static_cast<uint32_t>(n);
     if (total != nullptr) *total = log->count;

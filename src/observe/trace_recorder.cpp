@@ -198,6 +198,31 @@ Result<Ticket> RecordingPool::compute(StreamId stream, std::span<const DeviceHan
   return t;
 }
 
+Result<Ticket> RecordingPool::user(StreamId stream, std::span<const Operand> operands, UserKernel kernel,
+                                   UserCost cost, std::string tag) {
+  Impl& p = *impl_;
+  std::vector<DeviceHandle> named;
+  for (const Operand& o : operands) named.push_back(o.handle);
+  std::optional<std::vector<std::string>> ids;
+  if (check_stream(stream).ok() && !named.empty()) ids = p.lookup(named);
+  else p.unrecorded();
+  Line line{{"op", "user"}, {"stream", stream}};
+  if (ids) {
+    Line list = Line::array();
+    for (std::size_t i = 0; i < operands.size(); ++i) {
+      Line o{{"id", (*ids)[i]}, {"access", std::string(to_string(operands[i].access))}};
+      if (operands[i].offset != 0) o["offset"] = operands[i].offset;
+      if (operands[i].bytes != kRestOfBlock) o["bytes"] = operands[i].bytes;
+      list.push_back(std::move(o));
+    }
+    line["operands"] = std::move(list);
+    if (!tag.empty()) line["tag"] = tag;
+  }
+  Result<Ticket> t = enqueue_user(p.pool, stream, operands, std::move(kernel), cost, std::move(tag));
+  if (ids) p.write(std::move(line), t);
+  return t;
+}
+
 Result<Ticket> RecordingPool::copy_to_host(StreamId stream, DeviceHandle src, std::span<std::byte> dst) {
   Impl& p = *impl_;
   std::optional<std::vector<std::string>> id;

@@ -457,7 +457,9 @@ struct DevicePool::Impl {
     st.requested_bytes += requested;
     ++st.allocs;
     note_peaks();
-    return DeviceHandle{id, slot, slots[slot].generation};
+    const DeviceHandle h{id, slot, slots[slot].generation};
+    backend.note_block(blk.addr, blk.size, h, {});
+    return h;
   }
 
   Result<std::uint32_t> find(DeviceHandle h) const {
@@ -673,6 +675,15 @@ Result<DeviceSpan> DevicePool::resolve(DeviceHandle handle) const {
   Result<std::uint32_t> b = p.find(handle);
   if (!b.ok()) return std::move(b).error();
   return DeviceSpan{p.blocks[*b].addr, p.blocks[*b].requested};
+}
+
+Result<void> DevicePool::set_tag(DeviceHandle handle, std::string_view tag) {
+  Impl& p = *impl_;
+  std::lock_guard lock(p.mu);
+  Result<std::uint32_t> b = p.find(handle);
+  if (!b.ok()) return std::move(b).error();
+  p.backend.note_block(p.blocks[*b].addr, p.blocks[*b].size, handle, tag);
+  return {};
 }
 
 Result<DeviceSpan> DevicePool::lease(DeviceHandle handle, StreamPoint point) {

@@ -22,6 +22,7 @@
 #include "ferry/replay.hpp"
 #include "ferry/stream_order.hpp"
 #include "ferry/transfer_engine.hpp"
+#include "ferry/user_op.hpp"
 #include "replay/reference.hpp"
 #include "replay/trace.hpp"
 
@@ -44,18 +45,12 @@ struct Buffer {
   // ops that read them since.
   std::optional<StreamPoint> last_write;
   UseSet reads;
-  std::size_t allocation = SIZE_MAX;  // its latest allocation (race reports)
 };
 
 class Replayer {
   struct WorkRun {
     Ticket first;        // the first ticket of the run
     const TraceOp* op;   // the trace op that enqueued it
-  };
-  struct AllocationRecord {
-    IdIndex id;
-    std::uint64_t addr, bytes;
-    std::size_t alloc_line, free_line;  // live on lines [alloc_line, free_line)
   };
 
  public:
@@ -160,6 +155,7 @@ class Replayer {
       case OpKind::fill: return fill(op);
       case OpKind::upload: return upload(op);
       case OpKind::compute: return compute(op);
+      case OpKind::user: return user(op);
       case OpKind::hold:
         backend_.set_hold(op.stream, true);
         return expect_success(op);
@@ -206,14 +202,6 @@ class Replayer {
     return std::prev(it)->op;
   }
 
-  // The allocation that held `addr` when the op of `line` ran.
-  const AllocationRecord* allocation_at(std::uint64_t addr, std::size_t line) const {
-    for (const AllocationRecord& a : allocations_) {
-      if (addr >= a.addr && addr < a.addr + a.bytes && a.alloc_line <= line && line < a.free_line) return &a;
-    }
-    return nullptr;
-  }
-
   void fill_races() {
     const std::shared_ptr<const RaceLog> log = backend_.race_log();
     if (!log) return;
@@ -223,8 +211,7 @@ class Replayer {
       ReplayRace rr;
       rr.addr = r.addr;
       rr.bytes = r.bytes;
-      const AllocationRecord* owners[2] = {nullptr, nullptr};
-      int i = 0;
+      rr.reuse = r.reuse;
       for (auto [side, out] : {std::pair{&r.earlier, &rr.earlier}, std::pair{&r.later, &rr.later}}) {
         const TraceOp* op = op_of(side->op);
         out->line = op != nullptr ? op->line : 0;
@@ -232,11 +219,8 @@ class Replayer {
         out->kind = std::string(side->kind);
         out->access = std::string(to_string(side->access));
         out->point = side->op;
-        owners[i] = allocation_at(r.addr, out->line);
-        if (owners[i] != nullptr) out->id = trace_.ids[owners[i]->id];
-        ++i;
+        out->id = side->block.tag;  // the trace's id (alloc() tags each block with it)
       }
-      rr.reuse = owners[0] != owners[1] && owners[0] != nullptr && owners[1] != nullptr;
       report_.race_list.push_back(std::move(rr));
     }
     if (report_.races > 0) {
@@ -262,11 +246,7 @@ class Replayer {
     b.handle = *h;
     b.allocated = true;
     b.expected = ExpectedBytes::unknown(op.bytes);
-    if (racing_) {
-      const DeviceSpan span = *pool_->resolve(*h);
-      b.allocation = allocations_.size();
-      allocations_.push_back({op.id, span.addr, span.bytes, op.line, SIZE_MAX});
-    }
+    if (racing_) (void)pool_->set_tag(*h, trace_.ids[op.id]);  // the handle is live: cannot fail
     expect_success(op);
   }
 
@@ -274,7 +254,6 @@ class Replayer {
     Buffer& b = buffers_[op.id];
     if (skip(b)) return;
     b.allocated = false;
-    if (racing_ && b.allocation < allocations_.size()) allocations_[b.allocation].free_line = op.line;
     if (!outcome(op, pool_->free(b.handle))) return;
     expect_success(op);
   }
@@ -353,6 +332,67 @@ class Replayer {
     if (!outcome(op, t)) return;
     for (IdIndex in : op.inputs) buffers_[in].reads.add({op.stream, *t});
     wrote(out, {op.stream, *t}, std::move(result));
+    expect_success(op);
+  }
+
+  // A program's own kernel, replayed by its operand marks: on sim the stand-in
+  // kernel writes into every writable operand fill_pattern(mix of its readable
+  // operands' hashes, in order), so later checks compare bytes as for compute; on
+  // a real device it touches nothing, and what it writes is unknown from then on.
+  void user(const TraceOp& op) {
+    for (const replay::TraceOperand& o : op.operands) {
+      if (buffers_[o.id].failed) return skipped();
+    }
+    std::vector<Operand> operands;
+    std::vector<ExpectedBytes*> inputs;
+    bool whole_inputs = true;
+    for (const replay::TraceOperand& o : op.operands) {
+      Buffer& b = buffers_[o.id];
+      const bool whole = o.offset == 0 && (o.bytes == kRestOfBlock || o.bytes == b.expected.size());
+      if (writes(o.access)) {
+        if (!outcome(op, order_after_writers_and_readers(op.stream, b))) return;
+      } else if (!outcome(op, order_after_writer(op.stream, b))) {
+        return;
+      }
+      if (reads(o.access)) {
+        inputs.push_back(&b.expected);
+        whole_inputs = whole_inputs && whole;
+      }
+      operands.push_back({b.handle, o.access, o.offset, o.bytes});
+    }
+    const bool modeled = backend_.info().backend == BackendKind::sim;
+    const auto stand_in = [](const KernelLaunch& launch) -> Result<void> {
+      std::uint64_t acc = kMixStart, k = 0;
+      for (const KernelArg& a : launch.args) {
+        if (reads(a.access)) acc = mix_step(acc, k++, content_hash(a.in));
+      }
+      for (const KernelArg& a : launch.args) {
+        if (writes(a.access)) fill_pattern(acc, 0, a.out);  // empty on a real device
+      }
+      return {};
+    };
+    // The references of the outputs are computed before they change (an operand
+    // may be read and written).
+    std::vector<ExpectedBytes> results;
+    for (const replay::TraceOperand& o : op.operands) {
+      const Buffer& b = buffers_[o.id];
+      const bool whole = o.offset == 0 && (o.bytes == kRestOfBlock || o.bytes == b.expected.size());
+      if (!writes(o.access)) continue;
+      results.push_back(modeled && whole && whole_inputs ? ExpectedBytes::mixed(inputs, b.expected.size())
+                                                         : ExpectedBytes::unknown(b.expected.size()));
+    }
+    Result<Ticket> t = enqueue_user(*pool_, op.stream, operands, stand_in, {}, op.tag);
+    if (!outcome(op, t)) return;
+    std::size_t out = 0;
+    for (const replay::TraceOperand& o : op.operands) {
+      Buffer& b = buffers_[o.id];
+      if (writes(o.access)) {
+        wrote(b, {op.stream, *t}, std::move(results[out++]));
+        if (reads(o.access)) b.reads.add({op.stream, *t});
+      } else {
+        b.reads.add({op.stream, *t});
+      }
+    }
     expect_success(op);
   }
 
@@ -521,7 +561,6 @@ class Replayer {
   std::vector<Buffer> buffers_;
   const bool racing_;  // the backend checks races: keep what names their sides
   std::array<std::vector<WorkRun>, kMaxStreams> work_;
-  std::vector<AllocationRecord> allocations_;
 };
 
 Result<ReplayReport> run(const Trace& trace, const ReplayOptions& options) {

@@ -10,7 +10,7 @@ namespace {
 
 using nlohmann::json;
 
-constexpr std::array<std::pair<std::string_view, OpKind>, 11> kOps = {{
+constexpr std::array<std::pair<std::string_view, OpKind>, 12> kOps = {{
     {"alloc", OpKind::alloc},
     {"free", OpKind::free},
     {"fill", OpKind::fill},
@@ -22,6 +22,7 @@ constexpr std::array<std::pair<std::string_view, OpKind>, 11> kOps = {{
     {"trim", OpKind::trim},
     {"check", OpKind::check},
     {"wait", OpKind::wait},
+    {"user", OpKind::user},
 }};
 
 constexpr std::array<ErrorCode, 7> kCodes = {
@@ -92,6 +93,52 @@ class FieldReader {
       out.push_back(e.get<std::string>());
     }
     return out;
+  }
+
+  // A `user` op's operands: a non-empty array of {"id", "access", optional
+  // "offset", optional "bytes"}; ids are returned as written, in `names`.
+  std::optional<std::vector<TraceOperand>> operands(const char* key, std::vector<std::string>& names) {
+    const json* v = field(key);
+    if (v == nullptr) return std::nullopt;
+    if (!v->is_array() || v->empty()) {
+      return fail("field " + in_quotes(key) + " must be a non-empty array of operands, got " + shown(*v));
+    }
+    std::vector<TraceOperand> out;
+    for (const json& e : *v) {
+      if (!e.is_object()) {
+        return fail("field " + in_quotes(key) + " must hold only objects {\"id\", \"access\"}, got " + shown(e));
+      }
+      FieldReader f(e);
+      std::optional<std::string> id = f.id("id");
+      std::optional<Access> access = f.access("access");
+      TraceOperand o;
+      if (f.has("offset")) o.offset = f.u64("offset").value_or(0);
+      if (f.has("bytes")) {
+        o.bytes = f.u64("bytes").value_or(0);
+        if (!f.failed() && o.bytes == 0) return fail("an operand's \"bytes\" must not be 0");
+      }
+      if (f.failed()) return fail("in " + in_quotes(key) + ": " + f.problem());
+      o.access = *access;
+      names.push_back(*id);
+      out.push_back(o);
+    }
+    return out;
+  }
+
+  std::optional<Access> access(const char* key) {
+    const json* v = field(key);
+    if (v == nullptr) return std::nullopt;
+    for (Access a : {Access::read, Access::write, Access::read_write}) {
+      if (v->is_string() && v->get_ref<const std::string&>() == ferry::to_string(a)) return a;
+    }
+    return fail("field " + in_quotes(key) + " must be \"read\", \"write\" or \"read_write\", got " + shown(*v));
+  }
+
+  std::optional<std::string> text(const char* key) {
+    const json* v = field(key);
+    if (v == nullptr) return std::nullopt;
+    if (!v->is_string()) return fail("field " + in_quotes(key) + " must be a string, got " + shown(*v));
+    return v->get<std::string>();
   }
 
   std::optional<std::uint64_t> u64(const char* key) {
@@ -201,6 +248,7 @@ class Validator {
     FieldReader f(obj);
     std::optional<std::string> id;
     std::optional<std::vector<std::string>> inputs;
+    std::vector<std::string> operand_ids;
     switch (op.kind) {
       case OpKind::alloc:
         id = f.id("id");
@@ -239,6 +287,11 @@ class Validator {
         op.stream = f.stream("stream").value_or(0);
         op.waits_for = f.stream("for").value_or(0);
         break;
+      case OpKind::user:
+        op.stream = f.stream("stream").value_or(0);
+        op.operands = f.operands("operands", operand_ids).value_or(std::vector<TraceOperand>{});
+        if (f.has("tag")) op.tag = f.text("tag").value_or("");
+        break;
     }
     if (f.has("expect")) op.expect = f.expect("expect");
     if (f.failed()) {
@@ -253,6 +306,11 @@ class Validator {
         if (!index) return;
         op.inputs.push_back(*index);
       }
+    }
+    for (std::size_t i = 0; i < operand_ids.size(); ++i) {
+      const std::optional<IdIndex> index = use(operand_ids[i], number);
+      if (!index) return;
+      op.operands[i].id = *index;
     }
     if (id) {
       if (op.kind == OpKind::alloc) {

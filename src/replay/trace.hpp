@@ -15,23 +15,35 @@
 
 #include "ferry/result.hpp"
 #include "ferry/stream.hpp"
+#include "ferry/user_op.hpp"
 
 namespace ferry::replay {
 
-enum class OpKind : std::uint8_t { alloc, free, fill, upload, compute, hold, release, sync, trim, check, wait };
+enum class OpKind : std::uint8_t { alloc, free, fill, upload, compute, hold, release, sync, trim, check, wait, user };
 
 std::string_view to_string(OpKind kind) noexcept;
 
 using IdIndex = std::uint32_t;
+
+// One operand of a `user` op: bytes [offset, offset + bytes) of an id's block
+// (bytes kRestOfBlock: to its end), and how the program's kernel touched them.
+struct TraceOperand {
+  IdIndex id = 0;
+  Access access = Access::read;
+  std::uint64_t offset = 0;
+  std::uint64_t bytes = kRestOfBlock;
+};
 
 struct TraceOp {
   OpKind kind = OpKind::trim;
   std::size_t line = 0;             // 1-based line in the file
   IdIndex id = 0;                   // alloc, free, fill, upload, check; compute's output
   std::vector<IdIndex> inputs;      // compute
+  std::vector<TraceOperand> operands;  // user
+  std::string tag;                  // user: the program's name for its kernel (may be empty)
   std::uint64_t bytes = 0;          // alloc
   std::uint64_t seed = 0;           // fill, upload
-  StreamId stream = 0;              // alloc, fill, upload, compute, hold, release, sync, wait
+  StreamId stream = 0;              // alloc, fill, upload, compute, hold, release, sync, wait, user
   StreamId waits_for = 0;           // wait: the stream whose work so far `stream` waits for
   bool all_streams = false;         // sync without a stream
   std::optional<ErrorCode> expect;  // the error the trace says this op returns

@@ -76,6 +76,38 @@ void RaceChecker::host_synchronized(const std::array<Ticket, kMaxStreams>& issue
   }
 }
 
+void RaceChecker::block(std::uint64_t addr, std::uint64_t bytes, const DeviceHandle& handle,
+                        std::string_view tag) {
+  if (bytes == 0) return;
+  const std::uint64_t end = addr + bytes;
+  // Naming the same allocation again (a tag) renames it; a new one takes the bytes.
+  auto same = owners_.find(addr);
+  if (same != owners_.end() && same->second.end == end && same->second.block != kNoBlock &&
+      blocks_[same->second.block].handle == handle) {
+    blocks_[same->second.block].tag = std::string(tag);
+    return;
+  }
+  // Cut the ranges that overlap [addr, end) to what lies outside it.
+  auto it = owners_.lower_bound(addr);
+  if (it != owners_.begin() && std::prev(it)->second.end > addr) --it;
+  while (it != owners_.end() && it->first < end) {
+    const std::uint64_t lo = it->first;
+    const Owner o = it->second;
+    it = owners_.erase(it);
+    if (lo < addr) owners_.emplace(lo, Owner{addr, o.block});
+    if (o.end > end) it = owners_.emplace(end, Owner{o.end, o.block}).first;
+  }
+  blocks_.push_back(RaceBlock{handle, std::string(tag)});
+  owners_.emplace(addr, Owner{end, static_cast<std::uint32_t>(blocks_.size() - 1)});
+}
+
+std::uint32_t RaceChecker::block_at(std::uint64_t addr) const {
+  auto it = owners_.upper_bound(addr);
+  if (it == owners_.begin()) return kNoBlock;
+  --it;
+  return addr < it->second.end ? it->second.block : kNoBlock;
+}
+
 void RaceChecker::split_at(ShadowMap& shadow, std::uint64_t addr) {
   auto it = shadow.upper_bound(addr);
   if (it == shadow.begin()) return;
@@ -125,35 +157,44 @@ void RaceChecker::access(ShadowMap& shadow, const Side& side, const Clock& clock
   struct Found {
     Side earlier;
     std::uint64_t lo, hi;
+    std::uint32_t block;  // this access's block at lo
   };
   std::vector<Found> found;  // one per earlier op: its overlap with this access
+  const bool named = &shadow == &shadow_;  // device bytes belong to pool blocks
+  Side here = side;
   const auto conflict = [&](const Side& earlier, std::uint64_t lo, std::uint64_t hi) {
     if (earlier.op.stream == side.op.stream || ordered(earlier, clock)) return;
     for (Found& f : found) {
       if (f.earlier.op == earlier.op) {
+        if (lo < f.lo) f.block = here.block;
         f.lo = std::min(f.lo, lo);
         f.hi = std::max(f.hi, hi);
         return;
       }
     }
-    found.push_back({earlier, lo, hi});
+    found.push_back({earlier, lo, hi, here.block});
   };
   for (auto it = shadow.lower_bound(addr); it != shadow.end() && it->first < end; ++it) {
     Shadow& sh = it->second;
+    if (named) here.block = block_at(it->first);
     if (sh.write) conflict(*sh.write, it->first, sh.end);
     if (writes(side.access)) {
       for (const Side& r : sh.reads) conflict(r, it->first, sh.end);
-      sh.write = side;
+      sh.write = here;
       sh.reads.clear();
-      if (reads(side.access)) sh.reads.push_back(side);
+      if (reads(side.access)) sh.reads.push_back(here);
     } else {
       auto same = std::find_if(sh.reads.begin(), sh.reads.end(),
                                [&](const Side& r) { return r.op.stream == side.op.stream; });
-      if (same != sh.reads.end()) *same = side;
-      else sh.reads.push_back(side);
+      if (same != sh.reads.end()) *same = here;
+      else sh.reads.push_back(here);
     }
   }
-  for (const Found& f : found) report(f.earlier, side, f.lo, f.hi - f.lo);
+  for (const Found& f : found) {
+    Side later = side;
+    later.block = f.block;
+    report(f.earlier, later, f.lo, f.hi - f.lo);
+  }
   // Neighbours left equal after the split are merged again, so the shadow stays
   // as small as the pattern of accesses.
   auto it = shadow.lower_bound(addr);
@@ -167,10 +208,13 @@ void RaceChecker::access(ShadowMap& shadow, const Side& side, const Clock& clock
     const Shadow& a = it->second;
     const Shadow& b = next->second;
     const auto same_side = [](const std::optional<Side>& x, const std::optional<Side>& y) {
-      return x.has_value() == y.has_value() && (!x || (x->op == y->op && x->access == y->access));
+      return x.has_value() == y.has_value() &&
+             (!x || (x->op == y->op && x->access == y->access && x->block == y->block));
     };
     bool same = same_side(a.write, b.write) && a.reads.size() == b.reads.size();
-    for (std::size_t i = 0; same && i < a.reads.size(); ++i) same = a.reads[i].op == b.reads[i].op;
+    for (std::size_t i = 0; same && i < a.reads.size(); ++i) {
+      same = a.reads[i].op == b.reads[i].op && a.reads[i].block == b.reads[i].block;
+    }
     if (!same) {
       it = next;
       continue;
@@ -191,8 +235,13 @@ void RaceChecker::report(const Side& earlier, const Side& later, std::uint64_t a
   }
   ++log_->count;
   if (log_->kept.size() >= keep_) return;
-  const auto to_access = [](const Side& s) { return RaceAccess{s.op, s.kind, s.tag, s.access}; };
-  log_->kept.push_back(Race{to_access(earlier), to_access(later), addr, bytes});
+  const auto to_access = [&](const Side& s) {
+    RaceAccess a{s.op, s.kind, s.tag, s.access, {}};
+    if (s.block != kNoBlock) a.block = blocks_[s.block];
+    return a;
+  };
+  const bool reuse = earlier.block != kNoBlock && later.block != kNoBlock && earlier.block != later.block;
+  log_->kept.push_back(Race{to_access(earlier), to_access(later), addr, bytes, reuse});
 }
 
 }  // namespace ferry::sim

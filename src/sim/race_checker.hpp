@@ -23,8 +23,9 @@
 //
 // Cost: a 64-entry clock join per wait and per host wait, a lookup per range per
 // op (std::map of disjoint ranges, split where accesses differ), and memory for
-// one clock per join plus the shadow's ranges. Not thread-safe: the sim's lock
-// guards it.
+// one clock per join plus the shadow's ranges, and one name per allocation the
+// pool makes (kept for the run: a race may name a freed one). Not thread-safe:
+// the sim's lock guards it.
 #pragma once
 
 #include <array>
@@ -53,6 +54,8 @@ class RaceChecker {
   // The host reads or writes host bytes that copies may use: a race with any of
   // them the host has not seen complete.
   void host_access(const std::byte* ptr, std::uint64_t bytes, Access access);
+  // Device bytes [addr, addr + bytes) are now the pool block `handle` (note_block).
+  void block(std::uint64_t addr, std::uint64_t bytes, const DeviceHandle& handle, std::string_view tag);
 
   std::shared_ptr<const RaceLog> log() const { return log_; }
 
@@ -62,11 +65,13 @@ class RaceChecker {
     Ticket from = 0;  // first ticket this clock applies to
     Clock clock{};
   };
+  static constexpr std::uint32_t kNoBlock = UINT32_MAX;
   struct Side {
     StreamPoint op;
     std::string_view kind;  // op_name(): static storage
     Access access = Access::read;
     std::string tag;
+    std::uint32_t block = kNoBlock;  // blocks_[block] owned the bytes when it touched them
   };
   struct Shadow {  // the state of bytes [start, end)
     std::uint64_t end = 0;
@@ -83,12 +88,22 @@ class RaceChecker {
   // Counts and keeps the race of `later` with `earlier` over [addr, addr + bytes),
   // merged with one already kept for the same two ops.
   void report(const Side& earlier, const Side& later, std::uint64_t addr, std::uint64_t bytes);
+  // The blocks_ entry of the allocation that holds `addr` now, or kNoBlock.
+  std::uint32_t block_at(std::uint64_t addr) const;
 
   std::size_t keep_;
   std::array<std::vector<Segment>, kMaxStreams> segments_;
   Clock host_{};
   ShadowMap shadow_;       // device bytes
   ShadowMap host_shadow_;  // host bytes copies read or write
+  // Every allocation the pool named, in order; an index never changes, so a side
+  // keeps naming the allocation it touched after the bytes are handed out again.
+  std::vector<RaceBlock> blocks_;
+  struct Owner {
+    std::uint64_t end = 0;
+    std::uint32_t block = kNoBlock;
+  };
+  std::map<std::uint64_t, Owner> owners_;  // by start; disjoint: the allocation holding each range now
   std::shared_ptr<RaceLog> log_;
 };
 

@@ -561,6 +561,12 @@ void SimGpu::note_host_access(const std::byte* ptr, std::uint64_t bytes, Access 
   if (races_) races_->host_access(ptr, bytes, access);
 }
 
+void SimGpu::note_block(std::uint64_t addr, std::uint64_t bytes, const DeviceHandle& handle, std::string_view tag) {
+  if (!races_) return;  // set once at construction
+  std::lock_guard lock(mutex_);
+  races_->block(addr, bytes, handle, tag);
+}
+
 FaultCounters SimGpu::fault_counters() const {
   std::lock_guard lock(mutex_);
   return {illegal_accesses_, swallowed_copies_, 0};

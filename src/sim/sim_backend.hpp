@@ -81,6 +81,8 @@ class SimGpu final : public HoldingBackend<SimBackend> {
   FaultCounters fault_counters() const override;
   std::shared_ptr<const RaceLog> race_log() const override;
   void note_host_access(const std::byte* ptr, std::uint64_t bytes, Access access) override;
+  void note_block(std::uint64_t addr, std::uint64_t bytes, const DeviceHandle& handle,
+                  std::string_view tag) override;
   Result<void> peek(std::uint64_t addr, std::span<std::byte> out) const override;
   bool validate(std::string* why = nullptr) const override;
 

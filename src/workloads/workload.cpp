@@ -302,11 +302,17 @@ std::string workload_report_json(const WorkloadReport& r) {
     nlohmann::ordered_json list = nlohmann::ordered_json::array();
     for (const Race& race : r.race_list) {
       const auto side = [](const RaceAccess& a) {
+        nlohmann::ordered_json block = nullptr;
+        if (a.block.handle != DeviceHandle{}) {
+          block = {{"pool", a.block.handle.pool}, {"slot", a.block.handle.slot},
+                   {"generation", a.block.handle.generation}, {"tag", a.block.tag}};
+        }
         return nlohmann::ordered_json{{"stream", a.op.stream}, {"ticket", a.op.ticket}, {"kind", std::string(a.kind)},
-                                      {"tag", a.tag}, {"access", std::string(to_string(a.access))}};
+                                      {"tag", a.tag}, {"access", std::string(to_string(a.access))},
+                                      {"block", std::move(block)}};
       };
       list.push_back({{"earlier", side(race.earlier)}, {"later", side(race.later)}, {"addr", race.addr},
-                      {"bytes", race.bytes}});
+                      {"bytes", race.bytes}, {"reuse", race.reuse}});
     }
     j["races"] = {{"count", r.races}, {"list", std::move(list)}};
   }
@@ -334,11 +340,17 @@ std::string workload_report_summary(const WorkloadReport& r) {
     for (std::size_t i = 0; i < r.race_list.size() && i < 5; ++i) {
       const Race& race = r.race_list[i];
       const auto side = [](const RaceAccess& a) {
+        std::string block;
+        if (a.block.handle != DeviceHandle{}) {
+          block = " of block " + text::handle(a.block.handle);
+          if (!a.block.tag.empty()) block += " '" + a.block.tag + "'";
+        }
         return std::string(a.kind) + (a.tag.empty() ? "" : " '" + a.tag + "'") + " " + std::string(to_string(a.access)) +
-               " at " + text::point(a.op);
+               block + " at " + text::point(a.op);
       };
       line("race", side(race.earlier) + " and " + side(race.later) + ", " + bytes_text(race.bytes) + " at " +
-                       text::hex(race.addr));
+                       text::hex(race.addr) +
+                       (race.reuse ? " (allocator reuse: handed out again before the earlier work finished)" : ""));
     }
   }
   line("throughput", fixed(r.tokens_per_s, 0) + " tokens/s " + (r.modeled_time ? "modeled" : "measured") +

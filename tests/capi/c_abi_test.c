@@ -255,6 +255,10 @@ static void test_races(void) {
   OK(ferry_runtime_create(&o, &rt));
   ferry_handle h;
   OK(ferry_alloc(rt, 4096, 0, &h));
+  OK(ferry_set_tag(rt, h, "kv"));
+  ferry_handle forged = h;
+  forged.generation += 1;
+  CHECK(ferry_set_tag(rt, forged, "x") == FERRY_ERROR_STALE_HANDLE);
   int calls = 0;
   ferry_operand w[1] = {{h, 0, 0, FERRY_WRITE}};
   OK(ferry_launch(rt, 0, w, 1, refuses_nothing, &calls, 0, 0));
@@ -268,6 +272,16 @@ static void test_races(void) {
   CHECK(races[0].earlier.stream == 0 && races[0].later.stream == 1);
   CHECK(strcmp(races[0].later.kind, "user") == 0 && races[0].later.access == FERRY_WRITE);
   CHECK(races[0].bytes == 4096);
+  CHECK(races[0].later.block.slot == h.slot && races[0].later.block.generation == h.generation);
+  CHECK(strcmp(races[0].earlier.block_tag, "kv") == 0 && races[0].reuse == 0);
+  /* Ordered by a stream wait: no new race. */
+  OK(ferry_launch(rt, 0, w, 1, refuses_nothing, &calls, 0, 0));
+  OK(ferry_stream_wait(rt, 1, 0));
+  OK(ferry_launch(rt, 1, w, 1, refuses_nothing, &calls, 0, 0));
+  OK(ferry_synchronize(rt));
+  OK(ferry_get_races(rt, races, 4, &kept, &total));
+  CHECK(total == 1);
+  CHECK(ferry_stream_wait(rt, 64, 0) == FERRY_ERROR_INVALID_ARGUMENT);
   ferry_runtime_destroy(rt);
 
   ferry_runtime plain = make("tiny", NULL, NULL, 0);

@@ -85,6 +85,51 @@ TEST(ReplayRace, AFreedBlockReusedOnAnotherStreamIsOrderedByThePool) {
                           << report_summary(*r);
 }
 
+// The program's own kernels, as `user` ops with their marks: the stand-in kernel
+// writes what the reference model predicts, so checks compare bytes; a user op
+// reading what another stream wrote, with no wait, is a race naming both lines.
+std::string user_ops(bool with_wait) {
+  std::string t =
+      "{\"op\":\"alloc\",\"id\":\"x\",\"bytes\":65536,\"stream\":0}\n"
+      "{\"op\":\"alloc\",\"id\":\"y\",\"bytes\":65536,\"stream\":0}\n"
+      "{\"op\":\"fill\",\"id\":\"x\",\"stream\":1,\"seed\":3}\n";
+  t += with_wait ? "{\"op\":\"wait\",\"stream\":0,\"for\":1}\n" : "{\"op\":\"trim\"}\n";
+  t += "{\"op\":\"user\",\"stream\":0,\"tag\":\"scale\",\"operands\":[{\"id\":\"x\",\"access\":\"read\"},"
+       "{\"id\":\"y\",\"access\":\"write\"}]}\n"
+       "{\"op\":\"user\",\"stream\":0,\"operands\":[{\"id\":\"y\",\"access\":\"read_write\"}]}\n"
+       "{\"op\":\"sync\"}\n"
+       "{\"op\":\"check\",\"id\":\"y\"}\n"
+       "{\"op\":\"user\",\"stream\":0,\"operands\":[{\"id\":\"y\",\"access\":\"write\",\"offset\":65280,"
+       "\"bytes\":512}],\"expect\":\"invalid_argument\"}\n";
+  return t;
+}
+
+TEST(ReplayRace, UserOpsReplayByTheirMarksAndTheirBytesAreChecked) {
+  ReplayOptions o;
+  o.capacity = 64 << 20;
+  o.strict = true;
+  o.backend.race_check = true;
+  auto r = replay_trace_text(user_ops(true), "user.jsonl", o);
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_TRUE(r->passed()) << report_summary(*r);
+  EXPECT_EQ(r->checks, 1u) << "the stand-in kernels' bytes were compared";
+  EXPECT_EQ(r->expected_errors, 1u) << "an operand range outside its block";
+}
+
+TEST(ReplayRace, AUserOpMissingItsWaitIsARaceNamingBothLines) {
+  const std::string path = write_trace("user_race.jsonl", user_ops(false));
+  const auto r = run_ferry({"replay", path, "--capacity", "64MiB", "--strict", "--race-check", "--json"});
+  EXPECT_EQ(r.code, 1) << r.out << r.err;
+  const auto report = nlohmann::json::parse(r.out);
+  ASSERT_GE(report["races"]["count"].get<int>(), 1) << r.out;
+  const auto& first = report["races"]["list"][0];
+  EXPECT_EQ(first["earlier"]["line"], 3);
+  EXPECT_EQ(first["later"]["line"], 5);
+  EXPECT_EQ(first["later"]["op"], "user");
+  EXPECT_EQ(first["earlier"]["id"], "x");
+  EXPECT_EQ(first["reuse"], false);
+}
+
 TEST(ReplayRace, RaceCheckOnCudaIsABadOption) {
   const std::string path = write_trace("cuda.jsonl", "{\"op\":\"trim\"}\n");
   const auto r = run_ferry({"replay", path, "--backend", "cuda", "--race-check"});

@@ -197,6 +197,67 @@ TEST(TraceRecorder, AProgramsWaitIsRecordedAndReplaysUnderStrict) {
   EXPECT_GT(strict_races_of_a_recording(false), 0u);
 }
 
+// A program's own kernels are recorded with their operand marks and ranges: the
+// replay stands its kernel in for them, so the recording replays under --strict
+// with the same accesses — a race where the program forgot a wait, checks that
+// match where it did not.
+struct UserRecording {
+  std::string trace;
+  ReplayReport report;
+};
+UserRecording record_user_ops(bool with_wait) {
+  Rig rig(h200_at(64 * kMiB));
+  std::ostringstream trace;
+  {
+    RecordingPool rec(*rig.pool, trace);
+    auto w = rec.allocate(256 * 1024, 0, "w");
+    auto out = rec.allocate(64 * 1024, 0, "out");
+    EXPECT_TRUE(w.ok() && out.ok());
+    const Operand produce[] = {{*w, Access::write}};
+    const auto seven = [](const KernelLaunch& l) -> Result<void> {
+      for (std::byte& b : l.args[0].out) b = std::byte{7};
+      return {};
+    };
+    EXPECT_TRUE(rec.user(1, produce, seven, {}, "produce").ok());
+    if (with_wait) EXPECT_TRUE(rec.wait(0, 1).ok());
+    // Reads the first 4 KiB of w, writes all of out: a range and a whole block.
+    const Operand consume[] = {{*w, Access::read, 0, 4096}, {*out, Access::write}};
+    EXPECT_TRUE(rec.user(0, consume, [](const KernelLaunch&) -> Result<void> { return {}; }, {}, "consume").ok());
+    std::vector<std::byte> back(64 * 1024);
+    EXPECT_TRUE(rec.copy_to_host(0, *out, back).ok());
+    EXPECT_TRUE(rec.synchronize().ok());
+    EXPECT_TRUE(rec.flush().ok());
+  }
+  ReplayOptions o = replay_at(64 * kMiB);
+  o.strict = true;
+  o.backend.race_check = true;
+  Result<ReplayReport> r = replay_trace_text(trace.str(), "recorded.jsonl", o);
+  EXPECT_TRUE(r.ok()) << r.error().message;
+  return {trace.str(), r.ok() ? *r : ReplayReport{}};
+}
+
+TEST(TraceRecorder, UserOpsAreRecordedWithTheirMarksAndReplayUnderStrict) {
+  const UserRecording ok = record_user_ops(true);
+  const auto lines = lines_of(ok.trace);
+  ASSERT_EQ(count_op(lines, "user"), 2u) << ok.trace;
+  const auto& consume = lines.at(4);  // alloc, alloc, user, wait, user
+  ASSERT_EQ(consume.at("op"), "user") << ok.trace;
+  EXPECT_EQ(consume.at("tag"), "consume");
+  EXPECT_EQ(consume.at("operands").at(0).at("access"), "read");
+  EXPECT_EQ(consume.at("operands").at(0).at("bytes"), 4096);
+  EXPECT_FALSE(consume.at("operands").at(1).contains("bytes")) << "a whole block carries no range";
+  EXPECT_EQ(ok.report.races, 0u) << report_summary(ok.report);
+  EXPECT_TRUE(ok.report.passed()) << report_summary(ok.report);
+
+  const UserRecording bad = record_user_ops(false);
+  ASSERT_GE(bad.report.races, 1u) << report_summary(bad.report);
+  const ReplayRace& race = bad.report.race_list.at(0);
+  EXPECT_EQ(race.earlier.line, 3u);
+  EXPECT_EQ(race.later.line, 4u);
+  EXPECT_EQ(race.earlier.id, "w#1");
+  EXPECT_EQ(race.bytes, 4096u) << "only the range the consumer read";
+}
+
 TEST(TraceRecorder, ARecordedFileReplaysThroughTheCliWithExitZero) {
   TempDir dir;
   const std::string path = dir.path("recorded.jsonl");

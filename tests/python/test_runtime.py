@@ -552,6 +552,7 @@ def test_a_dropped_runtime_is_destroyed_at_once():
 def test_race_check_names_both_sides_of_an_unordered_write():
     with ferry.Runtime(profile="tiny", race_check=True) as rt:
         h = rt.alloc(4096)
+        rt.set_tag(h, "kv")
 
         def touch(ctx):
             pass
@@ -565,6 +566,27 @@ def test_race_check_names_both_sides_of_an_unordered_write():
         assert (race["earlier"]["stream"], race["later"]["stream"]) == (0, 1)
         assert race["earlier"]["access"] == "w" and race["later"]["access"] == "r"
         assert race["later"]["kind"] == "user" and race["bytes"] == 4096
+        assert race["earlier"]["block"] == h and race["earlier"]["block_tag"] == "kv"
+        assert race["reuse"] is False
+        with pytest.raises(ValueError):
+            rt.set_tag(h, "a\0b")
+
+
+def test_a_stream_wait_orders_the_streams_and_is_traced(tmp_path):
+    with ferry.Runtime(profile="tiny", race_check=True) as rt:
+        trace = tmp_path / "ordered.jsonl"
+        rt.trace_start(str(trace))
+        h = rt.alloc(4096)  # after trace_start: the recorder names only what it handed out
+        rt.launch(0, [(h, "w")], lambda ctx: None)
+        rt.stream_wait(1, 0)
+        rt.launch(1, [(h, "r")], lambda ctx: None)
+        rt.synchronize()
+        rt.trace_stop()
+        assert rt.races()["count"] == 0
+        ops = [line.split('"op":"')[1].split('"')[0] for line in trace.read_text().splitlines()]
+        assert ops.count("user") == 2 and "wait" in ops
+        with pytest.raises(ferry.InvalidArgumentError):
+            rt.stream_wait(64, 0)
 
 
 def test_races_without_race_check_is_unsupported():

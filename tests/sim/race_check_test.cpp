@@ -59,6 +59,9 @@ TEST_F(RaceCheck, WriteWriteOnTwoStreamsIsARaceNamingBothSides) {
   EXPECT_EQ(r.later.access, Access::write);
   EXPECT_EQ(r.addr, a.addr + 4 * KiB);
   EXPECT_EQ(r.bytes, 8 * KiB);
+  EXPECT_EQ(r.earlier.block.handle, handles_.at(0)) << "the block the bytes belong to";
+  EXPECT_EQ(r.later.block.handle, handles_.at(0));
+  EXPECT_FALSE(r.reuse) << "one allocation on both sides";
 }
 
 TEST_F(RaceCheck, ReadAfterWriteNeedsAWaitOrAHostWait) {

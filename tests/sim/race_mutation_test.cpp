@@ -100,24 +100,42 @@ TEST(RaceMutation, TheCachesFetchWaitIsNeeded) {
 
 // A block freed on stream 0 with a fill still in flight, reused at once on
 // stream 0 (same-stream reuse), then used on stream 1: make_ready orders stream 1.
-std::uint64_t races_of_a_reuse(bool drop) {
+struct Reuse {
+  std::uint64_t races = 0;
+  std::vector<Race> kept;
+  DeviceHandle freed, reused;
+};
+Reuse races_of_a_reuse(bool drop) {
   Rig rig(IntegrityPolicy::verify);
   auto a = rig.pool->allocate(64 * KiB, 0);
+  EXPECT_TRUE(rig.pool->set_tag(*a, "weights").ok());
   const std::uint64_t a_addr = rig.pool->resolve(*a)->addr;
   EXPECT_TRUE(enqueue_fill(*rig.pool, 0, *a, 1).ok());
   EXPECT_TRUE(rig.pool->free(*a).ok());
   auto b = rig.pool->allocate(64 * KiB, 0);  // a's memory, pending behind the fill
   EXPECT_EQ(rig.pool->resolve(*b)->addr, a_addr) << "not the same-stream reuse this test is about";
+  EXPECT_TRUE(rig.pool->set_tag(*b, "activations").ok());
   std::optional<Dropping> d;
   if (drop) d.emplace(WaitSite::pool_reuse);
   EXPECT_TRUE(enqueue_fill(*rig.pool, 1, *b, 2).ok());
   (void)rig.backend->synchronize();
-  return rig.races();
+  return {rig.races(), rig.backend->race_log()->kept, *a, *b};
 }
 
 TEST(RaceMutation, ThePoolsReuseWaitIsNeeded) {
-  EXPECT_EQ(races_of_a_reuse(false), 0u);
-  EXPECT_GT(races_of_a_reuse(true), 0u);
+  EXPECT_EQ(races_of_a_reuse(false).races, 0u);
+  EXPECT_GT(races_of_a_reuse(true).races, 0u);
+}
+
+TEST(RaceMutation, AnAllocatorReuseRaceNamesBothAllocations) {
+  const Reuse r = races_of_a_reuse(true);
+  ASSERT_EQ(r.kept.size(), 1u);
+  const Race& race = r.kept[0];
+  EXPECT_TRUE(race.reuse);
+  EXPECT_EQ(race.earlier.block.handle, r.freed);
+  EXPECT_EQ(race.earlier.block.tag, "weights");
+  EXPECT_EQ(race.later.block.handle, r.reused);
+  EXPECT_EQ(race.later.block.tag, "activations");
 }
 
 std::uint64_t races_of_the_mixed_trace(bool drop) {
