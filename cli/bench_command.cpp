@@ -29,9 +29,8 @@ namespace {
 
 using nlohmann::ordered_json;
 
-constexpr std::uint64_t kMinSize = 256;          // smallest request, as in BM_AllocFreePair
-constexpr std::size_t kLiveBlocks = 64;          // kept live so the pool is not trivially empty
-constexpr std::size_t kSizeCount = 4096;         // sizes cycled through, seed 42
+constexpr std::uint64_t kMinSize = 256;          // smallest request, as in BM_ChurnDevicePool
+constexpr std::uint64_t kMaxLive = 1'000'000;
 constexpr int kRepetitions = 5;
 constexpr std::uint64_t kMaxIterations = 10'000'000;  // one 8-byte sample per pair
 
@@ -45,7 +44,8 @@ struct PoolArgs {
   std::string profile = "h200";
   std::string streams = "1";
   std::string max_bytes = "1MiB";
-  std::string iterations = "200000";
+  std::string iterations = "1000000";
+  std::string live = "1000";
   bool json = false;
 };
 
@@ -61,6 +61,7 @@ int run_pool(const PoolArgs& args, const Io& io) {
   const std::uint64_t streams = parse_u64(args.streams).value_or(0);
   const std::uint64_t max_bytes = parse_byte_size(args.max_bytes).value_or(0);
   const std::uint64_t iterations = parse_u64(args.iterations).value_or(0);
+  const std::uint64_t live = parse_u64(args.live).value_or(0);
   const std::optional<DeviceProfile> profile = find_profile(args.profile);
   if (!profile) {
     io.err << "ferry bench pool: unknown profile \"" << args.profile << "\"\n";
@@ -70,10 +71,14 @@ int run_pool(const PoolArgs& args, const Io& io) {
     io.err << "ferry bench pool: --streams " << args.streams << ": must be 1.." << kMaxStreams << '\n';
     return kExitUsage;
   }
-  if (max_bytes <= kMinSize || max_bytes > profile->capacity / (2 * kLiveBlocks)) {
+  if (live < 1 || live > kMaxLive) {
+    io.err << "ferry bench pool: --live " << args.live << ": must be 1.." << kMaxLive << '\n';
+    return kExitUsage;
+  }
+  if (max_bytes <= kMinSize || max_bytes > profile->capacity / (2 * live)) {
     io.err << "ferry bench pool: --max-bytes " << args.max_bytes << ": must be above " << kMinSize
-           << " B and at most " << human_bytes(profile->capacity / (2 * kLiveBlocks))
-           << " (the " << args.profile << "'s capacity / " << 2 * kLiveBlocks << ")\n";
+           << " B and at most " << human_bytes(profile->capacity / (2 * live)) << " (the "
+           << args.profile << "'s capacity / (2 x --live))\n";
     return kExitUsage;
   }
   if (iterations < kRepetitions || iterations > kMaxIterations) {
@@ -91,20 +96,23 @@ int run_pool(const PoolArgs& args, const Io& io) {
   }
   StreamOrder order(**sim);
   DevicePool pool(order);
-  const auto sizes = synthetic::log_uniform_sizes(kMinSize, max_bytes, kSizeCount, 42);
-  std::vector<DeviceHandle> keep;
+  // The churn loop of bench/pool_bench.cpp (BM_ChurnDevicePool): `live` blocks
+  // stay live; each pair frees one at random and allocates its replacement.
+  synthetic::Churn churn(live, kMinSize, max_bytes, 42);
+  std::vector<DeviceHandle> blocks(live);
+  std::size_t made = 0;
   auto release_kept = [&] {
-    for (DeviceHandle h : keep) (void)pool.free(h);
+    for (std::size_t k = 0; k < made; ++k) (void)pool.free(blocks[k]);
   };
-  for (std::size_t i = 0; i < kLiveBlocks; ++i) {
-    auto h = pool.allocate(sizes[i], 0);
+  for (; made < live; ++made) {
+    auto h = pool.allocate(churn.initial(made), 0);
     if (!h.ok()) {
-      io.err << "ferry bench pool: allocating a live block of " << sizes[i]
+      io.err << "ferry bench pool: allocating live block " << made << " of " << churn.initial(made)
              << " B failed: " << h.error().message << '\n';
       release_kept();
       return kExitFailed;
     }
-    keep.push_back(*h);
+    blocks[made] = *h;
   }
 
   using Clock = std::chrono::steady_clock;
@@ -113,24 +121,27 @@ int run_pool(const PoolArgs& args, const Io& io) {
   pair_ns.reserve(per_rep * kRepetitions);
   std::vector<double> rep_mean_ns;
   std::uint64_t total_ns = 0;
-  std::size_t i = 0;
+  std::uint64_t i = 0;
   // Rep -1 is an untimed warm-up, so first-touch costs stay out of the figures.
   for (int rep = -1; rep < kRepetitions; ++rep) {
     const std::uint64_t pairs = rep < 0 ? std::min<std::uint64_t>(per_rep, 1000) : per_rep;
     const Clock::time_point rep_start = Clock::now();
-    for (std::uint64_t n = 0; n < pairs; ++n) {
+    for (std::uint64_t n = 0; n < pairs; ++n, ++i) {
       const auto s = static_cast<StreamId>(i % streams);
-      const std::uint64_t bytes = sizes[i++ & (kSizeCount - 1)];
+      const synthetic::Churn::Step step = churn.next();
       const Clock::time_point t0 = Clock::now();
-      Result<DeviceHandle> h = pool.allocate(bytes, s);
-      const bool freed = h.ok() && pool.free(*h).ok();
+      const bool freed = pool.free(blocks[step.victim]).ok();
+      Result<DeviceHandle> h = pool.allocate(step.bytes, s);
       const Clock::time_point t1 = Clock::now();
-      if (!freed) {
-        io.err << "ferry bench pool: pair " << i << " (" << bytes << " B on stream " << s
+      if (!freed || !h.ok()) {
+        io.err << "ferry bench pool: pair " << i << " (" << step.bytes << " B on stream " << s
                << ") failed: " << (h.ok() ? "free failed" : h.error().message) << '\n';
+        if (h.ok()) (void)pool.free(*h);
+        blocks[step.victim] = blocks[--made];  // the victim is gone either way
         release_kept();
         return kExitFailed;
       }
+      blocks[step.victim] = *h;
       if (rep >= 0) {
         pair_ns.push_back(static_cast<std::uint64_t>(
             std::chrono::duration_cast<std::chrono::nanoseconds>(t1 - t0).count()));
@@ -158,7 +169,8 @@ int run_pool(const PoolArgs& args, const Io& io) {
     j["streams"] = streams;
     j["min_bytes"] = kMinSize;
     j["max_bytes"] = max_bytes;
-    j["live_blocks"] = kLiveBlocks;
+    j["live_blocks"] = live;
+    j["loop"] = "churn";
     j["iterations"] = pair_ns.size();
     j["repetitions"] = kRepetitions;
     j["median_ns"] = median;
@@ -170,10 +182,11 @@ int run_pool(const PoolArgs& args, const Io& io) {
     return kExitOk;
   }
   char line[160];
-  io.out << "pool alloc+free on sim " << args.profile << ": " << pair_ns.size() << " pairs ("
-         << kRepetitions << " x " << per_rep << "), sizes log-uniform " << human_bytes(kMinSize)
-         << " - " << human_bytes(max_bytes) << ", " << streams << " stream(s), " << kLiveBlocks
-         << " blocks live\n";
+  io.out << "pool churn on sim " << args.profile << ": " << pair_ns.size() << " free+allocate pairs ("
+         << kRepetitions << " x " << per_rep << "), each frees one of " << live
+         << " live blocks at random and allocates its replacement, sizes log-uniform "
+         << human_bytes(kMinSize) << " - " << human_bytes(max_bytes) << ", " << streams
+         << " stream(s)\n";
   std::snprintf(line, sizeof line, "  median   %llu ns/pair\n  p99      %llu ns/pair\n",
                 static_cast<unsigned long long>(median), static_cast<unsigned long long>(p99));
   io.out << line;
@@ -233,7 +246,10 @@ int run_fragmentation(const FragmentationArgs& args, const Io& io) {
     j["peak_live_bytes"] = found.peak_live;
     j["min_capacity_bytes"] = found.min_capacity;
     j["ratio"] = found.ratio();
-    j["tolerance"] = 0.01;
+    j["step_bytes"] = found.step;
+    j["monotone"] = found.monotone;
+    j["monotone_probes"] = found.monotone_probes;
+    if (!found.monotone) j["first_failure_above_bytes"] = found.first_failure_above;
     j["replays"] = found.replays;
     print_json(io, j);
     return kExitOk;
@@ -244,9 +260,16 @@ int run_fragmentation(const FragmentationArgs& args, const Io& io) {
          << "  peak live          " << human_bytes(found.peak_live) << " (" << found.peak_live
          << " B)\n"
          << "  smallest capacity  " << human_bytes(found.min_capacity) << " (" << found.min_capacity
-         << " B, to 1 % of peak live)\n"
+         << " B, to one step of " << human_bytes(found.step) << ")\n"
          << "  ratio              " << ratio << '\n'
-         << "  replays            " << found.replays << '\n';
+         << "  monotone           ";
+  if (found.monotone) {
+    io.out << "yes (smallest + 1.." << found.monotone_probes << " steps all pass)\n";
+  } else {
+    io.out << "NO: fails again at " << human_bytes(found.first_failure_above) << " ("
+           << found.first_failure_above << " B)\n";
+  }
+  io.out << "  replays            " << found.replays << '\n';
   return kExitOk;
 }
 
@@ -267,7 +290,7 @@ Subcommand add_bench(CLI::App& parent) {
   app->require_subcommand(1);
 
   CLI::App* pool_app = app->add_subcommand(
-      "pool", "Time alloc+free pairs of log-uniform sizes on the sim pool, 64 blocks kept live");
+      "pool", "Time the churn loop on the sim pool: free one of --live blocks at random, allocate its replacement");
   add_profile_option(*pool_app, pool->profile);
   add_count_option(*pool_app, "--streams", pool->streams,
                    "Streams the pairs rotate over, 1.." + std::to_string(kMaxStreams));
@@ -277,6 +300,8 @@ Subcommand add_bench(CLI::App& parent) {
       ->capture_default_str();
   add_count_option(*pool_app, "--iterations", pool->iterations,
                    "Pairs timed, split over " + std::to_string(kRepetitions) + " repetitions");
+  add_count_option(*pool_app, "--live", pool->live,
+                   "Blocks kept live, 1.." + std::to_string(kMaxLive));
   pool_app->add_flag("--json", pool->json, "Print one JSON object instead of the summary");
   pool_app->footer(
       "Each pair is timed with steady_clock (the two timer reads included); median and p99\n"
@@ -292,7 +317,9 @@ Subcommand add_bench(CLI::App& parent) {
   frag_app->add_flag("--json", frag->json, "Print one JSON object instead of the summary");
   frag_app->footer(
       "Replays TRACE once at the device's capacity for its peak live bytes, then binary-searches\n"
-      "the capacity over [peak, 3 x peak] to 1 % of peak (the method of bench/pool_bench.cpp).\n"
+      "the capacity over [peak, 3 x peak] in steps of one granule (the method of\n"
+      "bench/pool_bench.cpp), then replays at the smallest + 1..16 granules: \"monotone\" says\n"
+      "whether every one of them passed (more capacity must never make a trace fail).\n"
       "Exit status: 0 ran; 1 the trace fails even at full capacity; 2 malformed trace or bad option.");
 
   return {app, [app, pool_app, frag_app, pool, frag](const Io& io) {

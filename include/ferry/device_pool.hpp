@@ -3,8 +3,9 @@
 //
 // Invariants (docs/spec.md §2):
 //   I1  handles are (pool, slot, generation); slots are never renumbered or moved;
-//       freeing a slot bumps its generation; resolving a stale, foreign or forged
-//       handle returns stale_handle.
+//       freeing a slot bumps its generation (a slot at the last generation is
+//       retired, never reused, so no generation comes round); resolving a stale,
+//       foreign or forged handle returns stale_handle.
 //   I2  a block is not reused, unmapped or released while a lease on it (an
 //       enqueued operation, held in a host queue or on the device) is open.
 //   I3  free() is stream-ordered: the block is reusable at once by later work on
@@ -17,7 +18,13 @@
 // memory follows live memory instead of ratcheting (report 003). Bookkeeping
 // lives outside device memory.
 //
+// Monotone in capacity: where a block lands depends on the blocks and the free
+// address space only (the ranges are sized by the device, not the capacity, and
+// cached granules are unmapped on demand), so the capacity decides only whether a
+// placement fits: a trace that replays at capacity C replays at every C' > C.
+//
 //   reserved == mapped granules;  live + pending_free <= reserved <= capacity
+//   referenced == reserved - cached <= capacity  (what a placement is checked against)
 //
 // Thread safety: every method may be called from any thread. allocate() may block
 // (bounded) in the reclaim sequence, waiting for in-flight frees; it holds no
@@ -70,7 +77,8 @@ struct PoolStats {
   std::uint64_t reclaims = 0;         // reclaim sequences run (pressure or trim)
   std::uint64_t recoveries = 0;       // failed fits that a reclaim turned into success
   std::uint64_t same_stream_reuses = 0;  // pending blocks reused in stream order
-  std::uint64_t tight_fits = 0;          // placed inside partly used granules under pressure
+  std::uint64_t tight_fits = 0;          // placed by the granule-aware scan: the quick fit
+                                         // would have touched more unused granules
   std::uint64_t maps = 0, unmaps = 0;    // backend map/unmap calls
 };
 
@@ -104,6 +112,10 @@ struct SegmentInfo {
   std::vector<DeviceRange> mapped;  // runs of adjacent mapped granules, by address
   std::vector<DeviceRange> cached;  // runs of adjacent cached granules, by address
 };
+
+namespace detail {
+struct PoolTestAccess;  // tests only (src/pool/pool_test_access.hpp)
+}  // namespace detail
 
 class DevicePool {
  public:
@@ -150,14 +162,19 @@ class DevicePool {
   // Releases every cached granule and every completed pending free. Never blocks.
   Result<void> trim();
 
+  // Reads retire the frees whose work has completed first (stats, snapshot,
+  // segments, largest_free_extent), so an idle device shows no pending free.
   PoolStats stats() const;
   // Sets every peak of stats() to its current value (torch.cuda.reset_peak_memory_stats),
   // so that the peak of one phase can be read on its own; the counters (allocs,
   // frees, ooms, ...) keep counting. Never fails, never blocks on the device.
   void reset_peak_stats();
-  // The longest run of free address space a request could be placed in now,
-  // capped by the physical room left (capacity - reserved + cached): the figure
-  // the out_of_memory message reports. Never blocks on the device.
+  // The largest request that fits now without reclaiming: a run of free address
+  // space inside granules already in use, extended by as many unused granules as
+  // the capacity left unreferenced (capacity - reserved + cached) can map. 0 when
+  // the pool is full. The figure the out_of_memory message reports, beside whether
+  // the failure is capacity (live + pending-free + request > capacity) or
+  // fragmentation. Scans every free extent. Never blocks on the device.
   std::uint64_t largest_free_extent() const;
   std::uint64_t capacity() const noexcept;
   std::vector<BlockInfo> snapshot() const;
@@ -171,6 +188,7 @@ class DevicePool {
   StreamOrder& order() noexcept;
 
  private:
+  friend struct detail::PoolTestAccess;
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

@@ -45,6 +45,15 @@ class OffsetAllocator {
       for (std::uint32_t n = head; n != kNone; n = nodes_[n].next_free)
         f(n, nodes_[n].offset, nodes_[n].size);
   }
+  // Calls f(node, offset, size) for every free node of at least `units` units,
+  // smallest size classes first, until f returns false. O(free nodes visited).
+  template <class F>
+  void for_each_free_from(std::uint64_t units, F&& f) const {
+    for (std::uint32_t b = find_bin_at_least(bin_of(units)); b != kNone;
+         b = b + 1 < bin_head_.size() ? find_bin_at_least(b + 1) : kNone)
+      for (std::uint32_t n = bin_head_[b]; n != kNone; n = nodes_[n].next_free)
+        if (nodes_[n].size >= units && !f(n, nodes_[n].offset, nodes_[n].size)) return;
+  }
   // Returns an allocated node to the free space. Precondition: node is allocated.
   void free(std::uint32_t node);
   // Cuts allocated `node` after `head_units`; the tail becomes a new allocated

@@ -13,6 +13,8 @@
 #include "core/offset_allocator.hpp"
 #include "core/testing_hooks.hpp"
 #include "core/text.hpp"
+#include "pool/futex_mutex.hpp"
+#include "pool/pool_test_access.hpp"
 
 namespace ferry {
 namespace {
@@ -30,13 +32,15 @@ struct DevicePool::Impl {
 
   struct Block {
     std::uint8_t region = 0;
+    BlockState state = BlockState::live;
+    StreamId stream = 0;
     std::uint32_t node = detail::OffsetAllocator::kNone;
+    std::uint32_t slot = kNoBlock;
+    std::uint32_t heap_pos = kNoBlock;  // index in pending_on[s] while pending on one stream
     std::uint64_t addr = 0;
     std::uint64_t size = 0;       // rounded to kAlign
     std::uint64_t requested = 0;  // as asked (live blocks)
-    StreamId stream = 0;
-    BlockState state = BlockState::live;
-    std::uint32_t slot = kNoBlock;
+    Ticket pending_key = 0;       // its one lease's ticket, while pending on one stream
     UseSet uses;                  // leases of enqueued work on this block (I2)
     // Set when the block was reused on its stream while older work there still
     // touches it: other streams must wait for this point before using it (I3).
@@ -47,18 +51,29 @@ struct DevicePool::Impl {
     std::uint32_t generation = 1;  // never 0, so {pool,slot,0} never resolves
     std::uint32_t block = kNoBlock;  // kNoBlock while the slot is free
   };
+  // I1: a slot whose generation reached this is retired at its free, never reused,
+  // so a generation never comes round again.
+  static constexpr std::uint32_t kLastGeneration = UINT32_MAX;
+
+  // Granule flags (Region::flags).
+  static constexpr std::uint8_t kMapped = 1;  // physical memory mapped under it
+  static constexpr std::uint8_t kListed = 2;  // on Region::cached_list
+  static constexpr std::uint8_t kFresh = 4;   // mapped by the reference_granules call under way
 
   // One reserved address range, carved by an offset allocator; physical granules
-  // are mapped under it on demand.
+  // are mapped under it on demand. The per-granule arrays cover the granules used
+  // so far (a prefix of the range) and grow with it.
   //   granule g is mapped  <=>  refs[g] > 0  or  it is cached
+  //   a cached granule (mapped, refs 0) is on cached_list  (entries may be stale)
   struct Region {
     std::uint64_t base = 0;
     std::uint64_t bytes = 0;
     detail::OffsetAllocator space;
     std::vector<std::uint32_t> refs;  // blocks (live or pending) touching each granule
-    std::vector<std::uint8_t> mapped;
-    Region(std::uint64_t b, std::uint64_t n, std::uint64_t granule)
-        : base(b), bytes(n), space(n / kAlign), refs(n / granule, 0), mapped(n / granule, 0) {}
+    std::vector<std::uint8_t> flags;
+    std::vector<std::uint32_t> cached_list;  // granules that became cached, for trim and eviction
+    Region(std::uint64_t b, std::uint64_t n) : base(b), bytes(n), space(n / kAlign) {}
+    std::uint32_t ref(std::uint64_t g) const { return g < refs.size() ? refs[g] : 0; }
   };
 
   StreamOrder& order;
@@ -70,17 +85,21 @@ struct DevicePool::Impl {
   std::uint64_t capacity;
   Result<void> status;
 
-  mutable std::mutex mu;  // guards everything below; never held across a wait
+  mutable detail::FutexMutex mu;  // guards everything below; never held across a wait
   std::vector<Region> regions;  // [0] small, [1] large (one region without VMM)
   std::vector<Block> blocks;
   std::vector<std::uint32_t> spare_blocks;
   std::vector<Slot> slots;  // I1: a slot index never moves or gets renumbered
   std::vector<std::uint32_t> spare_slots;
   // Freed blocks whose leases have not retired. pending_on[s]: every open lease is
-  // on stream s, so later work on s may reuse them at once (I3).
+  // on stream s, so later work on s may reuse them at once (I3); a min-heap by that
+  // lease's ticket, so retiring them looks only at the ones that completed.
   std::array<std::vector<std::uint32_t>, kMaxStreams> pending_on;
   std::vector<std::uint32_t> pending_multi;  // leases on several streams
   std::uint64_t pending_streams = 0;  // bit s set  <=>  !pending_on[s].empty()
+  std::uint64_t multi_streams = 0;    // streams the leases of pending_multi name (a superset)
+  std::array<Ticket, kMaxStreams> multi_seen{};  // completion seen at pending_multi's last sweep
+  std::uint64_t retired_slots = 0;
   PoolStats st;
 
   Impl(StreamOrder& o, PoolOptions opt)
@@ -107,10 +126,13 @@ struct DevicePool::Impl {
                                     " B is smaller than one device granule (" + bytes_str(granule) + ")");
       return;
     }
-    // With virtual memory, address space is cheap: the large range has room
-    // for fragmentation, because only mapped granules cost memory.
+    // With virtual memory, address space is cheap: the large range has room for
+    // fragmentation, because only mapped granules cost memory. Its size follows the
+    // device, not the capacity, so that where a block lands never depends on the
+    // capacity: only whether it fits does (a trace that replays at C replays at
+    // every capacity above C).
     std::vector<std::uint64_t> sizes;
-    if (info.virtual_memory) sizes = {capacity, capacity * 4};
+    if (info.virtual_memory) sizes = {device_cap, device_cap * 4};
     else sizes = {capacity};
     for (std::uint64_t bytes : sizes) {
       Result<std::uint64_t> base = backend.reserve_address(bytes);
@@ -120,7 +142,7 @@ struct DevicePool::Impl {
                                 base.error().message);
         return;
       }
-      regions.emplace_back(*base, bytes, granule);
+      regions.emplace_back(*base, bytes);
     }
   }
 
@@ -134,9 +156,8 @@ struct DevicePool::Impl {
       if (!spare[b]) in_flight.merge(blocks[b].uses);
     (void)order.wait(in_flight);
     for (Region& r : regions) {
-      unmap_unused(r, /*all=*/true);
-      for (std::uint64_t g = 0; g < r.mapped.size(); ++g) {
-        if (r.mapped[g]) (void)backend.unmap(r.base + g * granule, granule);
+      for (std::uint64_t g = 0; g < r.flags.size(); ++g) {
+        if (r.flags[g] & kMapped) (void)backend.unmap(r.base + g * granule, granule);
       }
       (void)backend.release_address(r.base, r.bytes);
     }
@@ -150,6 +171,9 @@ struct DevicePool::Impl {
     st.peak_active_bytes = std::max(st.peak_active_bytes, st.active_bytes);
   }
 
+  // Mapped granules some block touches:  referenced == reserved - cached <= capacity.
+  std::uint64_t referenced_bytes() const { return st.reserved_bytes - st.cached_bytes; }
+
   // --- granules -------------------------------------------------------------
 
   std::pair<std::uint64_t, std::uint64_t> granule_span(const Region& r, std::uint64_t addr,
@@ -160,46 +184,96 @@ struct DevicePool::Impl {
     return {first, last};
   }
 
-  // Takes references on the granules under [addr, addr+size), mapping the ones
-  // that are not mapped. All or nothing: on failure nothing changed.
-  Result<void> reference_granules(Region& r, std::uint64_t addr, std::uint64_t size) {
+  // Granules a block at [addr, addr+size) would be the first to touch, when the
+  // range lies in free space: a granule strictly inside a free extent is touched
+  // by no block, so only the two end granules can be in use already.
+  std::uint64_t new_granules(const Region& r, std::uint64_t addr, std::uint64_t size) const {
     auto [first, last] = granule_span(r, addr, size);
-    std::uint64_t need = 0;
-    for (std::uint64_t g = first; g <= last; ++g) need += r.mapped[g] ? 0 : granule;
-    if (st.reserved_bytes + need > capacity) {
+    std::uint64_t n = last - first + 1;
+    if (r.ref(first) > 0) --n;
+    if (last != first && r.ref(last) > 0) --n;
+    return n;
+  }
+
+  void cover(Region& r, std::uint64_t last) {
+    if (last < r.refs.size()) return;
+    // Growth is geometric, so steady-state work never allocates here.
+    const std::uint64_t n = std::min<std::uint64_t>(std::max<std::uint64_t>(last + 1, 2 * r.refs.size()),
+                                                    r.bytes >> granule_shift);
+    r.refs.resize(n, 0);
+    r.flags.resize(n, 0);
+  }
+
+  // Takes references on the granules under [addr, addr+size), mapping the ones
+  // that are not mapped; `fresh` granules of them are touched by no block yet.
+  // Fails (out_of_memory, nothing changed) when the referenced granules would
+  // exceed the capacity; cached granules elsewhere are unmapped to make room, so
+  // whether a placement fits depends on the blocks alone, never on what is cached.
+  Result<void> reference_granules(Region& r, std::uint64_t addr, std::uint64_t size, std::uint64_t fresh) {
+    auto [first, last] = granule_span(r, addr, size);
+    if (fresh == 0) {  // the hot path: every granule is in use, so mapped already
+      for (std::uint64_t g = first; g <= last; ++g) ++r.refs[g];
+      return {};
+    }
+    if (referenced_bytes() + fresh * granule > capacity) {
       return make_error(ErrorCode::out_of_memory, "physical capacity exhausted");
     }
+    cover(r, last);
+    std::uint64_t unmapped = 0;
+    for (std::uint64_t g = first; g <= last; ++g) unmapped += (r.flags[g] & kMapped) ? 0 : 1;
+    if (unmapped > 0 && st.reserved_bytes + unmapped * granule > capacity) {
+      evict_cached(st.reserved_bytes + unmapped * granule - capacity, r, first, last);
+    }
     // Map runs of unmapped granules with one call each.
-    for (std::uint64_t g = first; g <= last;) {
-      if (r.mapped[g]) { ++g; continue; }
+    for (std::uint64_t g = first; g <= last && unmapped > 0;) {
+      if (r.flags[g] & kMapped) { ++g; continue; }
       std::uint64_t end = g;
-      while (end <= last && !r.mapped[end]) ++end;
+      while (end <= last && !(r.flags[end] & kMapped)) ++end;
       Result<void> m = backend.map(r.base + g * granule, (end - g) * granule);
       if (!m.ok()) {
         rollback_new_maps(r, first, g);  // all or nothing
         return m;
       }
       ++st.maps;
-      for (std::uint64_t u = g; u < end; ++u) r.mapped[u] = 2;  // 2: mapped by this call
+      for (std::uint64_t u = g; u < end; ++u) r.flags[u] |= kMapped | kFresh;
       g = end;
     }
     for (std::uint64_t g = first; g <= last; ++g) {
-      if (r.mapped[g] == 2) {
-        r.mapped[g] = 1;
+      if (r.flags[g] & kFresh) {
+        r.flags[g] &= static_cast<std::uint8_t>(~kFresh);
         st.reserved_bytes += granule;
       } else if (r.refs[g] == 0) {
         st.cached_bytes -= granule;  // a cached granule is back in use
       }
       ++r.refs[g];
     }
-    note_peaks();
     return {};
   }
   void rollback_new_maps(Region& r, std::uint64_t first, std::uint64_t end) {
     for (std::uint64_t u = first; u < end; ++u) {
-      if (r.mapped[u] == 2) {
+      if (r.flags[u] & kFresh) {
         (void)backend.unmap(r.base + u * granule, granule);
-        r.mapped[u] = 0;
+        r.flags[u] &= static_cast<std::uint8_t>(~(kMapped | kFresh));
+      }
+    }
+  }
+
+  // Unmaps cached granules until `bytes` are released or none is left, except
+  // granules [keep_first, keep_last] of `keep` (the placement under way).
+  void evict_cached(std::uint64_t bytes, const Region& keep, std::uint64_t keep_first,
+                    std::uint64_t keep_last) {
+    std::uint64_t released = 0;
+    for (Region& r : regions) {
+      auto& list = r.cached_list;
+      for (std::size_t i = list.size(); i-- > 0 && released < bytes;) {
+        const std::uint32_t g = list[i];
+        const bool cached = (r.flags[g] & kMapped) && r.refs[g] == 0;
+        if (cached && &r == &keep && g >= keep_first && g <= keep_last) continue;
+        if (cached && !unmap_granule(r, g)) continue;
+        if (cached) released += granule;
+        r.flags[g] &= static_cast<std::uint8_t>(~kListed);
+        list[i] = list.back();
+        list.pop_back();
       }
     }
   }
@@ -210,30 +284,48 @@ struct DevicePool::Impl {
   void release_granules(Region& r, std::uint64_t addr, std::uint64_t size) {
     auto [first, last] = granule_span(r, addr, size);
     for (std::uint64_t g = first; g <= last; ++g) {
-      if (--r.refs[g] == 0) st.cached_bytes += granule;
+      if (--r.refs[g] == 0) {
+        st.cached_bytes += granule;
+        if (!(r.flags[g] & kListed)) {
+          r.flags[g] |= kListed;
+          r.cached_list.push_back(static_cast<std::uint32_t>(g));
+        }
+      }
     }
     if (st.cached_bytes > options.release_threshold) {
       for (std::uint64_t g = first; g <= last && st.cached_bytes > options.release_threshold; ++g) {
-        if (r.refs[g] == 0 && r.mapped[g]) unmap_granule(r, g);
+        if (r.refs[g] == 0 && (r.flags[g] & kMapped)) unmap_granule(r, g);
       }
     }
   }
 
-  void unmap_granule(Region& r, std::uint64_t g) {
-    if (backend.unmap(r.base + g * granule, granule).ok()) {
-      r.mapped[g] = 0;
-      st.reserved_bytes -= granule;
-      st.cached_bytes -= granule;
-      ++st.unmaps;
-    }
+  bool unmap_granule(Region& r, std::uint64_t g) {
+    if (!backend.unmap(r.base + g * granule, granule).ok()) return false;
+    r.flags[g] &= static_cast<std::uint8_t>(~kMapped);
+    st.reserved_bytes -= granule;
+    st.cached_bytes -= granule;
+    ++st.unmaps;
+    return true;
   }
 
   // Unmaps every mapped granule that no block touches (or, unless `all`, only
-  // down to the release threshold).
-  void unmap_unused(Region& r, bool all) {
-    for (std::uint64_t g = 0; g < r.mapped.size(); ++g) {
-      if (!all && st.cached_bytes <= options.release_threshold) return;
-      if (r.mapped[g] && r.refs[g] == 0) unmap_granule(r, g);
+  // down to the release threshold). O(granules that became cached since the last
+  // call), not O(capacity).
+  void unmap_unused(bool all) {
+    for (Region& r : regions) {
+      auto& list = r.cached_list;
+      std::size_t kept = 0;
+      for (std::size_t i = 0; i < list.size(); ++i) {
+        const std::uint32_t g = list[i];
+        const bool cached = (r.flags[g] & kMapped) && r.refs[g] == 0;
+        const bool wanted = all || st.cached_bytes > options.release_threshold;
+        if (cached && (!wanted || !unmap_granule(r, g))) {
+          list[kept++] = g;  // stays cached, stays listed
+          continue;
+        }
+        r.flags[g] &= static_cast<std::uint8_t>(~kListed);
+      }
+      list.resize(kept);
     }
   }
 
@@ -243,7 +335,14 @@ struct DevicePool::Impl {
     if (!spare_blocks.empty()) {
       const std::uint32_t b = spare_blocks.back();
       spare_blocks.pop_back();
-      blocks[b] = Block{};
+      Block& blk = blocks[b];
+      blk.state = BlockState::live;
+      blk.slot = kNoBlock;
+      blk.heap_pos = kNoBlock;
+      blk.requested = 0;
+      blk.pending_key = 0;
+      blk.uses.clear();
+      blk.ready_after = {};
       return b;
     }
     blocks.emplace_back();
@@ -264,55 +363,121 @@ struct DevicePool::Impl {
   // pending on several.
   void file_freed(std::uint32_t b) {
     Block& blk = blocks[b];
-    if (blk.uses.retire(order)) {
+    if (blk.uses.empty() || blk.uses.retire(order)) {
       release_block(b);
       return;
     }
     blk.state = BlockState::pending;
     st.pending_free_bytes += blk.size;
-    if (auto s = blk.uses.single_stream()) push_pending(*s, b);
-    else pending_multi.push_back(b);
+    if (auto s = blk.uses.single_stream()) {
+      push_pending(*s, b);
+      return;
+    }
+    pending_multi.push_back(b);
+    for (const StreamPoint& p : blk.uses.points()) multi_streams |= std::uint64_t{1} << p.stream;
   }
 
-  // Moves pending blocks whose leases retired back to the free space.
+  // --- the per-stream heaps of pending blocks ----------------------------------
+
+  bool earlier(std::uint32_t a, std::uint32_t b) const { return blocks[a].pending_key < blocks[b].pending_key; }
+  void heap_put(std::vector<std::uint32_t>& h, std::size_t i, std::uint32_t b) {
+    h[i] = b;
+    blocks[b].heap_pos = static_cast<std::uint32_t>(i);
+  }
+  void sift_up(std::vector<std::uint32_t>& h, std::size_t i) {
+    const std::uint32_t b = h[i];
+    while (i > 0 && earlier(b, h[(i - 1) / 2])) {
+      heap_put(h, i, h[(i - 1) / 2]);
+      i = (i - 1) / 2;
+    }
+    heap_put(h, i, b);
+  }
+  void sift_down(std::vector<std::uint32_t>& h, std::size_t i) {
+    const std::uint32_t b = h[i];
+    for (;;) {
+      std::size_t c = 2 * i + 1;
+      if (c >= h.size()) break;
+      if (c + 1 < h.size() && earlier(h[c + 1], h[c])) ++c;
+      if (!earlier(h[c], b)) break;
+      heap_put(h, i, h[c]);
+      i = c;
+    }
+    heap_put(h, i, b);
+  }
+  void push_pending(StreamId s, std::uint32_t b) {
+    blocks[b].pending_key = blocks[b].uses.points()[0].ticket;
+    auto& h = pending_on[s];
+    h.push_back(b);
+    sift_up(h, h.size() - 1);
+    pending_streams |= std::uint64_t{1} << s;
+  }
+  void remove_pending(StreamId s, std::uint32_t b) {
+    auto& h = pending_on[s];
+    const std::size_t i = blocks[b].heap_pos;
+    const std::uint32_t last = h.back();
+    h.pop_back();
+    blocks[b].heap_pos = kNoBlock;
+    if (i < h.size()) {
+      heap_put(h, i, last);
+      sift_up(h, i);
+      sift_down(h, blocks[last].heap_pos);
+    }
+    if (h.empty()) pending_streams &= ~(std::uint64_t{1} << s);
+  }
+
+  // Moves pending blocks whose leases retired back to the free space. Looks only
+  // at the blocks whose lease completed (heap tops) and, when a stream advanced,
+  // at the blocks leased on several streams: O(work retired), not O(pending).
   void retire_pending() {
-    auto sweep = [&](std::vector<std::uint32_t>& list, std::optional<StreamId> owner) {
-      for (std::size_t i = 0; i < list.size();) {
-        const std::uint32_t b = list[i];
-        Block& blk = blocks[b];
-        if (blk.uses.retire(order)) {
-          st.pending_free_bytes -= blk.size;
-          list[i] = list.back();
-          list.pop_back();
-          release_block(b);
-          continue;
-        }
-        // A multi-stream block whose remaining leases narrowed to one stream
-        // becomes reusable in that stream's order.
-        if (!owner) {
-          if (auto s = blk.uses.single_stream()) {
-            list[i] = list.back();
-            list.pop_back();
-            push_pending(*s, b);
-            continue;
-          }
-        }
-        ++i;
-      }
-    };
-    if (!pending_multi.empty()) sweep(pending_multi, std::nullopt);
+    if (pending_streams == 0 && pending_multi.empty()) return;  // the hot path
+    if (!pending_multi.empty()) sweep_multi();
     for (std::uint64_t mask = pending_streams; mask != 0; mask &= mask - 1) {
       const auto s = static_cast<StreamId>(std::countr_zero(mask));
-      sweep(pending_on[s], s);
-      if (pending_on[s].empty()) pending_streams &= ~(std::uint64_t{1} << s);
+      auto& h = pending_on[s];
+      while (!h.empty() && order.is_complete({s, blocks[h.front()].pending_key})) {
+        const std::uint32_t b = h.front();
+        remove_pending(s, b);
+        blocks[b].uses.clear();
+        st.pending_free_bytes -= blocks[b].size;
+        release_block(b);
+      }
     }
     // active_bytes follows pending_free_bytes, which the sweep lowered.
     note_peaks();
   }
 
-  void push_pending(StreamId s, std::uint32_t b) {
-    pending_on[s].push_back(b);
-    pending_streams |= std::uint64_t{1} << s;
+  void sweep_multi() {
+    bool advanced = false;
+    for (std::uint64_t mask = multi_streams; mask != 0; mask &= mask - 1) {
+      const auto s = static_cast<StreamId>(std::countr_zero(mask));
+      const Ticket c = order.completed(s);
+      advanced |= c != multi_seen[s];
+      multi_seen[s] = c;
+    }
+    // Nothing completed since the last sweep: no block here can have retired.
+    if (!advanced) return;
+    multi_streams = 0;
+    for (std::size_t i = 0; i < pending_multi.size();) {
+      const std::uint32_t b = pending_multi[i];
+      Block& blk = blocks[b];
+      if (blk.uses.retire(order)) {
+        st.pending_free_bytes -= blk.size;
+        pending_multi[i] = pending_multi.back();
+        pending_multi.pop_back();
+        release_block(b);
+        continue;
+      }
+      // A block whose remaining leases narrowed to one stream becomes reusable
+      // in that stream's order.
+      if (auto s = blk.uses.single_stream()) {
+        pending_multi[i] = pending_multi.back();
+        pending_multi.pop_back();
+        push_pending(*s, b);
+        continue;
+      }
+      for (const StreamPoint& p : blk.uses.points()) multi_streams |= std::uint64_t{1} << p.stream;
+      ++i;
+    }
   }
 
   // Stream-ordered reuse: a block freed with open leases on `stream` only may
@@ -327,16 +492,13 @@ struct DevicePool::Impl {
     }
     if (best == list.size()) return std::nullopt;
     const std::uint32_t b = list[best];
-    list[best] = list.back();
-    list.pop_back();
-    if (list.empty()) pending_streams &= ~(std::uint64_t{1} << stream);
-    Block& blk = blocks[b];
-    st.pending_free_bytes -= blk.size;
-    if (blk.size > size) {
+    remove_pending(stream, b);
+    st.pending_free_bytes -= blocks[b].size;
+    if (blocks[b].size > size) {
       // The tail stays pending under the same leases.
-      Region& r = regions[blk.region];
-      const std::uint32_t tail_node = r.space.split(blk.node, size / kAlign);
-      const std::uint32_t t = new_block();
+      Region& r = regions[blocks[b].region];
+      const std::uint32_t tail_node = r.space.split(blocks[b].node, size / kAlign);
+      const std::uint32_t t = new_block();  // may reallocate blocks: take references after
       Block& tail = blocks[t];
       Block& head = blocks[b];
       tail.region = head.region;
@@ -358,19 +520,54 @@ struct DevicePool::Impl {
     }
     ++st.same_stream_reuses;
     // The new owner inherits the old leases: they name work still queued on it.
-    blocks[b].ready_after = {stream, 0};
-    for (const StreamPoint& p : blocks[b].uses.points())
-      blocks[b].ready_after.ticket = std::max(blocks[b].ready_after.ticket, p.ticket);
+    blocks[b].ready_after = {stream, blocks[b].pending_key};
     return b;
   }
 
+  std::uint8_t region_for(std::uint64_t size) const {
+    return (regions.size() > 1 && size > options.small_limit) ? 1 : 0;
+  }
+
+  // Where a block of `size` goes: the offset allocator's quick fit when it lands
+  // in granules already in use; otherwise the place (in either region) that
+  // touches the fewest granules no block uses, so small blocks fill partly used
+  // granules instead of holding fresh ones. The choice reads the blocks and the
+  // free space only, never the capacity or what is mapped: only whether it fits
+  // depends on the capacity, which keeps the pool monotone in capacity.
   std::optional<std::uint32_t> fit_fresh(std::uint64_t size) {
-    const std::uint8_t ri = (regions.size() > 1 && size > options.small_limit) ? 1 : 0;
+    const std::uint64_t units = size / kAlign;
+    std::uint8_t ri = region_for(size);
+    auto a = regions[ri].space.allocate(units);
+    std::uint64_t fresh = a ? new_granules(regions[ri], regions[ri].base + a->offset * kAlign, size) : UINT64_MAX;
+    if (fresh > 0) {
+      if (a) regions[ri].space.free(a->node);
+      struct {
+        std::uint8_t region = 0;
+        std::uint32_t node = detail::OffsetAllocator::kNone;
+        std::uint64_t offset = 0;  // units
+        std::uint64_t fresh = UINT64_MAX;
+      } best;
+      // The quick fit's own region first, so a tie keeps the block in its class.
+      for (std::uint8_t k = 0; k < regions.size() && best.fresh > 0; ++k) {
+        const auto rk = static_cast<std::uint8_t>(k == 0 ? ri : (ri == 0 ? k : k - 1));
+        const Region& r = regions[rk];
+        r.space.for_each_free_from(units, [&](std::uint32_t node, std::uint64_t off, std::uint64_t n) {
+          for (std::uint64_t at : {off, off + n - units}) {
+            const std::uint64_t f = new_granules(r, r.base + at * kAlign, size);
+            if (f < best.fresh) best = {rk, node, at, f};
+          }
+          return best.fresh > 0;
+        });
+      }
+      if (best.node == detail::OffsetAllocator::kNone) return std::nullopt;
+      ri = best.region;
+      a = regions[ri].space.allocate_range(best.node, best.offset, units);
+      if (best.fresh < fresh) ++st.tight_fits;
+      fresh = best.fresh;
+    }
     Region& r = regions[ri];
-    auto a = r.space.allocate(size / kAlign);
-    if (!a) return std::nullopt;
     const std::uint64_t addr = r.base + a->offset * kAlign;
-    if (!reference_granules(r, addr, size).ok()) {
+    if (!reference_granules(r, addr, size, fresh).ok()) {
       r.space.free(a->node);
       return std::nullopt;
     }
@@ -383,61 +580,12 @@ struct DevicePool::Impl {
     return b;
   }
 
-  std::uint64_t unmapped_bytes_under(const Region& r, std::uint64_t addr, std::uint64_t size) const {
-    auto [first, last] = granule_span(r, addr, size);
-    std::uint64_t need = 0;
-    for (std::uint64_t g = first; g <= last; ++g) need += r.mapped[g] ? 0 : granule;
-    return need;
-  }
-
-  // The slow path when the quick fit runs out of physical memory: place the
-  // block where it needs the fewest granules mapped (inside partly used ones),
-  // in either region. Scans every free extent, so it runs only under pressure.
-  std::optional<std::uint32_t> fit_tight(std::uint64_t size) {
-    struct Best {
-      std::uint8_t region = 0;
-      std::uint32_t node = detail::OffsetAllocator::kNone;
-      std::uint64_t offset = 0;  // units
-      std::uint64_t need = UINT64_MAX;
-    } best;
-    const std::uint64_t units = size / kAlign;
-    for (std::uint8_t ri = 0; ri < regions.size(); ++ri) {
-      const Region& r = regions[ri];
-      r.space.for_each_free([&](std::uint32_t node, std::uint64_t off, std::uint64_t n) {
-        if (n < units || best.need == 0) return;
-        for (std::uint64_t at : {off, off + n - units}) {
-          const std::uint64_t need = unmapped_bytes_under(r, r.base + at * kAlign, size);
-          if (need < best.need) best = {ri, node, at, need};
-        }
-      });
-    }
-    if (best.node == detail::OffsetAllocator::kNone ||
-        st.reserved_bytes + best.need > capacity) {
-      return std::nullopt;
-    }
-    Region& r = regions[best.region];
-    const auto a = r.space.allocate_range(best.node, best.offset, units);
-    const std::uint64_t addr = r.base + a.offset * kAlign;
-    if (!reference_granules(r, addr, size).ok()) {
-      r.space.free(a.node);
-      return std::nullopt;
-    }
-    const std::uint32_t b = new_block();
-    blocks[b] = Block{};
-    blocks[b].region = best.region;
-    blocks[b].node = a.node;
-    blocks[b].addr = addr;
-    blocks[b].size = size;
-    ++st.tight_fits;
-    return b;
-  }
-
-  std::optional<std::uint32_t> try_fit(std::uint64_t size, StreamId stream) {
+  [[gnu::always_inline]] std::optional<std::uint32_t> try_fit(std::uint64_t size, StreamId stream) {
     if (auto b = reuse_on_stream(size, stream)) return b;
-    if (auto b = fit_fresh(size)) return b;
-    return fit_tight(size);
+    return fit_fresh(size);
   }
 
+  // The one place where a block becomes an allocation: the handle exists from here.
   DeviceHandle bind(std::uint32_t b, std::uint64_t requested, StreamId stream) {
     std::uint32_t slot;
     if (!spare_slots.empty()) {
@@ -462,37 +610,72 @@ struct DevicePool::Impl {
     return h;
   }
 
-  Result<std::uint32_t> find(DeviceHandle h) const {
+  // Errors are built out of line, so the hot path carries no string code.
+  [[gnu::noinline]] Error stale(DeviceHandle h) const {
     if (h.pool != id) {
       return make_error(ErrorCode::stale_handle,
                         "handle {pool " + std::to_string(h.pool) + ", slot " + std::to_string(h.slot) +
                             "} belongs to another pool (this is pool " + std::to_string(id) + ")");
     }
-    if (h.slot >= slots.size() || slots[h.slot].generation != h.generation ||
-        slots[h.slot].block == kNoBlock) {
-      return make_error(ErrorCode::stale_handle,
-                        "handle {slot " + std::to_string(h.slot) + ", generation " +
-                            std::to_string(h.generation) + "} is stale: " +
-                            (h.slot >= slots.size()
-                                 ? std::string("no such slot")
-                                 : "slot is at generation " + std::to_string(slots[h.slot].generation) +
-                                       (slots[h.slot].block == kNoBlock ? " and free" : "")));
-    }
+    return make_error(ErrorCode::stale_handle,
+                      "handle {slot " + std::to_string(h.slot) + ", generation " +
+                          std::to_string(h.generation) + "} is stale: " +
+                          (h.slot >= slots.size()
+                               ? std::string("no such slot")
+                               : "slot is at generation " + std::to_string(slots[h.slot].generation) +
+                                     (slots[h.slot].block == kNoBlock ? " and free" : "")));
+  }
+
+  // The block of a live handle, or kNoBlock.
+  std::uint32_t find_block(DeviceHandle h) const {
+    if (h.pool != id || h.slot >= slots.size() || slots[h.slot].generation != h.generation) return kNoBlock;
     return slots[h.slot].block;
   }
 
+  Result<std::uint32_t> find(DeviceHandle h) const {
+    const std::uint32_t b = find_block(h);
+    if (b == kNoBlock) return stale(h);
+    return b;
+  }
+
+  // The largest request that would fit now without reclaiming anything: a run of
+  // free address space whose granules are in use already, or that capacity left
+  // unreferenced can map (cached granules count as room: they are unmapped on
+  // demand). Scans every free extent: for diagnostics, not for hot paths.
   std::uint64_t largest_free_extent() const {
+    const std::uint64_t room = (capacity - referenced_bytes()) >> granule_shift;  // granules
     std::uint64_t best = 0;
-    for (const Region& r : regions) best = std::max(best, r.space.largest_free() * kAlign);
-    return std::min(best, capacity - st.reserved_bytes + st.cached_bytes + granule);
+    for (const Region& r : regions) {
+      r.space.for_each_free([&](std::uint32_t, std::uint64_t off, std::uint64_t n) {
+        const std::uint64_t addr = r.base + off * kAlign, bytes = n * kAlign;
+        auto [first, last] = granule_span(r, addr, bytes);
+        // Only the end granules can be in use by a neighbour; the rest would be fresh.
+        const std::uint64_t lead = r.ref(first) > 0 ? std::min(bytes, ((first + 1) << granule_shift) - (addr - r.base)) : 0;
+        const std::uint64_t trail = last != first && r.ref(last) > 0 ? (addr - r.base + bytes) - (last << granule_shift) : 0;
+        const std::uint64_t fresh = new_granules(r, addr, bytes);
+        std::uint64_t fits = bytes;
+        if (fresh > room) fits = std::min(bytes, std::max(lead, trail) + (room << granule_shift));
+        best = std::max(best, fits);
+      });
+    }
+    return best;
   }
 
   std::string diagnostic(std::uint64_t bytes, StreamId stream) const {
+    const std::uint64_t held = st.allocated_bytes + st.pending_free_bytes;
+    const std::uint64_t size = (bytes + kAlign - 1) / kAlign * kAlign;
+    const std::string cause =
+        held + size > capacity
+            ? "capacity: live + pending-free + the request exceed the capacity by " +
+                  bytes_str(held + size - capacity)
+            : "fragmentation: " + bytes_str(capacity - held) +
+                  " are not held by any block, but no free extent can take the request";
     return "out of memory: request of " + bytes_str(bytes) + " (" + std::to_string(bytes) +
            " B) on stream " + std::to_string(stream) + "; capacity " + bytes_str(capacity) +
            ", reserved " + bytes_str(st.reserved_bytes) + ", live " + bytes_str(st.allocated_bytes) +
            ", pending-free " + bytes_str(st.pending_free_bytes) + ", cached " +
-           bytes_str(st.cached_bytes) + ", largest free extent " + bytes_str(largest_free_extent());
+           bytes_str(st.cached_bytes) + ", largest free extent " + bytes_str(largest_free_extent()) +
+           "; cause: " + cause;
   }
 
   void check() const {
@@ -510,21 +693,29 @@ struct DevicePool::Impl {
     for (const Region& r : regions) {
       std::string inner;
       if (!r.space.validate(&inner)) return fail("region allocator: " + inner);
+      if (r.refs.size() != r.flags.size()) return fail("granule arrays disagree in length");
       refs.emplace_back(r.refs.size(), 0);
     }
     std::vector<std::uint8_t> is_spare(blocks.size(), 0);
     for (std::uint32_t b : spare_blocks) is_spare[b] = 1;
     std::vector<std::uint8_t> filed(blocks.size(), 0);
-    for (std::uint32_t b : pending_multi) ++filed[b];
-    for (StreamId s = 0; s < kMaxStreams; ++s) {
-      for (std::uint32_t b : pending_on[s]) {
-        ++filed[b];
-        for (const StreamPoint& p : blocks[b].uses.points())
-          if (p.stream != s) return fail("block pending on one stream holds a lease on another");
-      }
+    for (std::uint32_t b : pending_multi) {
+      ++filed[b];
+      for (const StreamPoint& p : blocks[b].uses.points())
+        if (!((multi_streams >> p.stream) & 1u)) return fail("multi_streams misses a lease's stream");
     }
     for (StreamId s = 0; s < kMaxStreams; ++s) {
-      if (((pending_streams >> s) & 1u) != !pending_on[s].empty()) return fail("pending_streams mask wrong");
+      const auto& h = pending_on[s];
+      for (std::size_t i = 0; i < h.size(); ++i) {
+        const std::uint32_t b = h[i];
+        ++filed[b];
+        if (blocks[b].heap_pos != i) return fail("pending heap position wrong");
+        if (i > 0 && earlier(b, h[(i - 1) / 2])) return fail("pending heap out of order");
+        if (blocks[b].uses.points().size() != 1 || blocks[b].uses.points()[0].stream != s ||
+            blocks[b].uses.points()[0].ticket != blocks[b].pending_key)
+          return fail("block pending on one stream holds a lease on another, or its key is stale");
+      }
+      if (((pending_streams >> s) & 1u) != !h.empty()) return fail("pending_streams mask wrong");
     }
     for (std::uint32_t b = 0; b < blocks.size(); ++b) {
       if (is_spare[b]) continue;
@@ -545,6 +736,7 @@ struct DevicePool::Impl {
         pending += blk.size;
       }
       auto [first, last] = granule_span(r, blk.addr, blk.size);
+      if (last >= r.refs.size()) return fail("a block lies beyond the granule arrays");
       for (std::uint64_t g = first; g <= last; ++g) ++refs[blk.region][g];
     }
     // live + pending_free <= reserved <= capacity
@@ -554,21 +746,37 @@ struct DevicePool::Impl {
     std::uint64_t mapped = 0, cached = 0;
     for (std::size_t ri = 0; ri < regions.size(); ++ri) {
       const Region& r = regions[ri];
+      std::uint64_t listed = 0;
       for (std::uint64_t g = 0; g < r.refs.size(); ++g) {
+        const bool is_mapped = r.flags[g] & kMapped;
         if (r.refs[g] != refs[ri][g]) return fail("granule reference count wrong");
-        if (r.refs[g] > 0 && !r.mapped[g]) return fail("a block touches an unmapped granule");
-        if (r.mapped[g]) mapped += granule;
-        if (r.mapped[g] && r.refs[g] == 0) cached += granule;
+        if (r.refs[g] > 0 && !is_mapped) return fail("a block touches an unmapped granule");
+        if (r.flags[g] & kFresh) return fail("a granule is left marked fresh");
+        if (r.flags[g] & kListed) ++listed;
+        if (is_mapped) mapped += granule;
+        if (is_mapped && r.refs[g] == 0) {
+          cached += granule;
+          if (!(r.flags[g] & kListed)) return fail("a cached granule is not on the cached list");
+        }
       }
+      if (listed != r.cached_list.size()) return fail("cached list and listed flags disagree");
     }
     if (mapped != st.reserved_bytes) return fail("reserved_bytes disagrees with mapped granules");
     if (cached != st.cached_bytes) return fail("cached_bytes disagrees with unused mapped granules");
     if (st.reserved_bytes > capacity) return fail("reserved exceeds capacity");
+    std::vector<std::uint8_t> spare_slot(slots.size(), 0);
+    for (std::uint32_t s : spare_slots) {
+      if (s >= slots.size() || spare_slot[s]++) return fail("spare slot listed twice or out of range");
+      if (slots[s].block != kNoBlock) return fail("a spare slot holds a block");
+    }
+    std::uint64_t retired = 0;
     for (std::uint32_t s = 0; s < slots.size(); ++s) {
       if (slots[s].generation == 0) return fail("slot generation 0");
       if (slots[s].block != kNoBlock && (slots[s].block >= blocks.size() || blocks[slots[s].block].slot != s))
         return fail("slot points at a block that is not its own");
+      if (slots[s].block == kNoBlock && !spare_slot[s]) ++retired;
     }
+    if (retired != retired_slots) return fail("a free slot is neither spare nor retired");
     return true;
   }
 };
@@ -625,9 +833,8 @@ Result<DeviceHandle> DevicePool::allocate(std::uint64_t bytes, StreamId stream) 
   // 2. Reuse frees whose work has completed.
   p.retire_pending();
   if (auto b = p.try_fit(size, stream)) return succeed(*b);
-  // 3. Release cached free memory.
-  for (auto& r : p.regions) p.unmap_unused(r, /*all=*/true);
-  if (auto b = p.try_fit(size, stream)) return succeed(*b);
+  // 3. Cached free memory is released by every fit as it needs the room
+  //    (reference_granules), so no retry here could place differently.
   // 4. Wait (bounded) for in-flight frees, then retry.
   for (int round = 0; round < 2; ++round) {
     UseSet in_flight;
@@ -639,7 +846,6 @@ Result<DeviceHandle> DevicePool::allocate(std::uint64_t bytes, StreamId stream) 
     Result<void> waited = p.order.wait(in_flight);
     lock.lock();
     p.retire_pending();
-    for (auto& r : p.regions) p.unmap_unused(r, /*all=*/true);
     if (auto b = p.try_fit(size, stream)) return succeed(*b);
     if (!waited.ok()) break;
   }
@@ -651,20 +857,26 @@ Result<DeviceHandle> DevicePool::allocate(std::uint64_t bytes, StreamId stream) 
 Result<void> DevicePool::free(DeviceHandle handle) {
   Impl& p = *impl_;
   std::lock_guard lock(p.mu);
-  Result<std::uint32_t> b = p.find(handle);
-  if (!b.ok()) return std::move(b).error();
-  Impl::Block& blk = p.blocks[*b];
+  const std::uint32_t b = p.find_block(handle);
+  if (b == kNoBlock) return p.stale(handle);
+  Impl::Block& blk = p.blocks[b];
   Impl::Slot& slot = p.slots[blk.slot];
-  // I1: a freed slot's generation changes, so every copy of the handle goes stale.
-  if (++slot.generation == 0) slot.generation = 1;
+  // I1: a freed slot's generation changes, so every copy of the handle goes stale;
+  // one that would wrap is retired instead, so no generation is ever handed out twice.
   slot.block = kNoBlock;
-  p.spare_slots.push_back(blk.slot);
+  if (slot.generation == Impl::kLastGeneration) {
+    ++p.retired_slots;
+  } else {
+    ++slot.generation;
+    p.spare_slots.push_back(blk.slot);
+  }
   blk.slot = kNoBlock;
   p.st.allocated_bytes -= blk.size;
   p.st.requested_bytes -= blk.requested;
   ++p.st.frees;
-  p.file_freed(*b);
-  p.note_peaks();
+  p.file_freed(b);
+  // A free moves bytes from live to pending or releases them: no peak can rise.
+  p.st.active_bytes = p.st.allocated_bytes + p.st.pending_free_bytes;
   p.check();
   return {};
 }
@@ -719,14 +931,18 @@ Result<void> DevicePool::trim() {
   std::lock_guard lock(p.mu);
   ++p.st.reclaims;
   p.retire_pending();
-  for (auto& r : p.regions) p.unmap_unused(r, /*all=*/true);
+  p.unmap_unused(/*all=*/true);
   p.check();
   return {};
 }
 
+// Reads retire the frees whose work completed first, so an idle device shows no
+// pending free (retiring never blocks; the pool is logically unchanged).
 PoolStats DevicePool::stats() const {
-  std::lock_guard lock(impl_->mu);
-  return impl_->st;
+  Impl& p = *impl_;
+  std::lock_guard lock(p.mu);
+  p.retire_pending();
+  return p.st;
 }
 
 void DevicePool::reset_peak_stats() {
@@ -741,13 +957,16 @@ void DevicePool::reset_peak_stats() {
 }
 
 std::uint64_t DevicePool::largest_free_extent() const {
-  std::lock_guard lock(impl_->mu);
-  return impl_->largest_free_extent();
+  Impl& p = *impl_;
+  std::lock_guard lock(p.mu);
+  p.retire_pending();
+  return p.largest_free_extent();
 }
 
 std::vector<BlockInfo> DevicePool::snapshot() const {
-  const Impl& p = *impl_;
+  Impl& p = *impl_;
   std::lock_guard lock(p.mu);
+  p.retire_pending();
   std::vector<std::uint8_t> spare(p.blocks.size(), 0);
   for (std::uint32_t b : p.spare_blocks) spare[b] = 1;
   std::vector<BlockInfo> out;
@@ -764,8 +983,9 @@ std::vector<BlockInfo> DevicePool::snapshot() const {
 }
 
 std::vector<SegmentInfo> DevicePool::segments() const {
-  const Impl& p = *impl_;
+  Impl& p = *impl_;
   std::lock_guard lock(p.mu);
+  p.retire_pending();
   std::vector<SegmentInfo> out;
   for (std::size_t ri = 0; ri < p.regions.size(); ++ri) {
     const Impl::Region& r = p.regions[ri];
@@ -784,8 +1004,8 @@ std::vector<SegmentInfo> DevicePool::segments() const {
         runs.push_back(DeviceRange{addr, p.granule});
       }
     };
-    for (std::uint64_t g = 0; g < r.mapped.size(); ++g) {
-      if (!r.mapped[g]) continue;
+    for (std::uint64_t g = 0; g < r.flags.size(); ++g) {
+      if (!(r.flags[g] & Impl::kMapped)) continue;
       const std::uint64_t addr = r.base + g * p.granule;
       extend(seg.mapped, addr);
       seg.mapped_bytes += p.granule;
@@ -799,6 +1019,16 @@ std::vector<SegmentInfo> DevicePool::segments() const {
   std::sort(out.begin(), out.end(),
             [](const SegmentInfo& a, const SegmentInfo& b) { return a.base < b.base; });
   return out;
+}
+
+bool detail::PoolTestAccess::set_free_slot_generation(DevicePool& pool, std::uint32_t slot,
+                                                      std::uint32_t generation) {
+  DevicePool::Impl& p = *pool.impl_;
+  std::lock_guard lock(p.mu);
+  if (slot >= p.slots.size() || p.slots[slot].block != kNoBlock || generation == 0) return false;
+  if (std::find(p.spare_slots.begin(), p.spare_slots.end(), slot) == p.spare_slots.end()) return false;
+  p.slots[slot].generation = generation;
+  return true;
 }
 
 bool DevicePool::validate(std::string* why) const {

@@ -46,6 +46,17 @@ TEST(BenchPool, JsonHasEveryKey) {
   EXPECT_GT(j["pairs_per_s"].get<double>(), 0.0);
 }
 
+// The churn loop of issue 14: --live blocks stay live, each pair frees one of them.
+TEST(BenchPool, LiveSetsTheChurnLoopsLiveBlocks) {
+  CliRun r = run_ferry({"bench", "pool", "--iterations", "1000", "--live", "1000", "--json"});
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  const nlohmann::json j = parse_one_object(r);
+  EXPECT_EQ(j["live_blocks"], 1000);
+  EXPECT_EQ(j["loop"], "churn");
+  EXPECT_EQ(j["iterations"], 1000);
+  EXPECT_EQ(run_ferry({"bench", "pool", "--live", "0"}).code, 2);
+}
+
 TEST(BenchPool, SummaryNamesTheFigures) {
   CliRun r = run_ferry({"bench", "pool", "--iterations", "500", "--max-bytes", "64KiB"});
   ASSERT_EQ(r.code, 0) << r.out << r.err;
@@ -65,6 +76,10 @@ TEST(BenchFragmentation, Report003RatioIsAtLeastOne) {
   EXPECT_GE(j["ratio"].get<double>(), 1.0);
   EXPECT_DOUBLE_EQ(j["ratio"].get<double>(), double(smallest) / double(peak));
   EXPECT_GE(j["replays"].get<int>(), 2);
+  // Every capacity probed above the smallest passed, the 16 granules above it included.
+  EXPECT_EQ(j["monotone"], true) << r.out;
+  EXPECT_EQ(j["monotone_probes"], 16);
+  EXPECT_EQ(j["step_bytes"], 2u << 20);
 }
 
 TEST(BenchFragmentation, SummaryNamesTheFigures) {
@@ -78,7 +93,7 @@ TEST(BenchFragmentation, SummaryNamesTheFigures) {
 )");
   CliRun r = run_ferry({"bench", "fragmentation", path});
   ASSERT_EQ(r.code, 0) << r.out << r.err;
-  for (const char* word : {"peak live", "5.0 MiB", "smallest capacity", "ratio", "replays"}) {
+  for (const char* word : {"peak live", "5.0 MiB", "smallest capacity", "ratio", "monotone", "replays"}) {
     EXPECT_NE(r.out.find(word), std::string::npos) << word << " missing from\n" << r.out;
   }
   std::filesystem::remove(path);

@@ -8,6 +8,8 @@
 #include <thread>
 
 #include "backend_fixture.hpp"
+#include "core/text.hpp"
+#include "pool/pool_test_access.hpp"
 #include "ferry/forwarding_backend.hpp"
 #include "pool_helpers.hpp"
 
@@ -359,6 +361,92 @@ TEST_P(DevicePoolTest, SeveralHostThreadsShareOnePool) {
   const PoolStats s = p.stats();
   EXPECT_EQ(s.allocated_bytes, 0u);
   EXPECT_EQ(s.allocs, s.frees);
+  expect_valid();
+}
+
+// I1 at the wrap point (issue 15): a slot freed 2^32 - 1 times would come round to
+// a generation it handed out before. It is retired instead, so the first handle of
+// the slot never resolves to a later allocation.
+TEST_P(DevicePoolTest, ASlotIsRetiredBeforeItsGenerationWraps) {
+  DevicePool& p = pool();
+  auto first = p.allocate(256, 0);
+  ASSERT_TRUE(first.ok());
+  const DeviceHandle oldest = *first;
+  ASSERT_TRUE(p.free(oldest).ok());
+  // 2^32 - 3 alloc/free cycles of this slot, skipped.
+  ASSERT_TRUE(detail::PoolTestAccess::set_free_slot_generation(p, oldest.slot, UINT32_MAX - 1));
+  std::vector<DeviceHandle> old_handles{oldest};
+  for (std::uint32_t expect : {UINT32_MAX - 1, UINT32_MAX}) {
+    auto h = p.allocate(256, 0);
+    ASSERT_TRUE(h.ok());
+    ASSERT_EQ(h->slot, oldest.slot);
+    ASSERT_EQ(h->generation, expect);
+    ASSERT_TRUE(p.free(*h).ok());
+    old_handles.push_back(*h);
+  }
+  // The slot is spent: new allocations take other slots, and no old handle resolves.
+  for (int i = 0; i < 4; ++i) {
+    auto h = p.allocate(256, 0);
+    ASSERT_TRUE(h.ok());
+    EXPECT_NE(h->slot, oldest.slot);
+    for (const DeviceHandle& old : old_handles) {
+      EXPECT_EQ(p.resolve(old).error().code, ErrorCode::stale_handle)
+          << "generation " << old.generation << " resolved after the wrap point";
+    }
+    ASSERT_TRUE(p.free(*h).ok());
+  }
+  expect_valid();
+}
+
+// The OOM diagnostic reports what really fits (issue 15): a full pool has no free
+// extent, and one whose free bytes lie in halves of granules reports half a granule
+// and says the failure is fragmentation, not capacity.
+TEST_P(DevicePoolTest, TheOutOfMemoryDiagnosticNeverInventsFreeMemory) {
+  const std::uint64_t g = granule();
+  PoolOptions o;
+  o.capacity = 8 * g;
+  o.small_limit = g;  // halves of granules are sliced from one range
+  DevicePool& p = pool(o);
+  std::vector<DeviceHandle> halves;
+  for (int i = 0; i < 16; ++i) {
+    auto h = p.allocate(g / 2, 0);
+    ASSERT_TRUE(h.ok()) << i << ": " << h.error().message;
+    halves.push_back(*h);
+  }
+  EXPECT_EQ(p.largest_free_extent(), 0u);
+  auto full = p.allocate(256, 0);
+  ASSERT_FALSE(full.ok());
+  EXPECT_NE(full.error().message.find("largest free extent " + text::human_bytes(0, 2)), std::string::npos)
+      << full.error().message;
+  EXPECT_NE(full.error().message.find("cause: capacity"), std::string::npos) << full.error().message;
+
+  for (std::size_t i = 0; i < halves.size(); i += 2) ASSERT_TRUE(p.free(halves[i]).ok());
+  EXPECT_EQ(p.largest_free_extent(), g / 2);
+  auto whole = p.allocate(g, 0);
+  ASSERT_FALSE(whole.ok());
+  EXPECT_NE(whole.error().message.find("largest free extent " + text::human_bytes(g / 2, 2)),
+            std::string::npos)
+      << whole.error().message;
+  EXPECT_NE(whole.error().message.find("cause: fragmentation"), std::string::npos) << whole.error().message;
+  EXPECT_TRUE(p.allocate(g / 2, 0).ok());  // what it reports does fit
+  expect_valid();
+}
+
+// Stats read after the device went idle show no pending free (issue 15): a free
+// whose work completed is retired when stats or a snapshot is read.
+TEST_P(DevicePoolTest, AnIdleDeviceLeavesNoPendingFree) {
+  DevicePool& p = pool();
+  auto h = p.allocate(64 * KiB, 0);
+  ASSERT_TRUE(h.ok());
+  backend_->set_hold(0, true);
+  ASSERT_TRUE(enqueue_fill(p, 0, *h, 7).ok());
+  ASSERT_TRUE(p.free(*h).ok());
+  EXPECT_EQ(p.stats().pending_free_bytes, 64 * KiB);  // the fill is held: not done
+  backend_->set_hold(0, false);
+  ASSERT_TRUE(backend_->synchronize().ok());
+  EXPECT_EQ(p.stats().pending_free_bytes, 0u);
+  EXPECT_EQ(p.stats().active_bytes, 0u);
+  for (const BlockInfo& b : p.snapshot()) EXPECT_NE(b.state, BlockInfo::State::pending_free);
   expect_valid();
 }
 
