@@ -232,7 +232,7 @@ constexpr std::string_view kPage = R"HTML(<!DOCTYPE html>
       for (var t = 0; t <= t1 - t0; t += ts) {
         var x = ML + t / (t1 - t0) * PW;
         line(x, MT + PH + EV, x, MT + PH + EV + 4, '#8a939e');
-        text(nanos(Math.round(t)), x, MT + PH + EV + 16, 'center');
+        text(nanos(Math.round(t)), x, MT + PH + EV + 16, x > ML + PW - 24 ? 'right' : 'center');
       }
       text('virtual time since the start', ML + PW / 2, CH - 4, 'center');
     } else {
@@ -240,7 +240,7 @@ constexpr std::string_view kPage = R"HTML(<!DOCTYPE html>
       for (var o = 0; o <= N - 1; o += os) {
         var xo = X(o);
         line(xo, MT + PH + EV, xo, MT + PH + EV + 4, '#8a939e');
-        text(String(o), xo, MT + PH + EV + 16, 'center');
+        text(String(o), xo, MT + PH + EV + 16, xo > ML + PW - 24 ? 'right' : 'center');
       }
       text('operations (trace order)' + (B < N ? '; ' + N + ' samples in ' + B + ' columns (min to max each)' : ''),
            ML + PW / 2, CH - 4, 'center');
