@@ -159,10 +159,13 @@ Subcommand add_snapshot(CLI::App& parent) {
       ->type_name("FILE");
   app->footer(
       "The page is one file with no external resources: open it in a browser. It draws live,\n"
-      "reserved, pending-free and cached bytes after every op (by op or by virtual time; OOMs,\n"
-      "reclaims and layout moments marked), and the layout of each reserved range (mapped and\n"
-      "cached granules, blocks colored by stream, pending frees hatched) at the peak of reserved\n"
-      "bytes, at the end of the trace (before the replay frees what is left), and at --at LINE.\n"
+      "reserved, pending-free and cached bytes after every op (by op or by virtual time; past\n"
+      "2000 ops each column shows the min and max of its ops; OOMs, reclaims and layout moments\n"
+      "marked), the first OOM's diagnostic, and the layout of each reserved range (mapped and\n"
+      "cached granules, blocks colored by stream and named by trace id, pending frees hatched)\n"
+      "at the peak of reserved bytes, the first OOM, the end of the trace (before the replay\n"
+      "frees what is left), --at LINE, and wherever the chart is clicked (keyframes kept in the\n"
+      "page; FILE.html#op=N opens at op N). The page stays a few MiB at 10^6 ops.\n"
       "The sim is deterministic: the peak's layout is taken by replaying the trace a second time.\n"
       "Exit status: 0 the replay passed; 1 a check was corrupt or an error was unexpected (the\n"
       "page is still written); 2 malformed trace (FILE:LINE: what is wrong), bad option, or an\n"

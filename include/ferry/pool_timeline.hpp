@@ -6,8 +6,10 @@
 // pool's statistics after every op, and takes layout snapshots (pool_snapshot.hpp)
 // at: the end of the trace (after its last op, before the replay's own final
 // synchronize and frees), the peak (the first op after which reserved bytes,
-// then allocated bytes, were highest), and optionally the first op on or after a
-// given trace line. The sim is deterministic (same seed, same schedule), so the
+// then allocated bytes, were highest), the first op that met out_of_memory, and
+// optionally the first op on or after a given trace line; and keyframes, evenly
+// spaced, for a page that shows the layout at any point it is clicked. Each
+// block is named after the trace id it was allocated for, a pending-free one too. The sim is deterministic (same seed, same schedule), so the
 // peak, known only once the replay is over, is snapshotted by replaying a second
 // time when it is not one of the other moments; a second replay that does not
 // match the first is reported in PoolTimeline::note.
@@ -46,11 +48,14 @@ struct PoolSample {
 };
 
 struct PoolLayout {
-  std::string moment;  // "peak", "end" or "line"
+  std::string moment;  // "peak", "oom", "end", "line" or "keyframe"
   std::string title;   // what a person reads: "peak reserved: after line 42 (alloc)"
   PoolSample at;       // the sample the snapshot goes with
   PoolSnapshot snapshot;  // blocks named by their trace ids
 };
+
+inline constexpr std::size_t kMaxKeyframes = 200;
+inline constexpr std::size_t kKeyframeWeight = 40000;
 
 struct TimelineOptions {
   ReplayOptions replay;  // its on_step is the timeline's own (any given is replaced)
@@ -63,7 +68,12 @@ struct PoolTimeline {
   std::string backend, device;
   std::uint64_t capacity = 0, granule = 0, seed = 0;
   std::vector<PoolSample> samples;  // one per ReplayStep, in order
-  std::vector<PoolLayout> layouts;  // peak first, then end, then line (when asked)
+  std::vector<PoolLayout> layouts;  // peak first, then the first OOM, end, line (each when there is one)
+  // Layouts (moment "keyframe") every few steps, evenly spaced by index, and
+  // after the trace's last op: at most kMaxKeyframes, holding about
+  // kKeyframeWeight blocks and mapped or cached runs in all at most (fewer,
+  // further apart, past that), so a page of any trace stays bounded.
+  std::vector<PoolLayout> keyframes;
   ReplayReport report;              // of the first replay
   std::string note;                 // "" or why a layout may not match the samples
 };
@@ -81,14 +91,18 @@ Result<PoolTimeline> observe_replay_text(std::string_view text, std::string_view
 // "note", "report": {report_json's object}, "samples": {"index": [...], "line":
 // [...], "op": [...], "now_ns": [...], "requested_bytes": [...], ...} (columns of
 // equal length), "layouts": [{"moment", "title", "index", "line", "op",
-// "now_ns", "snapshot": {snapshot_json's object}}]}.
+// "now_ns", "snapshot": {snapshot_json's object}}], "keyframes": [as layouts]}.
 std::string timeline_json(const PoolTimeline& timeline);
 
-// A single HTML page with no external resources (inline SVG drawn by inline
-// script): the pool over time (live, reserved, pending-free and cached bytes,
-// with the capacity, OOMs, reclaims and the layout moments marked) and the
-// layout of every snapshot (each reserved range, its mapped and cached
-// granules, its blocks colored by state and stream), with the data embedded.
+// A single HTML page with no external resources (drawn by inline script on a
+// canvas and in inline SVG): the pool over time (live, reserved, pending-free and
+// cached bytes, with the capacity, OOMs, reclaims and the layout moments
+// marked; past 2000 samples each pixel column shows the min and max of the
+// samples it stands for), the first OOM's diagnostic, and the layout (each
+// reserved range, its mapped and cached granules, its blocks colored by state
+// and stream and named by owner) at the peak, the first OOM, the end, --at, and
+// at any point of the chart one clicks (the keyframe at or before it; also
+// FILE.html#op=N). Its size is bounded whatever the trace's length.
 std::string timeline_html(const PoolTimeline& timeline);
 
 }  // namespace ferry

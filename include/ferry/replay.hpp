@@ -70,6 +70,10 @@ struct ReplayStep {
   const DevicePool* pool = nullptr;  // only its const observers may be called
   // The ids whose latest alloc succeeded and that were not freed since. O(ids).
   std::function<std::vector<ReplayLiveId>()> live_ids;
+  // The id of the latest allocation whose block covered `addr`, live or freed
+  // since ("" when none did): it names a pending-free block, and the part of one
+  // that a same-stream reuse left. O(log allocations). Valid during the call.
+  std::function<std::string_view(std::uint64_t addr)> owner_at;
 };
 
 struct ReplayOptions {
@@ -159,6 +163,9 @@ struct ReplayReport {
   bool modeled_time = false;           // that clock is virtual (DeviceInfo::modeled_time)
   std::uint64_t illegal_accesses = 0;  // sim only: device ops on unmapped memory
   std::vector<ReplayProblem> problems;  // the first kMaxProblems, in trace order
+  // The first out_of_memory an op met, expected or not, with the pool's
+  // diagnostic as its message; line 0 when there was none.
+  ReplayProblem first_oom;
   bool race_checked = false;            // the backend checked for races
   std::uint64_t races = 0;              // every race found
   std::vector<ReplayRace> race_list;    // the first ones (the sim keeps 64)

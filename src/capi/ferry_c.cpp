@@ -57,11 +57,26 @@ ferry_status status_of(ErrorCode code) {
   return FERRY_ERROR_BACKEND;
 }
 
-ErrorCode code_of(ferry_status status) {
+// A C caller may pass or return any int as a ferry_status, but a C++ enum without
+// a fixed type holds only 0..7: its value is read from its bytes, never as the enum.
+int status_value(const ferry_status& status) {
+  int v = 0;
+  static_assert(sizeof v == sizeof status);
+  std::memcpy(&v, &status, sizeof v);
+  return v;
+}
+
+ErrorCode code_of(int status) {
   for (const auto& [c, s] : kStatuses) {
     if (s == status) return c;
   }
   return ErrorCode::backend_error;
+}
+
+const char* name_of(int status) {
+  if (status == FERRY_OK) return "ok";
+  if (status < FERRY_OK || status > FERRY_ERROR_TIMEOUT) return "unknown";
+  return ferry::to_string(code_of(status)).data();
 }
 
 ferry_status fail(const ferry::Error& error) {
@@ -147,11 +162,7 @@ extern "C" {
 
 const char* ferry_version(void) { return "0.1.0"; }
 
-const char* ferry_status_name(ferry_status status) {
-  if (status == FERRY_OK) return "ok";
-  if (status < FERRY_OK || status > FERRY_ERROR_TIMEOUT) return "unknown";
-  return ferry::to_string(code_of(status)).data();
-}
+const char* ferry_status_name(ferry_status status) { return name_of(status_value(status)); }
 
 const char* ferry_last_error(void) { return t_last_error.c_str(); }
 
@@ -296,9 +307,10 @@ ferry_status ferry_launch(ferry_runtime rt, uint32_t stream, const ferry_operand
       const bool sim = l.stream == nullptr;
       const ferry_launch_context ctx{l.stream, static_cast<uint32_t>(l.args.size()), addrs.data(), sizes.data(),
                                      sim ? views.data() : nullptr};
-      const ferry_status s = fn(&ctx, user_data);
+      const int s = status_value(fn(&ctx, user_data));
       if (s == FERRY_OK) return {};
-      return ferry::make_error(code_of(s), std::string("the launch function returned ") + ferry_status_name(s));
+      return ferry::make_error(code_of(s), "the launch function returned " + std::string(name_of(s)) + " (" +
+                                               std::to_string(s) + ")");
     };
     std::shared_lock lock(rt->trace_mu);
     if (rt->recorder) return done(rt->recorder->user(stream, ops, std::move(kernel), {flops, mem_bytes}));

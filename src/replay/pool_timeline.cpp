@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "observe/snapshot_json.hpp"
+#include "replay/timeline_page.hpp"
 
 namespace ferry {
 namespace {
@@ -39,17 +40,58 @@ std::string where(const PoolSample& s) {
 
 PoolLayout layout_of(const ReplayStep& step, const PoolSample& sample, std::string moment,
                      std::string title) {
-  std::vector<ReplayLiveId> live = step.live_ids ? step.live_ids() : std::vector<ReplayLiveId>{};
-  std::vector<NamedHandle> named;
-  named.reserve(live.size());
-  for (const ReplayLiveId& l : live) named.push_back({l.id, l.handle});
   PoolLayout layout;
   layout.moment = std::move(moment);
   layout.title = std::move(title) + ": " + where(sample);
   layout.at = sample;
-  layout.snapshot = take_snapshot(*step.pool, named);
+  layout.snapshot = take_snapshot(*step.pool);
+  // Every block, live or pending free, is named after the allocation it began as:
+  // O(blocks), where matching live ids would be O(ids).
+  for (std::size_t i = 0; i < layout.snapshot.blocks.size(); ++i) {
+    if (step.owner_at) layout.snapshot.owners[i] = std::string(step.owner_at(layout.snapshot.blocks[i].addr));
+  }
   return layout;
 }
+
+// What a layout adds to the page: one entry per block and per mapped or cached run.
+std::size_t weight(const PoolLayout& l) {
+  std::size_t w = l.snapshot.blocks.size();
+  for (const SegmentInfo& g : l.snapshot.segments) w += g.mapped.size() + g.cached.size();
+  return w;
+}
+
+// Keyframes: a layout every `stride` steps from the start, and after the last op.
+// Past the weight budget every other one goes and the stride doubles, so their
+// number and size stay bounded whatever the trace's length.
+class Keyframes {
+ public:
+  void maybe_take(const ReplayStep& step, const PoolSample& sample) {
+    // floor(total / stride) + 2 <= kMaxKeyframes: the multiples of stride up to total, and total.
+    if (step.index == 0) stride_ = std::max<std::size_t>(1, (step.total + kMaxKeyframes - 3) / (kMaxKeyframes - 2));
+    if (step.index > step.total || (step.index % stride_ != 0 && step.index != step.total)) return;
+    frames_.push_back(layout_of(step, sample, "keyframe", "keyframe"));
+    weight_ += weight(frames_.back());
+    total_ = step.total;
+    while (weight_ > kKeyframeWeight && frames_.size() > 2) thin();
+  }
+  std::vector<PoolLayout> take() { return std::move(frames_); }
+
+ private:
+  void thin() {
+    stride_ *= 2;
+    std::vector<PoolLayout> kept;
+    weight_ = 0;
+    for (PoolLayout& f : frames_) {
+      if (f.at.index % stride_ != 0 && f.at.index != total_) continue;
+      weight_ += weight(f);
+      kept.push_back(std::move(f));
+    }
+    frames_ = std::move(kept);
+  }
+
+  std::size_t stride_ = 1, weight_ = 0, total_ = 0;
+  std::vector<PoolLayout> frames_;
+};
 
 // The step whose layout shows the trace as it ends: after its last op (the
 // start, for a trace without ops).
@@ -72,7 +114,8 @@ Result<PoolTimeline> sample_replay(Replay replay, const TimelineOptions& options
     return make_error(ErrorCode::invalid_argument, "--at: trace lines count from 1");
   }
   PoolTimeline t;
-  std::optional<PoolLayout> end, at_line;
+  std::optional<PoolLayout> end, at_line, first_oom;
+  Keyframes keyframes;
 
   ReplayOptions first = options.replay;
   first.on_step = [&](const ReplayStep& step) {
@@ -81,6 +124,8 @@ Result<PoolTimeline> sample_replay(Replay replay, const TimelineOptions& options
     if (t.granule == 0) {
       for (const SegmentInfo& g : step.pool->segments()) t.granule = g.granule;
     }
+    keyframes.maybe_take(step, s);
+    if (!first_oom && s.ooms > 0) first_oom = layout_of(step, s, "oom", "first out_of_memory");
     if (is_end_of_trace(step)) end = layout_of(step, s, "end", "end of trace");
     if (options.at_line && !at_line && step.index >= 1 && step.index <= step.total &&
         step.line >= *options.at_line) {
@@ -118,6 +163,8 @@ Result<PoolTimeline> sample_replay(Replay replay, const TimelineOptions& options
     peak_layout = as_peak(*end);
   } else if (at_line && at_line->at.index == peak) {
     peak_layout = as_peak(*at_line);
+  } else if (first_oom && first_oom->at.index == peak) {
+    peak_layout = as_peak(*first_oom);
   } else {
     // Replay again to stop at the peak: same seed, same schedule.
     std::vector<PoolSample> again;
@@ -134,9 +181,21 @@ Result<PoolTimeline> sample_replay(Replay replay, const TimelineOptions& options
     }
   }
   if (peak_layout) t.layouts.push_back(std::move(*peak_layout));
+  if (first_oom) t.layouts.push_back(std::move(*first_oom));
   if (end) t.layouts.push_back(std::move(*end));
   if (at_line) t.layouts.push_back(std::move(*at_line));
+  t.keyframes = keyframes.take();
   return t;
+}
+
+}  // namespace
+
+namespace {
+
+Json layout_json(const PoolLayout& l) {
+  return Json{{"moment", l.moment},   {"title", l.title},   {"index", l.at.index},
+              {"line", l.at.line},     {"op", l.at.op},      {"now_ns", l.at.now_ns},
+              {"snapshot", observe::snapshot_to_json(l.snapshot)}};
 }
 
 }  // namespace
@@ -170,16 +229,9 @@ std::string timeline_json(const PoolTimeline& t) {
     samples["ooms"].push_back(s.ooms);
     samples["reclaims"].push_back(s.reclaims);
   }
-  Json layouts = Json::array();
-  for (const PoolLayout& l : t.layouts) {
-    layouts.push_back(Json{{"moment", l.moment},
-                           {"title", l.title},
-                           {"index", l.at.index},
-                           {"line", l.at.line},
-                           {"op", l.at.op},
-                           {"now_ns", l.at.now_ns},
-                           {"snapshot", observe::snapshot_to_json(l.snapshot)}});
-  }
+  Json layouts = Json::array(), keyframes = Json::array();
+  for (const PoolLayout& l : t.layouts) layouts.push_back(layout_json(l));
+  for (const PoolLayout& l : t.keyframes) keyframes.push_back(layout_json(l));
   Json j{{"trace", t.trace},
          {"backend", t.backend},
          {"device", t.device},
@@ -189,8 +241,85 @@ std::string timeline_json(const PoolTimeline& t) {
          {"note", t.note},
          {"report", Json::parse(report_json(t.report))},
          {"samples", std::move(samples)},
-         {"layouts", std::move(layouts)}};
+         {"layouts", std::move(layouts)},
+         {"keyframes", std::move(keyframes)}};
   return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 }  // namespace ferry
+
+namespace ferry::replay {
+
+std::string timeline_page_json(const PoolTimeline& t) {
+  // The chart: samples in at most kChartColumns runs of consecutive ones, each
+  // with its min, max and last value per series, so every peak survives.
+  const std::size_t n = t.samples.size();
+  const std::size_t columns = std::min(n, kChartColumns);
+  constexpr const char* kSeries[] = {"requested_bytes", "allocated_bytes", "reserved_bytes", "pending_free_bytes",
+                                     "cached_bytes"};
+  const auto value = [](const PoolSample& s, int k) {
+    switch (k) {
+      case 0: return s.requested_bytes;
+      case 1: return s.allocated_bytes;
+      case 2: return s.reserved_bytes;
+      case 3: return s.pending_free_bytes;
+      default: return s.cached_bytes;
+    }
+  };
+  Json chart{{"first", Json::array()}, {"count", Json::array()}, {"line", Json::array()},
+             {"op", Json::array()},    {"now_ns", Json::array()}, {"ooms", Json::array()},
+             {"reclaims", Json::array()}};
+  for (const char* key : kSeries) {
+    chart[key] = Json::array();
+    chart[std::string(key) + "_min"] = Json::array();
+    chart[std::string(key) + "_max"] = Json::array();
+  }
+  for (std::size_t c = 0; c < columns; ++c) {
+    const std::size_t from = c * n / columns, to = (c + 1) * n / columns;
+    const PoolSample& last = t.samples[to - 1];
+    chart["first"].push_back(from);
+    chart["count"].push_back(to - from);
+    chart["line"].push_back(last.line);
+    chart["op"].push_back(last.op);
+    chart["now_ns"].push_back(t.samples[from].now_ns);
+    chart["ooms"].push_back(last.ooms);
+    chart["reclaims"].push_back(last.reclaims);
+    for (int k = 0; k < 5; ++k) {
+      std::uint64_t lo = value(t.samples[from], k), hi = lo;
+      for (std::size_t i = from + 1; i < to; ++i) {
+        lo = std::min(lo, value(t.samples[i], k));
+        hi = std::max(hi, value(t.samples[i], k));
+      }
+      chart[kSeries[k]].push_back(value(last, k));
+      chart[std::string(kSeries[k]) + "_min"].push_back(lo);
+      chart[std::string(kSeries[k]) + "_max"].push_back(hi);
+    }
+  }
+  // The steps where an OOM or a reclaim happened: the first kMaxEvents of each.
+  Json oom = Json::array(), reclaim = Json::array();
+  std::uint64_t ooms = 0, reclaims = 0;
+  for (std::size_t i = 1; i < n; ++i) {
+    if (t.samples[i].ooms > t.samples[i - 1].ooms && ooms++ < kMaxEvents) oom.push_back(i);
+    if (t.samples[i].reclaims > t.samples[i - 1].reclaims && reclaims++ < kMaxEvents) reclaim.push_back(i);
+  }
+  Json layouts = Json::array(), keyframes = Json::array();
+  for (const PoolLayout& l : t.layouts) layouts.push_back(layout_json(l));
+  for (const PoolLayout& l : t.keyframes) keyframes.push_back(layout_json(l));
+  Json j{{"trace", t.trace},
+         {"backend", t.backend},
+         {"device", t.device},
+         {"capacity", t.capacity},
+         {"granule", t.granule},
+         {"seed", t.seed},
+         {"note", t.note},
+         {"report", Json::parse(report_json(t.report))},
+         {"samples", n},
+         {"chart", std::move(chart)},
+         {"events", {{"oom", std::move(oom)}, {"oom_steps", ooms}, {"reclaim", std::move(reclaim)},
+                     {"reclaim_steps", reclaims}}},
+         {"layouts", std::move(layouts)},
+         {"keyframes", std::move(keyframes)}};
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+}  // namespace ferry::replay

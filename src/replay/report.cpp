@@ -70,6 +70,9 @@ std::string report_json(const ReplayReport& r) {
     }
     j["races"] = {{"count", r.races}, {"list", std::move(list)}};
   }
+  if (r.first_oom.line != 0) {
+    j["first_oom"] = {{"line", r.first_oom.line}, {"op", r.first_oom.op}, {"message", r.first_oom.message}};
+  }
   j["problems"] = ordered_json::array();
   for (const ReplayProblem& p : r.problems) {
     j["problems"].push_back(

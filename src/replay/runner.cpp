@@ -9,7 +9,10 @@
 #include <functional>
 #include <memory>
 #include <new>
+#include <iterator>
+#include <map>
 #include <sstream>
+#include <utility>
 #include <vector>
 
 #include "core/testing_hooks.hpp"
@@ -85,7 +88,15 @@ class Replayer {
     ReplayStep step;
     step.total = trace_.ops.size();
     step.pool = pool_.get();
-    if (on_step) step.live_ids = [this] { return live_ids(); };
+    if (on_step) {
+      step.live_ids = [this] { return live_ids(); };
+      step.owner_at = [this](std::uint64_t addr) -> std::string_view {
+        auto it = owners_.upper_bound(addr);
+        if (it == owners_.begin() || (--it)->second.first <= addr) return {};
+        return trace_.ids[it->second.second];
+      };
+      naming_owners_ = true;
+    }
     bool observing = static_cast<bool>(on_step);
     auto observe = [&](std::size_t line, std::string_view name) {
       if (!observing) return;
@@ -247,6 +258,10 @@ class Replayer {
     b.allocated = true;
     b.expected = ExpectedBytes::unknown(op.bytes);
     if (racing_) (void)pool_->set_tag(*h, trace_.ids[op.id]);  // the handle is live: cannot fail
+    if (naming_owners_) {
+      const DeviceSpan span = *pool_->resolve(*h);
+      name_owner(span.addr, span.addr + (span.bytes + 255) / 256 * 256, op.id);
+    }
     expect_success(op);
   }
 
@@ -492,6 +507,9 @@ class Replayer {
   void record(const TraceOp& op, const Error& e) {
     const std::string code(to_string(e.code));
     ++report_.errors[code];
+    if (e.code == ErrorCode::out_of_memory && report_.first_oom.line == 0) {
+      report_.first_oom = {op.line, std::string(replay::to_string(op.kind)), code, e.message};
+    }
     if (op.expect == e.code) {
       ++report_.expected_errors;
       return;
@@ -561,6 +579,31 @@ class Replayer {
   std::vector<Buffer> buffers_;
   const bool racing_;  // the backend checks races: keep what names their sides
   std::array<std::vector<WorkRun>, kMaxStreams> work_;
+  // For an observer: which id's allocation last covered each byte, as disjoint
+  // ranges start -> (end, id), so a pending-free block (or the part of one that
+  // a same-stream reuse left) is still named after its id was freed.
+  void name_owner(std::uint64_t start, std::uint64_t end, IdIndex id) {
+    auto it = owners_.lower_bound(start);
+    if (it != owners_.begin()) {
+      auto before = std::prev(it);
+      if (before->second.first > start) {  // an older range reaching into [start, end): keep its ends
+        const auto [old_end, old_id] = before->second;
+        before->second.first = start;
+        if (old_end > end) owners_[end] = {old_end, old_id};
+      }
+    }
+    for (it = owners_.lower_bound(start); it != owners_.end() && it->first < end;) {
+      const auto [old_end, old_id] = it->second;
+      it = owners_.erase(it);
+      if (old_end > end) {
+        owners_[end] = {old_end, old_id};
+        break;
+      }
+    }
+    owners_[start] = {end, id};
+  }
+  bool naming_owners_ = false;
+  std::map<std::uint64_t, std::pair<std::uint64_t, IdIndex>> owners_;
 };
 
 Result<ReplayReport> run(const Trace& trace, const ReplayOptions& options) {

@@ -1,11 +1,13 @@
-// The timeline as one self-contained HTML page: the data embedded as JSON, an
-// inline script that draws it as SVG. No external resources (no fonts, no
+// The timeline as one self-contained HTML page: the data embedded as JSON
+// (timeline_page.hpp: bounded), an inline script that draws the chart on a
+// canvas and the layouts as SVG. No external resources (no fonts, no
 // scripts, no stylesheets, no namespace URIs: the HTML parser puts inline <svg>
 // markup in the SVG namespace by itself).
 #include <string>
 #include <string_view>
 
 #include "ferry/pool_timeline.hpp"
+#include "replay/timeline_page.hpp"
 
 namespace ferry {
 namespace {
@@ -26,6 +28,9 @@ constexpr std::string_view kPage = R"HTML(<!DOCTYPE html>
   .card b { display: block; font-size: 16px; }
   .card span { color: #5b6572; font-size: 12px; }
   .pass { color: #1d7a32; } .fail { color: #b3261e; }
+  .oom { background: #fdecea; border: 1px solid #f0b4ae; padding: 6px 10px; border-radius: 6px; margin: 8px 0; }
+  .oom pre { white-space: pre-wrap; margin: 4px 0 0; font-size: 12px; }
+  .oom button { font: inherit; font-size: 12px; padding: 1px 8px; border: 1px solid #b9c2cc; background: #fff; border-radius: 4px; cursor: pointer; }
   .note { background: #fff6d6; border: 1px solid #e8d48a; padding: 6px 10px; border-radius: 6px; margin: 8px 0; }
   .legend { display: flex; flex-wrap: wrap; gap: 14px; margin: 4px 0 6px; font-size: 13px; }
   .legend i { display: inline-block; width: 14px; height: 10px; margin-right: 5px; vertical-align: middle; border: 1px solid rgba(0,0,0,.25); }
@@ -49,6 +54,7 @@ constexpr std::string_view kPage = R"HTML(<!DOCTYPE html>
 <div class="sub" id="subtitle"></div>
 <div class="cards" id="cards"></div>
 <div id="note"></div>
+<div id="oom"></div>
 
 <h2>Pool over time</h2>
 <div class="controls" id="x-controls">x axis: <button data-x="op" class="on">operations</button><button data-x="time">virtual time</button></div>
@@ -67,8 +73,8 @@ constexpr std::string_view kPage = R"HTML(<!DOCTYPE html>
 (function () {
   'use strict';
   var D = JSON.parse(document.getElementById('ferry-data').textContent);
-  var S = D.samples;
-  var N = S.index.length;
+  var C = D.chart, E = D.events;
+  var N = D.samples, B = C.first.length;
   var PALETTE = ['#4e79a7', '#f28e2b', '#59a14f', '#e15759', '#76b7b2', '#edc948', '#b07aa1', '#ff9da7', '#9c755f', '#79706e'];
   var SERIES = [
     { key: 'reserved_bytes', name: 'reserved (mapped)', color: '#3b6fb6', area: true },
@@ -136,172 +142,235 @@ constexpr std::string_view kPage = R"HTML(<!DOCTYPE html>
   }).join('');
   if (D.note) document.getElementById('note').innerHTML = '<div class="note">' + esc(D.note) + '</div>';
 
-  // --- the pool over time -----------------------------------------------------
+  // --- the pool over time: a canvas, one column per chart entry -----------------
+  // Each entry stands for C.count[c] consecutive samples from C.first[c]: its
+  // min, max and last value per series are drawn, so every peak survives.
   var CW = 1040, CH = 330, ML = 78, MR = 18, MT = 22, MB = 54, EV = 12;  // EV: the events strip under the axis
   var PW = CW - ML - MR, PH = CH - MT - MB;
-  var xMode = 'op';
-  var t0 = N ? S.now_ns[0] : 0, t1 = N ? S.now_ns[N - 1] : 0;
+  var xMode = 'op', picked = -1;
+  var t0 = B ? C.now_ns[0] : 0, t1 = B ? C.now_ns[B - 1] : 0;
   if (t1 <= t0) document.querySelector('#x-controls [data-x="time"]').disabled = true;
 
   var ymax = 1;
-  SERIES.forEach(function (s) { S[s.key].forEach(function (v) { if (v > ymax) ymax = v; }); });
+  SERIES.forEach(function (s) { C[s.key + '_max'].forEach(function (v) { if (v > ymax) ymax = v; }); });
   // The capacity line is drawn when it does not squash the series flat.
   var showCapacity = D.capacity > 0 && D.capacity <= ymax * 1.6;
   if (showCapacity) ymax = Math.max(ymax, D.capacity);
   ymax *= 1.05;
 
-  function X(i) {
-    if (xMode === 'time' && t1 > t0) return ML + (S.now_ns[i] - t0) / (t1 - t0) * PW;
+  // The chart entry holding sample i.
+  function columnOf(i) {
+    var lo = 0, hi = B - 1;
+    while (lo < hi) {
+      var mid = (lo + hi + 1) >> 1;
+      if (C.first[mid] <= i) lo = mid; else hi = mid - 1;
+    }
+    return lo;
+  }
+  function timeX(ns) { return ML + (ns - t0) / (t1 - t0) * PW; }
+  function X(i) {  // x of sample i
+    if (xMode === 'time' && t1 > t0) return timeX(C.now_ns[columnOf(i)]);
     return ML + (N > 1 ? i / (N - 1) * PW : 0);
   }
+  function colX(c) { return X(C.first[c]); }
   function Y(v) { return MT + PH - v / ymax * PH; }
 
-  // Step-after path; samples that land on one pixel column are drawn as that
-  // column's min..max, so peaks survive any number of samples.
-  function seriesPath(vals) {
-    var d = '', i = 0, first = true;
-    while (i < N) {
-      var px = Math.round(X(i) * 2) / 2;
-      var a = vals[i], mn = a, mx = a, last = a, j = i + 1;
-      while (j < N && Math.round(X(j) * 2) / 2 === px) {
-        var v = vals[j];
-        if (v < mn) mn = v;
-        if (v > mx) mx = v;
-        last = v;
-        j++;
-      }
-      d += first ? 'M' + px + ' ' + f1(Y(a)) : 'H' + px + 'V' + f1(Y(a));
-      if (mn !== mx) d += 'V' + f1(Y(mx)) + 'V' + f1(Y(mn)) + 'V' + f1(Y(last));
-      first = false;
-      i = j;
-    }
-    return d;
-  }
-
+  // The sample under x = px: in time, the first of the entry at or before it.
   function sampleAt(px) {
     if (N === 0) return -1;
     if (xMode === 'time' && t1 > t0) {
-      var t = t0 + (px - ML) / PW * (t1 - t0), lo = 0, hi = N - 1;
-      while (lo < hi) {  // the last sample at or before t
+      var t = t0 + (px - ML) / PW * (t1 - t0), lo = 0, hi = B - 1;
+      while (lo < hi) {
         var mid = (lo + hi + 1) >> 1;
-        if (S.now_ns[mid] <= t) lo = mid; else hi = mid - 1;
+        if (C.now_ns[mid] <= t) lo = mid; else hi = mid - 1;
       }
-      return lo;
+      return C.first[lo];
     }
     return Math.max(0, Math.min(N - 1, Math.round((px - ML) / PW * (N - 1))));
   }
 
+  var canvas = document.createElement('canvas');
+  canvas.id = 'chart-canvas';
+  canvas.style.width = CW + 'px';
+  canvas.style.height = CH + 'px';
+  canvas.style.cursor = 'crosshair';
+  var chartBox = document.getElementById('chart');
+  chartBox.insertBefore(canvas, chartBox.firstChild);
+
   function drawChart() {
-    var h = [];
-    h.push('<svg id="chart-svg" width="' + CW + '" height="' + CH + '" viewBox="0 0 ' + CW + ' ' + CH + '">');
+    var dpr = window.devicePixelRatio || 1;
+    canvas.width = Math.round(CW * dpr);
+    canvas.height = Math.round(CH * dpr);
+    var g = canvas.getContext('2d');
+    g.setTransform(dpr, 0, 0, dpr, 0, 0);
+    g.clearRect(0, 0, CW, CH);
+    g.font = '11px system-ui, sans-serif';
+    g.lineWidth = 1;
+    function line(x1, y1, x2, y2, color, dash) {
+      g.beginPath();
+      g.setLineDash(dash || []);
+      g.strokeStyle = color;
+      g.moveTo(x1, y1);
+      g.lineTo(x2, y2);
+      g.stroke();
+      g.setLineDash([]);
+    }
+    function text(s, x, y, align, color) {
+      g.fillStyle = color || '#3c4550';
+      g.textAlign = align || 'left';
+      g.fillText(s, x, y);
+    }
     // y grid
     var ys = niceBytesStep(ymax, 5);
     for (var v = 0; v <= ymax; v += ys) {
-      h.push('<line x1="' + ML + '" x2="' + (ML + PW) + '" y1="' + f1(Y(v)) + '" y2="' + f1(Y(v)) + '" stroke="#eceff3"/>');
-      h.push('<text x="' + (ML - 6) + '" y="' + f1(Y(v) + 4) + '" text-anchor="end">' + bytes(v) + '</text>');
+      line(ML, Y(v), ML + PW, Y(v), '#eceff3');
+      text(bytes(v), ML - 6, Y(v) + 4, 'right');
     }
     // x ticks
     if (xMode === 'time' && t1 > t0) {
       var ts = niceStep(t1 - t0, 8);
       for (var t = 0; t <= t1 - t0; t += ts) {
         var x = ML + t / (t1 - t0) * PW;
-        h.push('<line x1="' + f1(x) + '" x2="' + f1(x) + '" y1="' + (MT + PH + EV) + '" y2="' + (MT + PH + EV + 4) + '" stroke="#8a939e"/>');
-        h.push('<text x="' + f1(x) + '" y="' + (MT + PH + EV + 16) + '" text-anchor="middle">' + nanos(Math.round(t)) + '</text>');
+        line(x, MT + PH + EV, x, MT + PH + EV + 4, '#8a939e');
+        text(nanos(Math.round(t)), x, MT + PH + EV + 16, x > ML + PW - 24 ? 'right' : 'center');
       }
-      h.push('<text x="' + (ML + PW / 2) + '" y="' + (CH - 4) + '" text-anchor="middle">virtual time since the start</text>');
+      text('virtual time since the start', ML + PW / 2, CH - 4, 'center');
     } else {
       var os = Math.max(1, niceStep(Math.max(1, N - 1), 10));
       for (var o = 0; o <= N - 1; o += os) {
         var xo = X(o);
-        h.push('<line x1="' + f1(xo) + '" x2="' + f1(xo) + '" y1="' + (MT + PH + EV) + '" y2="' + (MT + PH + EV + 4) + '" stroke="#8a939e"/>');
-        h.push('<text x="' + f1(xo) + '" y="' + (MT + PH + EV + 16) + '" text-anchor="middle">' + o + '</text>');
+        line(xo, MT + PH + EV, xo, MT + PH + EV + 4, '#8a939e');
+        text(String(o), xo, MT + PH + EV + 16, xo > ML + PW - 24 ? 'right' : 'center');
       }
-      h.push('<text x="' + (ML + PW / 2) + '" y="' + (CH - 4) + '" text-anchor="middle">operations (trace order)</text>');
+      text('operations (trace order)' + (B < N ? '; ' + N + ' samples in ' + B + ' columns (min to max each)' : ''),
+           ML + PW / 2, CH - 4, 'center');
     }
-    h.push('<line x1="' + ML + '" x2="' + (ML + PW) + '" y1="' + (MT + PH) + '" y2="' + (MT + PH) + '" stroke="#8a939e"/>');
-    h.push('<rect x="' + ML + '" y="' + (MT + PH + 1) + '" width="' + PW + '" height="' + (EV - 1) + '" fill="#f6f7f9"/>');
+    line(ML, MT + PH, ML + PW, MT + PH, '#8a939e');
+    g.fillStyle = '#f6f7f9';
+    g.fillRect(ML, MT + PH + 1, PW, EV - 1);
     if (showCapacity) {
-      h.push('<line x1="' + ML + '" x2="' + (ML + PW) + '" y1="' + f1(Y(D.capacity)) + '" y2="' + f1(Y(D.capacity)) +
-             '" stroke="#b3261e" stroke-dasharray="6 4"/>');
-      h.push('<text x="' + (ML + PW - 4) + '" y="' + f1(Y(D.capacity) - 4) + '" text-anchor="end" style="fill:#b3261e">capacity ' +
-             bytes(D.capacity) + '</text>');
+      line(ML, Y(D.capacity), ML + PW, Y(D.capacity), '#b3261e', [6, 4]);
+      text('capacity ' + bytes(D.capacity), ML + PW - 4, Y(D.capacity) - 4, 'right', '#b3261e');
     }
     // layout moments
     D.layouts.forEach(function (l) {
       var xi = X(l.index);
-      h.push('<line x1="' + f1(xi) + '" x2="' + f1(xi) + '" y1="' + MT + '" y2="' + (MT + PH) + '" stroke="#6b7480" stroke-dasharray="2 3"/>');
+      line(xi, MT, xi, MT + PH, '#6b7480', [2, 3]);
       var nearEnd = xi > ML + PW - 60;  // labels near the right edge go to the left of their line
-      h.push('<text x="' + f1(nearEnd ? xi - 3 : xi + 3) + '" y="' + (MT - 8) + '"' + (nearEnd ? ' text-anchor="end"' : '') + '>' +
-             esc(l.moment === 'line' ? 'line ' + l.line : l.moment) + '</text>');
+      text(l.moment === 'line' ? 'line ' + l.line : l.moment === 'oom' ? 'first OOM' : l.moment,
+           nearEnd ? xi - 3 : xi + 3, MT - 8, nearEnd ? 'right' : 'left');
     });
     // series, the area first
     SERIES.forEach(function (s) {
-      if (N === 0) return;
-      var d = seriesPath(S[s.key]);
+      if (B === 0) return;
+      var last = C[s.key], mn = C[s.key + '_min'], mx = C[s.key + '_max'];
+      g.beginPath();
+      g.moveTo(colX(0), Y(mx[0]));
+      for (var c = 0; c < B; c++) {
+        var xc = colX(c);
+        if (c > 0) g.lineTo(xc, Y(last[c - 1]));
+        if (mn[c] !== mx[c]) { g.lineTo(xc, Y(mx[c])); g.lineTo(xc, Y(mn[c])); }
+        g.lineTo(xc, Y(last[c]));
+      }
+      g.lineTo(ML + PW, Y(last[B - 1]));
       if (s.area) {
-        h.push('<path d="' + d + 'V' + f1(Y(0)) + 'H' + f1(X(0)) + 'Z" fill="' + s.color + '" fill-opacity="0.12" stroke="none"/>');
+        g.save();
+        g.lineTo(ML + PW, Y(0));
+        g.lineTo(colX(0), Y(0));
+        g.closePath();
+        g.globalAlpha = 0.12;
+        g.fillStyle = s.color;
+        g.fill();
+        g.restore();
+        return;
       }
-      h.push('<path d="' + d + '" fill="none" stroke="' + s.color + '" stroke-width="1.6"' +
-             (s.dash ? ' stroke-dasharray="' + s.dash + '"' : '') + '/>');
+      g.setLineDash(s.dash ? s.dash.split(' ').map(Number) : []);
+      g.strokeStyle = s.color;
+      g.lineWidth = 1.6;
+      g.stroke();
+      g.setLineDash([]);
+      g.lineWidth = 1;
     });
-    // OOMs and reclaims, as marks under the axis
-    for (var i = 1; i < N; i++) {
-      if (S.ooms[i] > S.ooms[i - 1]) {
-        var xm = f1(X(i));
-        h.push('<path d="M' + xm + ' ' + (MT + PH + 2) + 'l-4.5 9h9z" fill="#b3261e"><title>out_of_memory after line ' +
-               S.line[i] + ' (' + esc(S.op[i]) + ')</title></path>');
+    // the reserved series' outline over its area
+    if (B > 0) {
+      var rs = SERIES[0], rl = C[rs.key], rn = C[rs.key + '_min'], rx = C[rs.key + '_max'];
+      g.beginPath();
+      g.moveTo(colX(0), Y(rx[0]));
+      for (var c2 = 0; c2 < B; c2++) {
+        var x2 = colX(c2);
+        if (c2 > 0) g.lineTo(x2, Y(rl[c2 - 1]));
+        if (rn[c2] !== rx[c2]) { g.lineTo(x2, Y(rx[c2])); g.lineTo(x2, Y(rn[c2])); }
+        g.lineTo(x2, Y(rl[c2]));
       }
-      if (S.reclaims[i] > S.reclaims[i - 1]) {
-        var xr = f1(X(i));
-        h.push('<line x1="' + xr + '" x2="' + xr + '" y1="' + (MT + PH + 1) + '" y2="' + (MT + PH + EV) +
-               '" stroke="#8a5cc2" stroke-width="2"><title>reclaim after line ' + S.line[i] + '</title></line>');
-      }
+      g.lineTo(ML + PW, Y(rl[B - 1]));
+      g.strokeStyle = rs.color;
+      g.lineWidth = 1.6;
+      g.stroke();
+      g.lineWidth = 1;
     }
-    h.push('<line id="cursor" x1="0" x2="0" y1="' + MT + '" y2="' + (MT + PH) + '" stroke="#1d232b" stroke-width="0.8" visibility="hidden"/>');
-    h.push('<rect id="hover" x="' + ML + '" y="' + MT + '" width="' + PW + '" height="' + PH + '" fill="transparent"/>');
-    h.push('</svg>');
-    var chart = document.getElementById('chart');
-    var tip = document.getElementById('tip');
-    chart.innerHTML = h.join('');
-    chart.appendChild(tip);
-    var svg = document.getElementById('chart-svg');
-    var cursor = document.getElementById('cursor');
-    var hover = document.getElementById('hover');
-    hover.addEventListener('mousemove', function (ev) {
-      var r = svg.getBoundingClientRect();
-      var px = (ev.clientX - r.left) * CW / r.width;
-      var i = sampleAt(px);
-      if (i < 0) return;
-      var x = X(i);
-      cursor.setAttribute('x1', x);
-      cursor.setAttribute('x2', x);
-      cursor.setAttribute('visibility', 'visible');
-      var where = S.op[i] === 'start' ? 'before the first op' : S.op[i] === 'end' ? 'after the end (all freed)' :
-        'op ' + S.index[i] + ', line ' + S.line[i] + ': <b>' + esc(S.op[i]) + '</b>';
-      var rows = [where, 't = ' + nanos(S.now_ns[i] - t0)];
-      SERIES.forEach(function (s) {
-        rows.push('<span style="color:' + s.color + '">&#9632;</span> ' + esc(s.name) + ': ' + bytes(S[s.key][i]));
-      });
-      rows.push('live as requested: ' + bytes(S.requested_bytes[i]));
-      rows.push('OOMs ' + S.ooms[i] + ', reclaims ' + S.reclaims[i]);
-      tip.innerHTML = rows.join('<br>');
-      tip.style.display = 'block';
-      var left = (x * r.width / CW) + 14;
-      if (left > r.width - 260) left = (x * r.width / CW) - 260;
-      tip.style.left = left + 'px';
-      tip.style.top = (MT + 6) + 'px';
+    // OOMs and reclaims, as marks under the axis
+    E.reclaim.forEach(function (i) { line(X(i), MT + PH + 1, X(i), MT + PH + EV, '#8a5cc2'); });
+    g.fillStyle = '#b3261e';
+    E.oom.forEach(function (i) {
+      var xm = X(i);
+      g.beginPath();
+      g.moveTo(xm, MT + PH + 2);
+      g.lineTo(xm - 4.5, MT + PH + 11);
+      g.lineTo(xm + 4.5, MT + PH + 11);
+      g.closePath();
+      g.fill();
     });
-    hover.addEventListener('mouseleave', function () {
-      tip.style.display = 'none';
-      cursor.setAttribute('visibility', 'hidden');
-    });
+    // the keyframe whose layout is shown
+    if (picked >= 0) {
+      var xp = X(picked);
+      g.lineWidth = 2;
+      line(xp, MT, xp, MT + PH, '#1d232b');
+      g.lineWidth = 1;
+    }
   }
+
+  var tip = document.getElementById('tip');
+  function pxOf(ev) {
+    var r = canvas.getBoundingClientRect();
+    return { x: (ev.clientX - r.left) * CW / r.width, w: r.width };
+  }
+  canvas.addEventListener('mousemove', function (ev) {
+    var p = pxOf(ev), i = sampleAt(p.x);
+    if (i < 0) return;
+    var c = columnOf(i), from = C.first[c], to = from + C.count[c] - 1;
+    var where = C.count[c] === 1 ?
+      (C.op[c] === 'start' ? 'before the first op' : C.op[c] === 'end' ? 'after the end (all freed)' :
+        'op ' + from + ', line ' + C.line[c] + ': <b>' + esc(C.op[c]) + '</b>') :
+      'ops ' + from + ' to ' + to + ' (last: line ' + C.line[c] + ', ' + esc(C.op[c]) + ')';
+    var rows = [where, 't = ' + nanos(C.now_ns[c] - t0)];
+    SERIES.forEach(function (s) {
+      var lo = C[s.key + '_min'][c], hi = C[s.key + '_max'][c];
+      rows.push('<span style="color:' + s.color + '">&#9632;</span> ' + esc(s.name) + ': ' +
+                (lo === hi ? bytes(hi) : bytes(lo) + ' to ' + bytes(hi)));
+    });
+    rows.push('live as requested: ' + bytes(C.requested_bytes[c]));
+    rows.push('OOMs ' + C.ooms[c] + ', reclaims ' + C.reclaims[c]);
+    rows.push('<span class="muted">click: the layout here</span>');
+    tip.innerHTML = rows.join('<br>');
+    tip.style.display = 'block';
+    var left = (p.x * p.w / CW) + 14;
+    if (left > p.w - 280) left = (p.x * p.w / CW) - 280;
+    tip.style.left = left + 'px';
+    tip.style.top = (MT + 6) + 'px';
+  });
+  canvas.addEventListener('mouseleave', function () { tip.style.display = 'none'; });
+  canvas.addEventListener('click', function (ev) {
+    var i = sampleAt(pxOf(ev).x);
+    if (i >= 0) showAt(i, true);
+  });
 
   document.getElementById('chart-legend').innerHTML = SERIES.map(function (s) {
     return '<span><i style="background:' + s.color + '"></i>' + esc(s.name) + '</span>';
   }).join('') + (showCapacity ? '<span><i style="background:#b3261e"></i>capacity</span>' : '') +
-    '<span><i style="background:#b3261e;border-radius:50%"></i>out of memory (events)</span>' +
-    '<span><i style="background:#8a5cc2;width:3px"></i>reclaim (events)</span>';
+    '<span><i style="background:#b3261e;border-radius:50%"></i>out of memory (' + E.oom_steps + ' steps' +
+    (E.oom_steps > E.oom.length ? ', the first ' + E.oom.length + ' marked' : '') + ')</span>' +
+    '<span><i style="background:#8a5cc2;width:3px"></i>reclaim (' + E.reclaim_steps + ' steps' +
+    (E.reclaim_steps > E.reclaim.length ? ', the first ' + E.reclaim.length + ' marked' : '') + ')</span>';
   Array.prototype.forEach.call(document.querySelectorAll('#x-controls button'), function (b) {
     b.addEventListener('click', function () {
       if (b.disabled) return;
@@ -317,11 +386,11 @@ constexpr std::string_view kPage = R"HTML(<!DOCTYPE html>
   // --- the layout -------------------------------------------------------------
   var LW = 1040, LL = 96, LR = 10, ROW = 24, GAP = 5, MAXROWS = 10;
 
-  function drawLayout(l) {
-    var snap = l.snapshot, h = [], y = 4, legendStreams = {};
+  function drawLayout(l, note) {
+    var snap = l.snapshot, legendStreams = {};
     var st = snap.stats;
     document.getElementById('layout-title').innerHTML =
-      '<b>' + esc(l.title) + '</b><div class="muted">live ' + bytes(st.allocated_bytes) + ', pending free ' +
+      '<b>' + esc(l.title) + '</b>' + (note ? '<div>' + esc(note) + '</div>' : '') + '<div class="muted">live ' + bytes(st.allocated_bytes) + ', pending free ' +
       bytes(st.pending_free_bytes) + ', reserved ' + bytes(st.reserved_bytes) + ', cached ' + bytes(st.cached_bytes) +
       '; ' + snap.blocks.length + ' blocks in ' + snap.segments.length + ' reserved ranges; t = ' + nanos(l.now_ns - t0) + '</div>';
     var body = [];
@@ -429,21 +498,70 @@ constexpr std::string_view kPage = R"HTML(<!DOCTYPE html>
   }
 
   var controls = document.getElementById('layout-controls');
+  var K = D.keyframes;
+  function momentName(l) {
+    return l.moment === 'line' ? 'at line ' + l.line : l.moment === 'peak' ? 'peak reserved' :
+      l.moment === 'oom' ? 'first out of memory' : 'end of trace';
+  }
+  function press(i) {  // i: a layout's button, -1: a point picked on the chart
+    Array.prototype.forEach.call(controls.querySelectorAll('button'), function (o) {
+      o.className = Number(o.getAttribute('data-i')) === i ? 'on' : '';
+    });
+  }
+  function showLayout(i) {
+    press(i);
+    picked = D.layouts[i].index;
+    drawChart();
+    drawLayout(D.layouts[i], '');
+  }
+  // The layout at sample i: the keyframe at or before it (the first is at 0).
+  function showAt(i, fromClick) {
+    if (K.length === 0) return;
+    var lo = 0, hi = K.length - 1;
+    while (lo < hi) {
+      var mid = (lo + hi + 1) >> 1;
+      if (K[mid].index <= i) lo = mid; else hi = mid - 1;
+    }
+    var k = K[lo];
+    press(-1);
+    picked = k.index;
+    drawChart();
+    var gap = K.length > 1 ? Math.round((K[K.length - 1].index - K[0].index) / (K.length - 1)) : 0;
+    drawLayout(k, k.index === i ? 'picked on the chart: op ' + i :
+      'picked on the chart: op ' + i + '; this is the keyframe at or before it (keyframes are about ' + gap +
+      ' ops apart: ' + K.length + ' in the page)');
+    if (fromClick && window.history && history.replaceState) history.replaceState(null, '', '#op=' + i);
+  }
+
   if (D.layouts.length === 0) {
     controls.textContent = 'no layout was taken';
   } else {
     controls.innerHTML = D.layouts.map(function (l, i) {
-      return '<button data-i="' + i + '"' + (i === 0 ? ' class="on"' : '') + '>' +
-        esc(l.moment === 'line' ? 'at line ' + l.line : l.moment === 'peak' ? 'peak reserved' : 'end of trace') + '</button>';
-    }).join('');
+      return '<button data-i="' + i + '">' + esc(momentName(l)) + '</button>';
+    }).join('') + '<span class="muted"> or click the chart for the layout at any point</span>';
     Array.prototype.forEach.call(controls.querySelectorAll('button'), function (b) {
-      b.addEventListener('click', function () {
-        Array.prototype.forEach.call(controls.querySelectorAll('button'), function (o) { o.className = o === b ? 'on' : ''; });
-        drawLayout(D.layouts[Number(b.getAttribute('data-i'))]);
-      });
+      b.addEventListener('click', function () { showLayout(Number(b.getAttribute('data-i'))); });
     });
-    drawLayout(D.layouts[0]);
   }
+  var oomLayout = -1;
+  D.layouts.forEach(function (l, i) { if (l.moment === 'oom') oomLayout = i; });
+  if (R.first_oom) {
+    document.getElementById('oom').innerHTML = '<div class="oom"><b>First out of memory: line ' + R.first_oom.line + ' (' +
+      esc(R.first_oom.op) + ')</b>' + (oomLayout >= 0 ? ' <button id="oom-layout">show the layout there</button>' : '') +
+      '<pre>' + esc(R.first_oom.message) + '</pre></div>';
+    if (oomLayout >= 0) {
+      document.getElementById('oom-layout').addEventListener('click', function () {
+        showLayout(oomLayout);
+        document.getElementById('layout-title').scrollIntoView();
+      });
+    }
+  }
+  // FILE.html#op=N shows the layout at op N, as a click there would.
+  var asked = /^#op=(\d+)$/.exec(window.location.hash);
+  if (asked && N > 0) showAt(Math.min(N - 1, Number(asked[1])), false);
+  else if (oomLayout >= 0) showLayout(oomLayout);
+  else if (D.layouts.length > 0) showLayout(0);
+  document.body.setAttribute('data-drawn', 'yes');
 })();
 </script>
 </body>
@@ -487,7 +605,7 @@ std::string timeline_html(const PoolTimeline& timeline) {
   std::string page(kPage);
   // DATA first, then TITLE, whose placeholder comes earlier in the page: neither
   // value can then be mistaken for the other's placeholder.
-  replace_once(page, "@@DATA@@", script_safe(timeline_json(timeline)));
+  replace_once(page, "@@DATA@@", script_safe(replay::timeline_page_json(timeline)));
   replace_once(page, "@@TITLE@@", html_text(timeline.trace));
   return page;
 }

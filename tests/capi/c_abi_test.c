@@ -48,6 +48,14 @@ static ferry_status refuses(const ferry_launch_context* ctx, void* user_data) {
   return FERRY_ERROR_TRANSFER_CORRUPT;
 }
 
+/* A C function may return any int as a status; ferry reads it as an int, never as
+ * a C++ enum outside its range (UBSan, fuzz/c_abi_fuzzer.cpp). */
+static ferry_status returns_no_status(const ferry_launch_context* ctx, void* user_data) {
+  (void)ctx;
+  (void)user_data;
+  return (ferry_status)42;
+}
+
 static ferry_status refuses_nothing(const ferry_launch_context* ctx, void* user_data) {
   (void)ctx;
   ++*(int*)user_data;
@@ -157,6 +165,16 @@ static void test_launch_hold_record_use(void) {
   /* A failing launch is the op's error and a sticky fault of its stream. */
   OK(ferry_launch(rt, 2, ops + 1, 1, refuses, NULL, 0, 0));
   CHECK(ferry_synchronize(rt) == FERRY_ERROR_TRANSFER_CORRUPT);
+
+  ferry_runtime other = make("tiny", NULL, NULL, 0);
+  ferry_handle c;
+  OK(ferry_alloc(other, 256, 0, &c));
+  ferry_operand on_c[1] = {{c, 0, 0, FERRY_WRITE}};
+  OK(ferry_launch(other, 0, on_c, 1, returns_no_status, NULL, 0, 0));
+  CHECK(ferry_synchronize(other) == FERRY_ERROR_BACKEND);
+  CHECK(strstr(ferry_last_error(), "returned unknown (42)") != NULL);
+  ferry_runtime_destroy(other);
+  CHECK(strcmp(ferry_status_name((ferry_status)-1), "unknown") == 0);
 
   ferry_handle used[1] = {b};
   OK(ferry_record_use(rt, 3, used, 1));

@@ -5,11 +5,14 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <map>
 #include <numeric>
 #include <stdexcept>
 #include <string>
 
 #include "ferry/pool_timeline.hpp"
+#include "page_traces.hpp"
+#include "replay/timeline_page.hpp"
 #include "transfer_fixture.hpp"
 
 namespace ferry {
@@ -144,6 +147,13 @@ constexpr const char* kTrace =
 {"op":"alloc","id":"d","bytes":2097152,"stream":2}
 {"op":"check","id":"c"}
 )";
+
+// The JSON a timeline page embeds.
+nlohmann::json page_data(const std::string& html) {
+  const std::string open = "<script type=\"application/json\" id=\"ferry-data\">";
+  const std::size_t from = html.find(open) + open.size();
+  return nlohmann::json::parse(html.substr(from, html.find("</script>", from) - from));
+}
 
 TimelineOptions at_64mib() {
   TimelineOptions o;
@@ -296,13 +306,115 @@ TEST(TimelineHtml, IsSelfContainedAndCarriesTheSeries) {
   EXPECT_EQ(closes, 2u);
   EXPECT_NE(html.find("&lt;b&gt;name&lt;/b&gt;.jsonl"), std::string::npos);
   EXPECT_EQ(html.find("<b>name</b>"), std::string::npos);
-  // The embedded data is the timeline's JSON.
-  const std::string open = "<script type=\"application/json\" id=\"ferry-data\">";
-  const std::size_t from = html.find(open) + open.size();
-  const std::size_t to = html.find("</script>", from);
-  const auto data = nlohmann::json::parse(html.substr(from, to - from));
-  EXPECT_EQ(data["samples"]["reserved_bytes"].size(), t->samples.size());
+  // The embedded data is the page's JSON: every sample (a short trace needs no
+  // folding), the layouts and the keyframes.
+  const auto data = page_data(html);
+  EXPECT_EQ(data["samples"], t->samples.size());
+  EXPECT_EQ(data["chart"]["reserved_bytes"].size(), t->samples.size());
   EXPECT_EQ(data["layouts"].size(), t->layouts.size());
+  EXPECT_EQ(data["keyframes"].size(), t->keyframes.size());
+}
+
+TEST(PoolTimeline, APendingFreeBlockKeepsItsOwnersName) {
+  // "gone" is freed while its fill is held on stream 0: pending free, still "gone".
+  constexpr const char* kHeld = R"({"op":"hold","stream":0}
+{"op":"alloc","id":"kept","bytes":4096,"stream":0}
+{"op":"alloc","id":"gone","bytes":65536,"stream":0}
+{"op":"fill","id":"gone","stream":0,"seed":5}
+{"op":"free","id":"gone"}
+{"op":"alloc","id":"late","bytes":1024,"stream":1}
+)";
+  TimelineOptions o = at_64mib();
+  o.at_line = 6;
+  Result<PoolTimeline> t = observe_replay_text(kHeld, "held.jsonl", o);
+  ASSERT_TRUE(t.ok()) << t.error().message;
+  const PoolLayout& at = t->layouts.back();
+  ASSERT_EQ(at.moment, "line");
+  std::map<std::string, BlockInfo::State> owners;
+  for (std::size_t i = 0; i < at.snapshot.blocks.size(); ++i) owners[at.snapshot.owners[i]] = at.snapshot.blocks[i].state;
+  ASSERT_EQ(owners.count("gone"), 1u) << "the pending-free block lost its name";
+  EXPECT_EQ(owners["gone"], BlockInfo::State::pending_free);
+  EXPECT_EQ(owners["kept"], BlockInfo::State::live);
+  EXPECT_EQ(owners["late"], BlockInfo::State::live);
+  EXPECT_EQ(owners.count(""), 0u) << "every block is named";
+}
+
+TEST(PoolTimeline, TheFirstOomHasItsLayoutAndItsDiagnostic) {
+  constexpr const char* kOom = R"({"op":"alloc","id":"a","bytes":33554432,"stream":0}
+{"op":"alloc","id":"b","bytes":50331648,"stream":0,"expect":"oom"}
+{"op":"alloc","id":"c","bytes":50331648,"stream":0,"expect":"oom"}
+{"op":"free","id":"a"}
+)";
+  Result<PoolTimeline> t = observe_replay_text(kOom, "oom.jsonl", at_64mib());
+  ASSERT_TRUE(t.ok()) << t.error().message;
+  EXPECT_TRUE(t->report.passed()) << report_summary(t->report);
+  EXPECT_EQ(t->report.first_oom.line, 2u);
+  EXPECT_EQ(t->report.first_oom.op, "alloc");
+  EXPECT_NE(t->report.first_oom.message.find("50331648"), std::string::npos)
+      << "the pool's diagnostic names the request: " << t->report.first_oom.message;
+  const PoolLayout* oom = nullptr;
+  for (const PoolLayout& l : t->layouts) oom = l.moment == "oom" ? &l : oom;
+  ASSERT_NE(oom, nullptr);
+  EXPECT_EQ(oom->at.index, 2u) << "after the first failing op, not the second";
+  ASSERT_EQ(oom->snapshot.owners, (std::vector<std::string>{"a"}));
+  EXPECT_EQ(nlohmann::json::parse(report_json(t->report))["first_oom"]["line"], 2);
+
+  const std::string html = timeline_html(*t);
+  const auto data = page_data(html);
+  EXPECT_EQ(data["report"]["first_oom"]["message"], t->report.first_oom.message);
+  EXPECT_EQ(data["events"]["oom"], nlohmann::json::parse("[2, 3]"));
+  EXPECT_NE(html.find("First out of memory"), std::string::npos);
+}
+
+TEST(PoolTimeline, KeyframesAndTheChartStayBoundedAndKeepEveryPeak) {
+  TimelineOptions o;
+  o.replay.backend.profile = "tiny";
+  o.replay.capacity = 16 * kMiB;
+  const std::size_t ops = 6000;
+  Result<PoolTimeline> t = observe_replay_text(testing::page_trace(ops), "long.jsonl", o);
+  ASSERT_TRUE(t.ok()) << t.error().message;
+  ASSERT_EQ(t->samples.size(), ops + 2);
+  const auto& k = t->keyframes;
+  ASSERT_GE(k.size(), 2u);
+  EXPECT_LE(k.size(), kMaxKeyframes);
+  EXPECT_EQ(k.front().at.index, 0u);
+  EXPECT_EQ(k.back().at.index, ops) << "the last keyframe is after the trace's last op";
+  std::size_t weight = 0, heaviest = 0;
+  for (std::size_t i = 0; i < k.size(); ++i) {
+    if (i > 0) {
+      EXPECT_LT(k[i - 1].at.index, k[i].at.index);
+    }
+    EXPECT_EQ(k[i].at, t->samples[k[i].at.index]) << "a keyframe is the layout of its own sample";
+    std::size_t w = k[i].snapshot.blocks.size();
+    for (const SegmentInfo& g : k[i].snapshot.segments) w += g.mapped.size() + g.cached.size();
+    weight += w;
+    heaviest = std::max(heaviest, w);
+    for (std::size_t b = 0; b < k[i].snapshot.blocks.size(); ++b) {
+      EXPECT_FALSE(k[i].snapshot.owners[b].empty()) << "block " << b << " at " << k[i].snapshot.blocks[b].addr << " of the keyframe at " << k[i].at.index;
+    }
+  }
+  EXPECT_LE(weight, kKeyframeWeight + heaviest);
+
+  const std::string html = timeline_html(*t);
+  const auto data = page_data(html);
+  const auto& chart = data["chart"];
+  ASSERT_EQ(chart["first"].size(), replay::kChartColumns);
+  std::uint64_t most = 0, least = UINT64_MAX, drawn_most = 0, drawn_least = UINT64_MAX;
+  for (const PoolSample& s : t->samples) {
+    most = std::max(most, s.reserved_bytes);
+    least = std::min(least, s.reserved_bytes);
+  }
+  for (std::size_t c = 0; c < replay::kChartColumns; ++c) {
+    const std::uint64_t lo = chart["reserved_bytes_min"][c], hi = chart["reserved_bytes_max"][c], last = chart["reserved_bytes"][c];
+    EXPECT_LE(lo, last);
+    EXPECT_LE(last, hi);
+    drawn_most = std::max(drawn_most, hi);
+    drawn_least = std::min(drawn_least, lo);
+  }
+  EXPECT_EQ(drawn_most, most) << "the highest sample survives the folding";
+  EXPECT_EQ(drawn_least, least);
+  EXPECT_EQ(data["events"]["oom_steps"], (ops + 4500) / 5000);
+  EXPECT_LT(html.size(), std::size_t{6} << 20) << "the page is bounded";
 }
 
 }  // namespace
