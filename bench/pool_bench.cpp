@@ -47,7 +47,7 @@ BENCHMARK(BM_AllocFreePair)
     ->Args({64 << 20, 1})    // mixed sizes, 256 B - 64 MiB
     ->Args({64 << 20, 4});
 
-// --- fragmentation ratio ---------------------------------------------------
+// --- min capacity ratio (a trace's fragmentation cost) ------------------------
 
 // Smallest capacity (to 1%) at which `trace` replays with no OOM, over its peak
 // live bytes (the traces and the search: replay/synthetic_traces.hpp, shared with cuda_bench).
@@ -64,7 +64,7 @@ void fragmentation(benchmark::State& state, const std::string& trace) {
   }
   state.counters["peak_live_MiB"] = double(found.peak_live) / double(1 << 20);
   state.counters["min_capacity_MiB"] = double(found.min_capacity) / double(1 << 20);
-  state.counters["fragmentation_ratio"] = found.ratio();
+  state.counters["min_capacity_ratio"] = found.ratio();
 }
 
 void BM_FragmentationDequant(benchmark::State& state) {
