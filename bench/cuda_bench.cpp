@@ -25,7 +25,7 @@
 //   BM_VerifyOverhead            the BM_H2DArena upload under off, probe and verify in
 //                                turn on the same blocks; counters: each policy's GB/s and
 //                                probe_ratio / verify_ratio = time under it / time under off
-//   BM_FragmentationCuda*        pool_bench's fragmentation ratio (smallest capacity with
+//   BM_FragmentationCuda*        pool_bench's min capacity ratio (smallest capacity with
 //                                no OOM / peak live, to 1 %) on the same traces
 //                                (replay/synthetic_traces.hpp), replayed with the cuda backend
 //
@@ -452,7 +452,7 @@ BENCHMARK(BM_VerifyOverhead)
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
 
-// --- fragmentation ratio -------------------------------------------------------------
+// --- min capacity ratio (a trace's fragmentation cost) ------------------------
 
 // pool_bench's fragmentation(), with the cuda backend.
 void fragmentation(benchmark::State& state, const std::string& trace) {
@@ -469,7 +469,7 @@ void fragmentation(benchmark::State& state, const std::string& trace) {
   }
   state.counters["peak_live_MiB"] = double(found.peak_live) / double(kMiB);
   state.counters["min_capacity_MiB"] = double(found.min_capacity) / double(kMiB);
-  state.counters["fragmentation_ratio"] = found.ratio();
+  state.counters["min_capacity_ratio"] = found.ratio();
   state.counters["replays"] = found.replays;
 }
 

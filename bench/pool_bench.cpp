@@ -148,7 +148,7 @@ void BM_TrimWholeDevice(benchmark::State& state) {
 }
 BENCHMARK(BM_TrimWholeDevice);
 
-// --- fragmentation ratio ---------------------------------------------------
+// --- min capacity ratio (a trace's fragmentation cost) ------------------------
 
 // Smallest capacity (to one granule) at which `trace` replays with no OOM, over its peak
 // live bytes (the traces and the search: replay/synthetic_traces.hpp, shared with cuda_bench).
@@ -165,7 +165,7 @@ void fragmentation(benchmark::State& state, const std::string& trace) {
   }
   state.counters["peak_live_MiB"] = double(found.peak_live) / double(1 << 20);
   state.counters["min_capacity_MiB"] = double(found.min_capacity) / double(1 << 20);
-  state.counters["fragmentation_ratio"] = found.ratio();
+  state.counters["min_capacity_ratio"] = found.ratio();
   // 1 when the replay also passed at min_capacity + 1..16 granules.
   state.counters["monotone"] = found.monotone ? 1 : 0;
 }

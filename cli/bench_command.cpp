@@ -6,17 +6,16 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdint>
-#include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <ostream>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include "common_options.hpp"
 #include "option_values.hpp"
+#include "progress.hpp"
 #include "subcommand.hpp"
 #include "ferry/device_pool.hpp"
 #include "ferry/device_profile.hpp"
@@ -207,24 +206,34 @@ struct FragmentationArgs {
   std::string file;
   std::string profile = "h200";
   bool json = false;
+  bool quiet = false;
 };
 
 int run_fragmentation(const FragmentationArgs& args, const Io& io) {
-  std::ifstream in(args.file, std::ios::binary);
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (!in || in.bad()) {
-    io.err << "ferry bench fragmentation: cannot read " << args.file << '\n';
-    return kExitUsage;
+  Result<std::string> text = read_trace_file(args.file);
+  if (!text.ok()) {
+    io.err << "ferry bench fragmentation: " << text.error().message << '\n';
+    return text.error().code == ErrorCode::invalid_argument ? kExitUsage : kExitFailed;
   }
   ReplayOptions options;
   options.backend.profile = args.profile;
-  const synthetic::MinCapacity found = synthetic::min_capacity(text.str(), options);
+  options.trace_capacity = false;  // the search starts from the device's capacity, not the trace's
+  Progress progress(io.err, is_terminal(io.err), "fragmentation", Progress::Lines::none);
+  int replay = 0;
+  if (!args.quiet) {
+    options.on_step = [&](const ReplayStep& step) {
+      if (step.index == 0) ++replay;
+      progress.update("replay " + std::to_string(replay), step.index, step.total + 1);
+    };
+  }
+  const synthetic::MinCapacity found = synthetic::min_capacity(*text, options);
+  progress.finish();
+  options.on_step = nullptr;
   if (!found.error.empty()) {
     // Replay once more under the file's name, to tell a malformed trace (usage)
     // from one that fails (a failed run) and to name the lines.
     options.capacity = 0;
-    Result<ReplayReport> full = replay_trace_text(text.str(), args.file, options);
+    Result<ReplayReport> full = replay_trace_text(*text, args.file, options);
     if (!full.ok()) {
       const Error& e = full.error();
       const bool usage = e.code == ErrorCode::invalid_argument || e.code == ErrorCode::unsupported;
@@ -245,7 +254,7 @@ int run_fragmentation(const FragmentationArgs& args, const Io& io) {
     j["device"] = args.profile;
     j["peak_live_bytes"] = found.peak_live;
     j["min_capacity_bytes"] = found.min_capacity;
-    j["ratio"] = found.ratio();
+    j["min_capacity_ratio"] = found.ratio();
     j["step_bytes"] = found.step;
     j["monotone"] = found.monotone;
     j["monotone_probes"] = found.monotone_probes;
@@ -261,7 +270,7 @@ int run_fragmentation(const FragmentationArgs& args, const Io& io) {
          << " B)\n"
          << "  smallest capacity  " << human_bytes(found.min_capacity) << " (" << found.min_capacity
          << " B, to one step of " << human_bytes(found.step) << ")\n"
-         << "  ratio              " << ratio << '\n'
+         << "  min capacity ratio " << ratio << " (smallest capacity / peak live)\n"
          << "  monotone           ";
   if (found.monotone) {
     io.out << "yes (smallest + 1.." << found.monotone_probes << " steps all pass)\n";
@@ -295,7 +304,7 @@ Subcommand add_bench(CLI::App& parent) {
   add_count_option(*pool_app, "--streams", pool->streams,
                    "Streams the pairs rotate over, 1.." + std::to_string(kMaxStreams));
   pool_app->add_option("--max-bytes", pool->max_bytes,
-                       "Largest request: bytes, or with a KiB|MiB|GiB|TiB suffix")
+                       std::string("Largest request: ") + kByteUnitsHelp)
       ->check(checked([](const std::string& v) { return parse_byte_size(v); }, "BYTES"))
       ->capture_default_str();
   add_count_option(*pool_app, "--iterations", pool->iterations,
@@ -315,6 +324,7 @@ Subcommand add_bench(CLI::App& parent) {
   add_trace_argument(*frag_app, "TRACE", frag->file);
   add_profile_option(*frag_app, frag->profile);
   frag_app->add_flag("--json", frag->json, "Print one JSON object instead of the summary");
+  frag_app->add_flag("--quiet", frag->quiet, "No progress bar on a terminal's stderr");
   frag_app->footer(
       "Replays TRACE once at the device's capacity for its peak live bytes, then binary-searches\n"
       "the capacity over [peak, 3 x peak] in steps of one granule (the method of\n"

@@ -1,6 +1,8 @@
 #include "common_options.hpp"
 
 #include <cstdio>
+#include <filesystem>
+#include <optional>
 
 #include "option_values.hpp"
 #include "ferry/device_profile.hpp"
@@ -45,9 +47,27 @@ CLI::Option* add_profile_option(CLI::App& app, std::string& profile) {
       ->capture_default_str();
 }
 
-CLI::Option* add_capacity_option(CLI::App& app, std::string& capacity, const std::string& description) {
-  return app.add_option("--capacity", capacity, description)
+CLI::Option* add_capacity_option(CLI::App& app, std::string& capacity, const std::string& default_text) {
+  return app
+      .add_option("--capacity", capacity,
+                  std::string("Pool capacity: ") + kByteUnitsHelp + "\n(default: " + default_text +
+                      "; more than the device is clamped to it, with a warning)")
       ->check(checked([](const std::string& v) { return parse_byte_size(v); }, "BYTES"));
+}
+
+std::string capacity_clamp_warning(std::uint64_t requested, BackendKind backend, const std::string& profile) {
+  if (backend != BackendKind::sim) return {};
+  const std::optional<DeviceProfile> p = find_profile(profile);
+  if (!p || requested <= p->capacity) return {};
+  return "warning: --capacity " + human_bytes(requested) + " is more than the " + profile + "'s " +
+         human_bytes(p->capacity) + ": the pool is clamped to the device";
+}
+
+std::string overwrite_refusal(const std::string& option, const std::string& output, const std::string& input,
+                              const std::string& what) {
+  std::error_code ec;
+  if (input.empty() || output == "-" || !std::filesystem::equivalent(output, input, ec)) return {};
+  return option + " " + output + " would overwrite " + what;
 }
 
 CLI::Option* add_seed_option(CLI::App& app, std::string& seed, const std::string& description) {
@@ -81,7 +101,10 @@ CLI::Option* add_trace_argument(CLI::App& app, const std::string& name, std::str
 }
 
 void add_report_options(CLI::App& app, std::string& report, bool& json) {
-  app.add_option("--report", report, "Also write the JSON report to FILE ('-': stdout)")->type_name("FILE");
+  app.add_option("--report", report,
+                 "Also write the JSON report to FILE; '-' prints it on stdout in place of\n"
+                 "the summary, as --json does")
+      ->type_name("FILE");
   app.add_flag("--json", json, "Print the JSON report on stdout instead of the summary");
 }
 

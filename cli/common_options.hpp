@@ -54,11 +54,25 @@ CLI::Option* add_backend_option(CLI::App& app, BackendKind& backend);
 // --profile NAME: one of profile_names() (default shown).
 CLI::Option* add_profile_option(CLI::App& app, std::string& profile);
 
+// How --help names the units parse_byte_size reads.
+inline constexpr const char* kByteUnitsHelp =
+    "bytes, or with a unit: KB|MB|GB|TB (powers of 1000) or KiB|MiB|GiB|TiB\n"
+    "(powers of 1024), any case, e.g. 1.5GiB";
+
 // --capacity BYTES: a byte count as parse_byte_size reads it; empty when not given.
-CLI::Option* add_capacity_option(
-    CLI::App& app, std::string& capacity,
-    const std::string& description =
-        "Pool capacity: bytes, or with a KiB|MiB|GiB|TiB suffix (default: the device's)");
+// `default_text` says what the capacity is when the option is not given.
+CLI::Option* add_capacity_option(CLI::App& app, std::string& capacity, const std::string& default_text);
+
+// Empty, or the warning to print when `requested` bytes of --capacity exceed
+// the sim device `profile` and the pool clamps them to it. Nothing for cuda:
+// its capacity is known only once the device is open (the report shows it).
+std::string capacity_clamp_warning(std::uint64_t requested, BackendKind backend, const std::string& profile);
+
+// Empty when writing `output` (the path of option `option`) cannot destroy the
+// input at `input` (`what` names it: "the trace"); else the refusal,
+// "--report X would overwrite the trace".
+std::string overwrite_refusal(const std::string& option, const std::string& output, const std::string& input,
+                              const std::string& what);
 
 // --seed UINT: as parse_u64 reads it (default shown); `description` says what it seeds.
 CLI::Option* add_seed_option(CLI::App& app, std::string& seed, const std::string& description);

@@ -11,10 +11,12 @@
 
 namespace ferry::cli {
 
-// A byte count: decimal digits, optionally followed (after optional spaces) by
-// B, KiB, MiB, GiB or TiB (powers of 1024). "64MiB", "1 GiB", "4096".
-// Errors: invalid_argument (empty, not a number, unknown or decimal suffix such
-// as "MB", zero, larger than 2^64-1); the message says which.
+// A byte count: decimal digits with an optional decimal fraction, optionally
+// followed (after optional spaces) by a unit, in any case: B; KB, MB, GB, TB
+// (powers of 1000); KiB, MiB, GiB, TiB (powers of 1024). "64MiB", "1.5 GiB",
+// "64mb", "4096". Errors: invalid_argument (empty, not a number, unknown unit,
+// not a whole number of bytes such as "1.5B", zero, larger than 2^64-1); the
+// message says which.
 Result<std::uint64_t> parse_byte_size(std::string_view text);
 
 // A non-negative integer, decimal or 0x-prefixed hexadecimal, up to 2^64-1.

@@ -1,5 +1,4 @@
 // `ferry replay FILE`: replays an allocation trace (docs/spec.md §3).
-#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <ostream>
@@ -8,6 +7,7 @@
 
 #include "common_options.hpp"
 #include "option_values.hpp"
+#include "progress.hpp"
 #include "subcommand.hpp"
 #include "ferry/fault_spec.hpp"
 #include "ferry/integrity.hpp"
@@ -28,6 +28,7 @@ struct ReplayArgs {
   bool json = false;
   bool race_check = false;
   bool strict = false;
+  bool quiet = false;
 };
 
 int run_replay(const ReplayArgs& args, const Io& io) {
@@ -55,9 +56,8 @@ int run_replay(const ReplayArgs& args, const Io& io) {
   // found before anything runs.
   std::ofstream report_file;
   if (!args.report.empty() && args.report != "-") {
-    std::error_code ec;
-    if (std::filesystem::equivalent(args.report, args.file, ec)) {
-      io.err << "ferry replay: --report " << args.report << " would overwrite the trace\n";
+    if (const std::string why = overwrite_refusal("--report", args.report, args.file, "the trace"); !why.empty()) {
+      io.err << "ferry replay: " << why << '\n';
       return kExitUsage;
     }
     report_file.open(args.report, std::ios::trunc);
@@ -67,7 +67,16 @@ int run_replay(const ReplayArgs& args, const Io& io) {
     }
   }
 
+  if (const std::string warning = capacity_clamp_warning(options.capacity, args.backend, args.profile);
+      !warning.empty()) {
+    io.err << "ferry replay: " << warning << '\n';
+  }
+  Progress progress(io.err, is_terminal(io.err), "replay", Progress::Lines::none);
+  if (!args.quiet) {
+    options.on_step = [&progress](const ReplayStep& step) { progress.update("ops", step.index, step.total + 1); };
+  }
   Result<ReplayReport> report = replay_trace_file(args.file, options);
+  progress.finish();
   if (!report.ok()) {
     const Error& e = report.error();
     if (e.code == ErrorCode::invalid_argument) {
@@ -106,7 +115,7 @@ Subcommand add_replay(CLI::App& parent) {
   add_trace_argument(*app, "FILE", args->file);
   add_backend_option(*app, args->backend);
   add_profile_option(*app, args->profile);
-  add_capacity_option(*app, args->capacity);
+  add_capacity_option(*app, args->capacity, "the trace's meta capacity, else the device's");
   add_seed_option(*app, args->seed, "Seed of the sim's schedule");
   app->add_option("--integrity", args->integrity,
                   "Integrity policy of every upload: off (trust the copy), probe (canary\n"
@@ -122,8 +131,12 @@ Subcommand add_replay(CLI::App& parent) {
                 "Insert no cross-stream wait: only the trace's own `wait` ops order streams,\n"
                 "so a recorded program's ordering bug shows (as a race under --race-check)");
   add_report_options(*app, args->report, args->json);
+  app->add_flag("--quiet", args->quiet, "No progress bar on a terminal's stderr");
   app->footer(
       "Blank lines in a trace are ignored. The whole trace is checked before anything runs.\n"
+      "A trace is a regular file of at most 1 GiB, each line at most 1 MiB; an optional first\n"
+      "line {\"op\":\"meta\",\"capacity\":N} gives the capacity used when --capacity is not.\n"
+      "On a terminal a progress bar goes to stderr (not with --quiet).\n"
       "Uploads go from the host arena through the transfer engine under --integrity; an upload\n"
       "that never arrives intact is a transfer_corrupt error. --inject works with the sim only.\n"
       "Exit status: 0 every check matched and every error was expected; 1 a check was corrupt,\n"

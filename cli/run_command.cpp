@@ -1,11 +1,9 @@
 // `ferry run NAME`: runs one of the seed workloads end to end and checks its
 // output against the host reference (docs/spec.md §7).
-#include <unistd.h>
-
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
-#include <iostream>
 #include <memory>
 #include <ostream>
 #include <string>
@@ -13,6 +11,7 @@
 
 #include "common_options.hpp"
 #include "option_values.hpp"
+#include "progress.hpp"
 #include "subcommand.hpp"
 #include "ferry/make_backend.hpp"
 #include "ferry/fault_spec.hpp"
@@ -44,46 +43,22 @@ struct RunArgs {
   std::string report;
   bool json = false;
   bool quiet = false;
+  // Options given on the command line (not defaulted), set after parsing.
+  std::vector<std::string> given;
+  bool was_given(const std::string& option) const {
+    return std::find(given.begin(), given.end(), option) != given.end();
+  }
 };
 
-// Progress on stderr: a bar redrawn in place on a terminal, a line per tenth
-// otherwise (logs and pipes stay readable).
-class Progress {
- public:
-  Progress(std::ostream& err, bool tty, std::string name) : err_(err), tty_(tty), name_(std::move(name)) {}
-  ~Progress() { finish(); }
-
-  void update(const WorkloadProgress& p) {
-    if (p.total == 0) return;
-    const bool new_phase = p.phase != phase_;
-    if (new_phase) phase_ = std::string(p.phase);
-    if (tty_) {
-      constexpr std::uint64_t kWidth = 30;
-      const std::uint64_t filled = p.done * kWidth / p.total;
-      err_ << "\r" << name_ << " [" << std::string(filled, '#') << std::string(kWidth - filled, '.') << "] "
-           << phase_ << " " << p.done << "/" << p.total << "   " << std::flush;
-      drawn_ = true;
-      return;
-    }
-    const std::uint64_t tenth = p.done * 10 / p.total;
-    if (new_phase || tenth != last_tenth_) {
-      err_ << name_ << ": " << phase_ << " " << p.done << "/" << p.total << "\n";
-      last_tenth_ = tenth;
-    }
-  }
-
-  void finish() {
-    if (tty_ && drawn_) err_ << "\r\033[K" << std::flush;
-    drawn_ = false;
-  }
-
- private:
-  std::ostream& err_;
-  bool tty_;
-  std::string name_;
-  std::string phase_;
-  std::uint64_t last_tenth_ = 0;
-  bool drawn_ = false;
+// The options only one workload reads, and it.
+struct WorkloadOnlyOption {
+  const char* option;
+  WorkloadKind workload;
+};
+constexpr WorkloadOnlyOption kWorkloadOnly[] = {
+    {"--policy", WorkloadKind::moe_offload},
+    {"--slots", WorkloadKind::moe_offload},
+    {"--host-exec", WorkloadKind::moe_offload},
 };
 
 int run_run(const RunArgs& args, const Io& io) {
@@ -111,8 +86,8 @@ int run_run(const RunArgs& args, const Io& io) {
   o.placement = parse_bank_placement(args.bank).value_or(BankPlacement::registered);
   o.seed = parse_u64(args.seed).value_or(1);
   Result<SimFaults> faults = parse_fault_specs(args.inject);
-  if (!faults.ok()) {
-    io.err << me << "--inject: " << faults.error().message << '\n';
+  if (!faults.ok()) {  // the validator accepted each spec; kept for safety
+    io.err << me << faults.error().message << '\n';
     return kExitUsage;
   }
   o.faults = *faults;
@@ -120,8 +95,24 @@ int run_run(const RunArgs& args, const Io& io) {
     io.err << me << "--inject " << describe(*faults) << ": " << why << '\n';
     return kExitUsage;
   }
-  if (args.host_exec && *kind != WorkloadKind::moe_offload) {
-    io.err << me << "--host-exec applies to moe-offload only\n";
+  // An option the workload does not read is refused, never silently ignored.
+  for (const WorkloadOnlyOption& only : kWorkloadOnly) {
+    if (args.was_given(only.option) && *kind != only.workload) {
+      io.err << me << only.option << " applies to " << to_string(only.workload) << " only\n";
+      return kExitUsage;
+    }
+  }
+  if (args.was_given("--pressure") && !args.capacity.empty()) {
+    io.err << me << "--pressure sizes the pool when --capacity is not given; give one of them\n";
+    return kExitUsage;
+  }
+  if (!args.save_weights.empty() && !args.weights.empty()) {
+    io.err << me << "--save-weights writes the synthetic bank; it cannot be combined with --weights\n";
+    return kExitUsage;
+  }
+  if (const std::string why = overwrite_refusal("--report", args.report, args.weights, "the --weights file");
+      !why.empty()) {
+    io.err << me << why << '\n';
     return kExitUsage;
   }
   if (!backend_built(args.backend)) {
@@ -150,9 +141,11 @@ int run_run(const RunArgs& args, const Io& io) {
     }
   }
 
-  const bool tty = &io.err == &std::cerr && ::isatty(STDERR_FILENO) == 1;
-  auto progress = std::make_shared<Progress>(io.err, tty, args.workload);
-  if (!args.quiet) o.progress = [progress](const WorkloadProgress& p) { progress->update(p); };
+  if (const std::string warning = capacity_clamp_warning(o.capacity, args.backend, args.profile); !warning.empty()) {
+    io.err << me << warning << '\n';
+  }
+  auto progress = std::make_shared<Progress>(io.err, is_terminal(io.err), args.workload);
+  if (!args.quiet) o.progress = [progress](const WorkloadProgress& p) { progress->update(p.phase, p.done, p.total); };
 
   Result<WorkloadReport> report = run_workload(*kind, o);
   progress->finish();
@@ -179,6 +172,17 @@ int run_run(const RunArgs& args, const Io& io) {
   return report->matched ? kExitOk : kExitFailed;
 }
 
+// "dense-stream 0.0625, moe-offload 0.125, ...": `scale` of each workload.
+std::string scales_text(double (*scale)(WorkloadKind) noexcept) {
+  std::string s;
+  for (const std::string& name : workload_names()) {
+    char value[32];
+    std::snprintf(value, sizeof value, "%g", scale(parse_workload(name).value_or(WorkloadKind::dense_stream)));
+    s += (s.empty() ? "" : ", ") + name + " " + value;
+  }
+  return s;
+}
+
 }  // namespace
 
 Subcommand add_run(CLI::App& parent) {
@@ -192,7 +196,8 @@ Subcommand add_run(CLI::App& parent) {
   add_profile_option(*app, args->profile);
   app->add_option("--scale", args->scale,
                   "Shrink every width and token count by S in (0, 1], keeping counts, allocation pattern\n"
-                  "and pressure (default: dense-stream 0.0625, moe-offload 0.125, dequant-train 0.0625)")
+                  "and pressure (default: " + scales_text(default_scale) + ";\n"
+                  "smallest: " + scales_text(min_scale) + ")")
       ->check(CLI::Validator(
           [](std::string& v) -> std::string {
             char* end = nullptr;
@@ -204,20 +209,15 @@ Subcommand add_run(CLI::App& parent) {
           },
           ""))
       ->type_name("S");
-  add_capacity_option(*app, args->capacity,
-                      "Pool capacity: bytes, or with a KiB|MiB|GiB|TiB suffix\n"
-                      "(default: the schedule's planned peak live / --pressure)");
+  add_capacity_option(*app, args->capacity, "the schedule's planned peak live / --pressure");
   app->add_option("--pressure", args->pressure,
-                  "Target peak-live / capacity when --capacity is not given")
+                  "Target peak-live / capacity: sizes the pool when --capacity is not given")
       ->check(CLI::Range(0.05, 1.0))
       ->capture_default_str();
   app->add_option("--integrity", args->integrity, "Transfer integrity policy: off|probe|verify")
       ->check(CLI::IsMember({"off", "probe", "verify"}))
       ->capture_default_str();
-  app->add_option("--inject", args->inject,
-                  "Sim fault, repeatable: pinned-noop[:P], batch-broken, batch-missing,\n"
-                  "fail-map:N, delay:NS, none")
-      ->type_name("SPEC");
+  add_inject_option(*app, args->inject);
   app->add_option("--policy", args->policy, "Expert-cache eviction (moe-offload): lru|lfu|optimal")
       ->check(CLI::IsMember({"lru", "lfu", "optimal"}))
       ->capture_default_str();
@@ -236,7 +236,9 @@ Subcommand add_run(CLI::App& parent) {
   app->add_flag("--race-check", args->race_check,
                 "Report unordered conflicting accesses from different streams (sim only):\n"
                 "a race fails the run (exit 1)");
-  app->add_option("--slots", args->slots, "moe-offload: expert cache slots (default 32 of 64 experts)")
+  app->add_option("--slots", args->slots,
+                  "moe-offload: expert cache slots (default 32 of 64 experts; at least as many\n"
+                  "as one layer routes to at once, up to 16)")
       ->check(CLI::Range(1u, 4096u));
   app->add_option("--weights", args->weights,
                   "Weights from a safetensors file instead of the synthetic bank\n"
@@ -258,7 +260,12 @@ Subcommand add_run(CLI::App& parent) {
       "otherwise.\n"
       "Exit status: 0 the output matched the host reference; 1 it did not, or the run failed;\n"
       "2 bad usage, a malformed --weights file, or a backend this machine does not have.");
-  return {app, [args](const Io& io) { return run_run(*args, io); }};
+  return {app, [app, args](const Io& io) {
+            for (const CLI::Option* opt : app->get_options()) {
+              if (opt->count() > 0) args->given.push_back(opt->get_name());
+            }
+            return run_run(*args, io);
+          }};
 }
 
 }  // namespace ferry::cli

@@ -11,6 +11,7 @@
 
 #include "common_options.hpp"
 #include "option_values.hpp"
+#include "progress.hpp"
 #include "subcommand.hpp"
 #include "ferry/device_profile.hpp"
 #include "ferry/pool_timeline.hpp"
@@ -27,6 +28,7 @@ struct SnapshotArgs {
   std::string at;        // empty: no extra layout; else a trace line
   std::string out;       // empty: TRACE's stem + "-snapshot.html", unless --json is given
   std::string json;      // empty: none; "-": stdout
+  bool quiet = false;
 };
 
 // A path we may write: not the trace, not a directory, in a directory that
@@ -35,7 +37,7 @@ std::string unwritable(const std::string& option, const std::string& path, const
   namespace fs = std::filesystem;
   std::error_code ec;
   if (path.empty()) return option + ": empty path";
-  if (fs::equivalent(path, trace, ec)) return option + " " + path + " would overwrite the trace";
+  if (std::string why = overwrite_refusal(option, path, trace, "the trace"); !why.empty()) return why;
   if (fs::is_directory(path, ec)) return option + " " + path + ": is a directory";
   const fs::path parent = fs::path(path).parent_path();
   if (!parent.empty() && !fs::is_directory(parent, ec)) {
@@ -89,7 +91,18 @@ int run_snapshot(const SnapshotArgs& args, const Io& io) {
     }
   }
 
+  if (const std::string warning = capacity_clamp_warning(options.replay.capacity, BackendKind::sim, args.profile);
+      !warning.empty()) {
+    io.err << "ferry snapshot: " << warning << '\n';
+  }
+  Progress progress(io.err, is_terminal(io.err), "snapshot", Progress::Lines::none);
+  if (!args.quiet) {
+    options.progress = [&progress](std::string_view phase, std::size_t done, std::size_t total) {
+      progress.update(phase, done, total);
+    };
+  }
   Result<PoolTimeline> timeline = observe_replay(args.file, options);
+  progress.finish();
   if (!timeline.ok()) {
     const Error& e = timeline.error();
     if (e.code == ErrorCode::invalid_argument) {
@@ -105,8 +118,9 @@ int run_snapshot(const SnapshotArgs& args, const Io& io) {
   if (!html_path.empty()) {
     const std::string page = timeline_html(t);
     if (!write_file(html_path, page)) {
+      // The replay ran: a failed write is a failed run (exit 1), not bad usage.
       io.err << "ferry snapshot: --out: cannot write " << html_path << '\n';
-      return kExitUsage;
+      return kExitFailed;
     }
     if (!json_on_stdout) {
       io.out << "wrote " << html_path << " (" << human_bytes(page.size(), ByteUnit::TiB)
@@ -119,7 +133,7 @@ int run_snapshot(const SnapshotArgs& args, const Io& io) {
       io.out << json << '\n';
     } else if (!write_file(args.json, json + '\n')) {
       io.err << "ferry snapshot: --json: cannot write " << args.json << '\n';
-      return kExitUsage;
+      return kExitFailed;
     } else {
       io.out << "wrote " << args.json << " (" << human_bytes(json.size() + 1, ByteUnit::TiB) << ")\n";
     }
@@ -146,7 +160,7 @@ Subcommand add_snapshot(CLI::App& parent) {
       "snapshot", "Replay a trace on the sim and draw the pool over time and its layout (HTML, JSON)");
   add_trace_argument(*app, "TRACE", args->file);
   add_profile_option(*app, args->profile);
-  add_capacity_option(*app, args->capacity);
+  add_capacity_option(*app, args->capacity, "the trace's meta capacity, else the device's");
   add_seed_option(*app, args->seed, "Seed of the sim's schedule");
   app->add_option("--at", args->at,
                   "Also take a layout after the first op on or after this trace line")
@@ -157,6 +171,7 @@ Subcommand add_snapshot(CLI::App& parent) {
       ->type_name("FILE");
   app->add_option("--json", args->json, "Write the samples and layouts as JSON to FILE ('-': stdout)")
       ->type_name("FILE");
+  app->add_flag("--quiet", args->quiet, "No progress bar on a terminal's stderr");
   app->footer(
       "The page is one file with no external resources: open it in a browser. It draws live,\n"
       "reserved, pending-free and cached bytes after every op (by op or by virtual time; past\n"
@@ -168,8 +183,9 @@ Subcommand add_snapshot(CLI::App& parent) {
       "page; FILE.html#op=N opens at op N). The page stays a few MiB at 10^6 ops.\n"
       "The sim is deterministic: the peak's layout is taken by replaying the trace a second time.\n"
       "Exit status: 0 the replay passed; 1 a check was corrupt or an error was unexpected (the\n"
-      "page is still written); 2 malformed trace (FILE:LINE: what is wrong), bad option, or an\n"
-      "output that cannot be written.");
+      "page is still written), or writing an output failed after the replay ran; 2 malformed\n"
+      "or unreadable trace (FILE:LINE: what is wrong), bad option, or an output path that\n"
+      "cannot be written (checked before anything runs).");
   return {app, [args](const Io& io) { return run_snapshot(*args, io); }};
 }
 

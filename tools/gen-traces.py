@@ -1,15 +1,18 @@
 #!/usr/bin/env python3
 """Writes the replay traces in tests/traces/ (docs/spec.md §3).
 
-Deterministic: the same script writes the same bytes. Standard library only.
+Deterministic: the same options write the same bytes. Standard library only.
 
-    python3 tools/gen-traces.py [OUT_DIR]     # default: tests/traces next to this script
+    python3 tools/gen-traces.py [--out DIR] [--only NAME] [--seed N] [--ops N] [--max-bytes B]
 
-Each trace is meant for one pool capacity (see CAPACITY below and
-tests/traces/README.md); the script prints each trace's peak live bytes and the
-pressure at that capacity.
+With no options it writes the committed traces into tests/traces next to this
+script. Each trace is meant for one pool capacity (see CAPACITY below and
+tests/traces/README.md), written in its first line ({"op":"meta","capacity":C});
+the script prints each trace's op count, peak live bytes and the pressure at
+that capacity. Run with --help for the options.
 """
 
+import argparse
 import json
 import math
 import os
@@ -35,6 +38,9 @@ class Trace:
         self.lines = []
         self.live = {}
         self.peak = 0
+
+    def ops(self):
+        return sum(1 for line in self.lines if not line.startswith('{"op":"meta"'))
 
     def op(self, **fields):
         self.lines.append(json.dumps(fields, separators=(",", ":")))
@@ -152,12 +158,12 @@ def oom_expected():
     return t
 
 
-def dequant_pattern():
+def dequant_pattern(seed=260):
     """Report 003's second account: ~260 frozen weights dequantized (uploaded on a
     copy stream) for one matmul each on the compute stream and dropped, forward
     then backward, one weight prefetched ahead, beside an 84 MiB resident set.
     Peak live is ~83% of the 128 MiB capacity."""
-    rng = random.Random(260)
+    rng = random.Random(seed)
     t = Trace()
     for i in range(20):
         t.alloc(f"frozen{i}", 4 * MiB, 0)
@@ -189,11 +195,11 @@ def dequant_pattern():
     return t
 
 
-def mixed_random():
-    """Random traffic on 3 streams: sizes log-uniform in 256 B..24 MiB, live set
-    kept under 96 MiB, fills, uploads, computes across streams, frees, holds,
-    syncs, trims and checks."""
-    rng = random.Random(3)
+def mixed_random(seed=3, ops=1500, max_bytes=24 * MiB):
+    """Random traffic on 3 streams: `ops` steps, sizes log-uniform in
+    256 B..max_bytes, live set kept under 96 MiB, fills, uploads, computes across
+    streams, frees, holds, syncs, trims and checks."""
+    rng = random.Random(seed)
     t = Trace()
     streams = [0, 1, 2]
     budget = 96 * MiB
@@ -202,8 +208,8 @@ def mixed_random():
     held = {}          # stream -> ops left before release
     next_id = 0
     seed = 1
-    lo, hi = math.log(256), math.log(24 * MiB)
-    for _ in range(1500):
+    lo, hi = math.log(256), math.log(max_bytes)
+    for _ in range(ops):
         for s in list(held):
             held[s] -= 1
             if held[s] <= 0:
@@ -265,23 +271,55 @@ def mixed_random():
     return t
 
 
-def main():
+def byte_size(text):
+    """A byte count: digits, optionally followed by KiB, MiB or GiB."""
+    units = {"": 1, "B": 1, "KiB": KiB, "MiB": MiB, "GiB": 1 << 30}
+    digits = text.rstrip("BKMGikB")
+    unit = text[len(digits):]
+    if not digits.isdigit() or unit not in units or int(digits) * units[unit] < 256:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a byte count of at least 256 (e.g. 4096, 64KiB, 24MiB)")
+    return int(digits) * units[unit]
+
+
+def positive(text):
+    if not text.isdigit() or int(text) == 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive integer")
+    return int(text)
+
+
+def main(argv=None):
     here = os.path.dirname(os.path.abspath(__file__))
-    out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(here, "..", "tests", "traces")
-    os.makedirs(out, exist_ok=True)
+    parser = argparse.ArgumentParser(
+        description="Write the replay traces of tests/traces (docs/spec.md section 3), deterministically.")
+    parser.add_argument("--out", default=os.path.join(here, "..", "tests", "traces"),
+                        help="directory to write into (default: tests/traces next to this script)")
+    parser.add_argument("--only", choices=sorted(CAPACITY), action="append",
+                        help="write only this trace (repeatable; default: all)")
+    parser.add_argument("--seed", type=int, default=None,
+                        help="seed of the random traces (default: dequant-pattern 260, mixed-random 3)")
+    parser.add_argument("--ops", type=positive, default=1500,
+                        help="mixed-random: random steps before the final checks and frees (default 1500)")
+    parser.add_argument("--max-bytes", type=byte_size, default=24 * MiB,
+                        help="mixed-random: largest allocation, bytes or KiB|MiB|GiB (default 24MiB)")
+    args = parser.parse_args(argv)
     makers = {
         "report003": report003,
         "oom-expected": oom_expected,
-        "dequant-pattern": dequant_pattern,
-        "mixed-random": mixed_random,
+        "dequant-pattern": lambda: dequant_pattern(*([] if args.seed is None else [args.seed])),
+        "mixed-random": lambda: mixed_random(3 if args.seed is None else args.seed, args.ops, args.max_bytes),
     }
+    os.makedirs(args.out, exist_ok=True)
     for name, make in makers.items():
+        if args.only and name not in args.only:
+            continue
         t = make()
-        path = os.path.join(out, name + ".jsonl")
+        cap = CAPACITY[name]
+        # The meta line: the capacity the trace is meant for, used when replay gets no --capacity.
+        t.lines.insert(0, json.dumps({"op": "meta", "capacity": cap}, separators=(",", ":")))
+        path = os.path.join(args.out, name + ".jsonl")
         with open(path, "w", newline="\n") as f:
             f.write(t.text())
-        cap = CAPACITY[name]
-        print(f"{name + '.jsonl':22} {len(t.lines):5} ops {os.path.getsize(path):7} B  "
+        print(f"{name + '.jsonl':22} {t.ops():5} ops {os.path.getsize(path):7} B  "
               f"peak live {t.peak / MiB:7.2f} MiB  capacity {cap // MiB} MiB  "
               f"pressure {100 * t.peak / cap:.0f}%")
 

@@ -139,6 +139,8 @@ struct FaultCounters {
   // Batched copies the device refused at enqueue, then issued one copy at a time
   // (cuda): the bytes arrive, the batched path did not run.
   std::uint64_t batch_fallbacks = 0;
+  // Sim: map() calls that the injected fail-map fault failed.
+  std::uint64_t failed_maps = 0;
 };
 
 struct HostMemoryStats {

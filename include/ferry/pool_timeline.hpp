@@ -20,6 +20,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -61,6 +62,9 @@ struct TimelineOptions {
   ReplayOptions replay;  // its on_step is the timeline's own (any given is replaced)
   // Also snapshot after the first op on or after this trace line (1-based).
   std::optional<std::size_t> at_line;
+  // Optional: called after every step of each replay with the phase ("replay",
+  // then "peak layout" when a second replay is needed), steps done and the total.
+  std::function<void(std::string_view phase, std::size_t done, std::size_t total)> progress;
 };
 
 struct PoolTimeline {

@@ -80,7 +80,9 @@ struct ReplayOptions {
   // The backend (make_backend.hpp): its kind, the sim's profile, seed and
   // injected faults (sim only: any fault with cuda is invalid_argument).
   BackendSpec backend;
-  std::uint64_t capacity = 0;    // pool capacity in bytes; 0 = the device's capacity
+  // Pool capacity in bytes; 0: the trace's own (its first-line meta op), else the device's.
+  std::uint64_t capacity = 0;
+  bool trace_capacity = true;  // false: capacity 0 means the device's, whatever the trace says
   IntegrityPolicy integrity = IntegrityPolicy::verify;  // of every upload
   // The trace's order stands: the replay inserts no cross-stream wait of its own
   // (only the trace's `wait` ops order streams), so a recorded program's ordering
@@ -156,7 +158,8 @@ struct ReplayReport {
   std::uint64_t peak_live_bytes = 0;       // pool peak of requested live bytes
   std::uint64_t peak_allocated_bytes = 0;  // the same, rounded as the pool allocates
   std::uint64_t peak_reserved_bytes = 0;   // pool peak of mapped memory
-  std::uint64_t ooms = 0, reclaims = 0, recoveries = 0;
+  std::uint64_t ooms = 0, reclaims = 0;
+  std::uint64_t ooms_survived = 0;  // failed fits a reclaim turned into success (PoolStats::recoveries)
   ReplayIntegrity integrity;
 
   std::uint64_t device_time_ns = 0;    // backend clock (virtual on sim) spent
@@ -179,8 +182,19 @@ struct ReplayReport {
   }
 };
 
-// Reads and validates the trace at `path`, then replays it.
-// Errors (nothing has run): invalid_argument (unreadable or malformed trace,
+// The most a trace file may hold, and the longest line in it (docs/spec.md §3).
+inline constexpr std::uint64_t kMaxTraceBytes = std::uint64_t{1} << 30;  // 1 GiB
+inline constexpr std::uint64_t kMaxTraceLineBytes = std::uint64_t{1} << 20;  // 1 MiB
+
+// The text of the trace at `path`, read whole. Refused at once, without reading:
+// a path that is not a regular file (a directory, a FIFO, a device such as
+// /dev/zero). Errors: invalid_argument naming the path and the reason (cannot
+// open, not a regular file, a read error part-way, larger than kMaxTraceBytes);
+// out_of_memory (host memory cannot hold the text). Never a prefix of the file.
+Result<std::string> read_trace_file(const std::string& path);
+
+// Reads the trace at `path` (read_trace_file), validates it, then replays it.
+// Errors (nothing has run): read_trace_file's; invalid_argument (malformed trace,
 // unknown profile or backend, bad capacity, faults with a backend other than
 // sim; the message names FILE:LINE),
 // unsupported (the backend is not available here), backend_error (the backend

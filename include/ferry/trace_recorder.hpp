@@ -12,6 +12,7 @@
 // pool needs each call site to repeat the handle, the size and the outcome, and
 // one forgotten call silently breaks the trace.
 //
+// The first line is {"op":"meta","capacity":C}: the wrapped pool's capacity.
 // What is written, per call (one line each):
 //   allocate        alloc {id, bytes, stream}
 //   free            free {id}
@@ -43,9 +44,9 @@
 // stale_handle), or a stream outside 0..kMaxStreams-1.
 // Work enqueued on pool() directly is not recorded.
 //
-// Replaying: run `ferry replay FILE --capacity C` with the recorded pool's
-// capacity (pool().capacity()) and the same device profile, so that pressure
-// (and any out_of_memory the trace expects) happens as it did.
+// Replaying: `ferry replay FILE` with the same device profile runs at the
+// recorded capacity (the meta line's), so that pressure (and any out_of_memory
+// the trace expects) happens as it did; --capacity overrides it.
 //
 // Thread safety: every method may be called from any thread. The recorder's
 // mutex guards its id table and the output only and is never held while the

@@ -1,9 +1,10 @@
 // ferry — weight banks: named, immutable tensors in host memory, the source of
 // every weight upload the offload cache and the workloads make.
 //
-// A bank comes from a safetensors file (memory-mapped read-only, never copied
-// on load) or is generated deterministically (a seeded pattern per tensor)
-// when no file is given. Either way its bytes never change while it lives, so
+// A bank comes from a safetensors file (read whole into one page-aligned host
+// buffer when opened: a run uploads every tensor, and a memory mapping of a file
+// truncated under the run would kill the process with SIGBUS, against I7) or is
+// generated deterministically (a seeded pattern per tensor) when no file is given. Either way its bytes never change while it lives, so
 // content hashes are computed once per tensor (hash()) and, once the bank is
 // placed with a transfer engine, once per tensor by the engine too.
 //
@@ -25,16 +26,15 @@
 // the last entry (the JSON library's behaviour).
 //
 // Placement: place() makes the bytes uploadable at pinned speed —
-//   registered  the bank's own memory (the mapping, or the synthetic buffer) is
+//   registered  the bank's own buffer (the file's bytes, or the synthetic ones) is
 //               registered in place with TransferEngine::register_immutable;
 //               nothing is copied, hashes are computed once by the engine
 //   arena       each tensor is copied into its own HostArena block (pinned
-//               chunks); the mapping stays as the reference copy
+//               chunks); the bank's buffer stays as the reference copy
 // After place(), bytes() returns the placed bytes (the arena copy, or the
 // registered range itself): that is what uploads must name.
 //
-// A mapped file must not shrink while the bank lives (as with any mmap, the
-// process would get SIGBUS on the lost pages); ferry never writes it. A
+// Once opened, the bank no longer reads the file: it may change or go away. A
 // moved-from WeightBank may only be destroyed or assigned to.
 //
 // Thread safety: a WeightBank may be read (tensors, find, bytes, hash) from any
@@ -97,10 +97,11 @@ Result<BankPlacement> parse_bank_placement(std::string_view text);
 
 class WeightBank {
  public:
-  // Maps `path` read-only and validates its header (see above).
-  // Errors: invalid_argument (unreadable file, or malformed: the message names
-  // the file and the offset or tensor). Reads only the header (and nothing else)
-  // until bytes() or hash() touch a tensor.
+  // Reads the file at `path` whole (core/input_file.hpp: never blocks on a FIFO,
+  // refuses what is not a regular file) and validates its header (see above).
+  // Errors: invalid_argument (cannot open, not a regular file, a read error or a
+  // file that shrank while read, or malformed: the message names the file and
+  // the offset or tensor); out_of_memory (no host memory to hold it).
   static Result<WeightBank> open_safetensors(const std::string& path);
 
   // Validates `file` (the whole content of a safetensors file held in memory) and
@@ -132,7 +133,7 @@ class WeightBank {
   const std::map<std::string, std::string>& metadata() const noexcept;
   std::uint64_t data_bytes() const noexcept;  // sum of tensor bytes
 
-  // The tensor's bytes: the placed copy once placed, else the mapping/buffer.
+  // The tensor's bytes: the placed copy once placed, else the bank's buffer.
   // Precondition: index < tensors().size().
   std::span<const std::byte> bytes(std::size_t index) const noexcept;
   // content_hash(bytes(index)), computed on first call and cached.

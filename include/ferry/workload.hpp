@@ -65,6 +65,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -93,6 +94,10 @@ std::vector<std::string> workload_names();
 // The scale `ferry run` uses when none is given: small enough that the workload
 // runs in seconds on a 2-core machine under a sanitized debug build.
 double default_scale(WorkloadKind kind) noexcept;
+// The smallest --scale the workload accepts: below it the sim's scaled pool can
+// no longer be planned (granules stop shrinking at 4 KiB) and runs end in
+// out_of_memory or worse, so run_workload refuses it (invalid_argument).
+double min_scale(WorkloadKind kind) noexcept;
 
 struct WorkloadProgress {
   std::string_view phase;  // "forward", "backward", "logits", "step", ...
@@ -140,7 +145,7 @@ struct WorkloadReport {
   std::uint64_t host_busy_ns = 0;      // moe-offload host execution (modeled)
   double overlap_efficiency = 0;       // max(transfer, compute) / wall
   std::uint64_t tokens = 0;            // nominal tokens processed (full shape)
-  double tokens_per_s = 0;             // at full shape, see the header comment
+  double tokens_per_s = 0;             // at full shape, see the header comment; 0 unless completed
   std::uint64_t units = 0;             // layers / steps / weight passes run
   std::string unit_name;
 
@@ -159,6 +164,7 @@ struct WorkloadReport {
   // Integrity (the transfer engine's counters) and the fault that was injected.
   IntegrityCounters integrity;
   std::uint64_t swallowed_copies = 0;      // sim: copies the pinned-noop fault swallowed
+  std::uint64_t failed_maps = 0;           // sim: map() calls the fail-map fault failed
   std::uint64_t illegal_accesses = 0;      // sim: device ops on unmapped memory (must be 0)
   bool race_checked = false;               // sim with race_check: the races below were looked for
   std::uint64_t races = 0;                 // unordered conflicting accesses found (must be 0)
@@ -173,10 +179,14 @@ struct WorkloadReport {
   // Verdict.
   bool matched = false;
   std::string expected_digest, actual_digest;  // hex of the digest's content hash
-  std::string error;                           // why the run stopped early, if it did
+  std::string error;                           // why the run failed, if it did
+  bool completed = false;  // the schedule ran to its digest; false: it stopped at an error
+  std::string stopped_at;  // when not completed: where, e.g. "layers 5/36" (the unit that failed)
+  std::optional<ErrorCode> stopped_by;  // when not completed: the error's code
 };
 
-// Runs one workload. Errors (nothing ran): invalid_argument (bad option, unknown
+// Runs one workload. Errors (nothing ran): invalid_argument (bad option, a scale
+// below min_scale, moe-offload --slots below what its routing pins at once, unknown
 // profile, a weights file that is malformed or lacks a tensor of the expected
 // dtype and shape), unsupported (backend not available here), backend_error
 // (the backend, pool or engine could not be set up). An error while running

@@ -47,8 +47,17 @@ struct RecordingPool::Impl {
   RecordingStats st;
   Result<void> write_status;
 
-  Impl(DevicePool& p, std::ostream& o) : pool(p), out(o) {}
-  Impl(DevicePool& p, std::unique_ptr<std::ofstream> f) : pool(p), owned(std::move(f)), out(*owned) {}
+  Impl(DevicePool& p, std::ostream& o) : pool(p), out(o) { write_meta(); }
+  Impl(DevicePool& p, std::unique_ptr<std::ofstream> f) : pool(p), owned(std::move(f)), out(*owned) {
+    write_meta();
+  }
+
+  // The first line: the capacity the program ran with, which a replay uses
+  // when given none, so that pressure (and each expected OOM) happens again.
+  void write_meta() {
+    std::lock_guard lock(mu);
+    write_locked(Line{{"op", "meta"}, {"capacity", pool.capacity()}}, nullptr);
+  }
 
   // The id of `h`, when this recorder knows it. Caller holds mu.
   const Entry* find(DeviceHandle h) const {

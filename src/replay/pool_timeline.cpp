@@ -119,6 +119,7 @@ Result<PoolTimeline> sample_replay(Replay replay, const TimelineOptions& options
 
   ReplayOptions first = options.replay;
   first.on_step = [&](const ReplayStep& step) {
+    if (options.progress) options.progress("replay", step.index + 1, step.total + 2);
     t.samples.push_back(sample_of(step));
     const PoolSample& s = t.samples.back();
     if (t.granule == 0) {
@@ -170,6 +171,7 @@ Result<PoolTimeline> sample_replay(Replay replay, const TimelineOptions& options
     std::vector<PoolSample> again;
     ReplayOptions second = options.replay;
     second.on_step = [&](const ReplayStep& step) {
+      if (options.progress) options.progress("peak layout", step.index + 1, step.total + 2);
       again.push_back(sample_of(step));
       if (step.index == peak) peak_layout = layout_of(step, again.back(), "peak", "peak reserved");
     };

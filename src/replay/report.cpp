@@ -38,7 +38,7 @@ std::string report_json(const ReplayReport& r) {
   j["peak_reserved_bytes"] = r.peak_reserved_bytes;
   j["ooms"] = r.ooms;
   j["reclaims"] = r.reclaims;
-  j["recoveries"] = r.recoveries;
+  j["ooms_survived"] = r.ooms_survived;
   const ReplayIntegrity& in = r.integrity;
   j["integrity"] = {{"policy", std::string(to_string(in.policy))},
                     {"bytes_moved", in.bytes_moved},
@@ -119,14 +119,14 @@ std::string report_summary(const ReplayReport& r) {
   std::string peaks = "live " + human_bytes(r.peak_live_bytes) + ", reserved " +
                       human_bytes(r.peak_reserved_bytes);
   if (r.peak_live_bytes > 0) {
-    char ratio[32];
-    std::snprintf(ratio, sizeof ratio, " (%.2fx live)",
+    char ratio[64];
+    std::snprintf(ratio, sizeof ratio, " (fragmentation ratio %.3f = reserved / live)",
                   static_cast<double>(r.peak_reserved_bytes) / static_cast<double>(r.peak_live_bytes));
     peaks += ratio;
   }
   line("peak", peaks);
-  line("pressure", std::to_string(r.ooms) + " out-of-memory answers, " + std::to_string(r.reclaims) +
-                       " reclaims (" + std::to_string(r.recoveries) + " turned a failed fit into success)");
+  line("pressure", std::to_string(r.ooms_survived) + " OOMs survived (failed fits a reclaim turned into success), " +
+                       std::to_string(r.reclaims) + " reclaims, " + std::to_string(r.ooms) + " OOMs returned");
   const ReplayIntegrity& in = r.integrity;
   std::string integrity = std::string(to_string(in.policy)) + ": " + human_bytes(in.bytes_moved) +
                           " moved, " + human_bytes(in.bytes_verified) + " verified";

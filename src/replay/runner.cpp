@@ -4,8 +4,6 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
-#include <filesystem>
-#include <fstream>
 #include <functional>
 #include <memory>
 #include <new>
@@ -15,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/input_file.hpp"
 #include "core/testing_hooks.hpp"
 #include "ferry/content.hpp"
 #include "ferry/device_pool.hpp"
@@ -80,6 +79,7 @@ class Replayer {
       e.message = "the transfer engine could not be set up: " + e.message;
       return e;
     }
+    pool_->reset_peak_stats();  // the engine's start-up probe is not the trace's
     return {};
   }
 
@@ -140,7 +140,7 @@ class Replayer {
     report_.peak_reserved_bytes = st.peak_reserved_bytes;
     report_.ooms = st.ooms;
     report_.reclaims = st.reclaims;
-    report_.recoveries = st.recoveries;
+    report_.ooms_survived = st.recoveries;
     fill_integrity();
     report_.illegal_accesses = backend_.fault_counters().illegal_accesses;
     if (report_.illegal_accesses > 0) {
@@ -185,6 +185,7 @@ class Replayer {
         if (!outcome(op, order_.order_after(op.stream, point))) return;
         return expect_success(op);
       }
+      case OpKind::meta: return;  // never among ops: parse_trace keeps it in Trace
     }
   }
 
@@ -625,7 +626,9 @@ Result<ReplayReport> run(const Trace& trace, const ReplayOptions& options) {
 
   {
     Replayer r(trace, *backend, report, options.strict);
-    if (Result<void> s = r.setup(options.capacity, options.integrity); !s.ok()) {
+    const std::uint64_t capacity =
+        options.capacity != 0 || !options.trace_capacity ? options.capacity : trace.capacity.value_or(0);
+    if (Result<void> s = r.setup(capacity, options.integrity); !s.ok()) {
       return std::move(s).error();
     }
     r.run(options.on_step);
@@ -647,21 +650,16 @@ Result<ReplayReport> replay_trace_text(std::string_view text, std::string_view n
   }
 }
 
+Result<std::string> read_trace_file(const std::string& path) {
+  return read_input_file(path, kMaxTraceBytes, "a trace");
+}
+
 Result<ReplayReport> replay_trace_file(const std::string& path, const ReplayOptions& options) {
   try {
     FERRY_TRY(check_spec(options.backend));  // before anything is parsed or run
-    std::error_code ec;
-    if (std::filesystem::is_directory(path, ec)) {
-      return make_error(ErrorCode::invalid_argument, path + ": is a directory, not a trace file");
-    }
-    std::ifstream in(path, std::ios::binary);
-    if (!in) return make_error(ErrorCode::invalid_argument, path + ": cannot open the trace file");
-    std::ostringstream text;
-    text << in.rdbuf();
-    if (in.bad() || (!in.eof() && in.fail())) {
-      return make_error(ErrorCode::invalid_argument, path + ": cannot read the trace file");
-    }
-    return replay_trace_text(text.str(), path, options);
+    Result<std::string> text = read_trace_file(path);
+    if (!text.ok()) return std::move(text).error();
+    return replay_trace_text(*text, path, options);
   } catch (const std::exception& e) {
     return make_error(ErrorCode::backend_error, std::string("replay failed: ") + e.what());
   }

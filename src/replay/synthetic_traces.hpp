@@ -1,6 +1,6 @@
 // The size distributions and allocation traces shared by the sim and the cuda
 // benchmarks (pool_bench, cuda_bench), so that both measure the same workloads, and
-// the capacity search that turns a trace into a fragmentation ratio.
+// the capacity search that turns a trace into a min capacity ratio.
 //
 // Every generator is deterministic in its seed: changing one changes the figures in
 // docs/performance.md for both backends.
@@ -133,7 +133,7 @@ inline std::string mixed_trace(std::uint64_t seed, std::size_t allocs = 1200,
   return t.str();
 }
 
-// The outcome of min_capacity(): fragmentation ratio = min_capacity / peak_live.
+// The outcome of min_capacity(): min capacity ratio = min_capacity / peak_live.
 struct MinCapacity {
   std::uint64_t peak_live = 0;     // peak requested live bytes, replayed at full capacity
   std::uint64_t min_capacity = 0;  // smallest capacity found with no OOM (to one step)

@@ -5,12 +5,14 @@
 #include <array>
 #include <unordered_map>
 
+#include "ferry/replay.hpp"
+
 namespace ferry::replay {
 namespace {
 
 using nlohmann::json;
 
-constexpr std::array<std::pair<std::string_view, OpKind>, 12> kOps = {{
+constexpr std::array<std::pair<std::string_view, OpKind>, 13> kOps = {{
     {"alloc", OpKind::alloc},
     {"free", OpKind::free},
     {"fill", OpKind::fill},
@@ -23,6 +25,7 @@ constexpr std::array<std::pair<std::string_view, OpKind>, 12> kOps = {{
     {"check", OpKind::check},
     {"wait", OpKind::wait},
     {"user", OpKind::user},
+    {"meta", OpKind::meta},
 }};
 
 constexpr std::array<ErrorCode, 7> kCodes = {
@@ -218,6 +221,16 @@ class Validator {
   explicit Validator(std::string_view name) { trace_.name = name; }
 
   void line(std::string_view text, std::size_t number) {
+    const bool first = !seen_line_;
+    seen_line_ = true;
+    if (text.size() > kMaxTraceLineBytes) {
+      return problem(number, "the line is " + std::to_string(text.size()) + " bytes, over the limit of " +
+                                 std::to_string(kMaxTraceLineBytes) + " bytes on one line");
+    }
+    // The JSON parser stops at a NUL as at the end of input: whatever follows would pass unread.
+    if (const auto nul = text.find('\0'); nul != std::string_view::npos) {
+      return problem(number, "a NUL byte at column " + std::to_string(nul + 1) + " (not valid JSON)");
+    }
     json obj;
     try {
       obj = json::parse(text.begin(), text.end());
@@ -292,6 +305,14 @@ class Validator {
         op.operands = f.operands("operands", operand_ids).value_or(std::vector<TraceOperand>{});
         if (f.has("tag")) op.tag = f.text("tag").value_or("");
         break;
+      case OpKind::meta: {
+        if (!first) return problem(number, "a meta op may only be the trace's first line");
+        const std::optional<std::uint64_t> capacity = f.u64("capacity");
+        if (f.failed()) return problem(number, f.problem());
+        if (*capacity == 0) return problem(number, "field \"capacity\" must be above 0");
+        trace_.capacity = capacity;
+        return;
+      }
     }
     if (f.has("expect")) op.expect = f.expect("expect");
     if (f.failed()) {
@@ -380,6 +401,7 @@ class Validator {
   }
 
   Trace trace_;
+  bool seen_line_ = false;  // a non-blank line was read: a meta op may no longer come
   std::unordered_map<std::string, IdIndex> index_;
   std::vector<IdState> states_;
   std::vector<std::string> problems_;

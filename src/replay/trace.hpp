@@ -19,7 +19,8 @@
 
 namespace ferry::replay {
 
-enum class OpKind : std::uint8_t { alloc, free, fill, upload, compute, hold, release, sync, trim, check, wait, user };
+// meta is the optional first line (its fields go to Trace, never into ops).
+enum class OpKind : std::uint8_t { alloc, free, fill, upload, compute, hold, release, sync, trim, check, wait, user, meta };
 
 std::string_view to_string(OpKind kind) noexcept;
 
@@ -53,6 +54,7 @@ struct Trace {
   std::string name;
   std::vector<std::string> ids;  // IdIndex -> the id as written
   std::vector<TraceOp> ops;
+  std::optional<std::uint64_t> capacity;  // a first-line meta op's: the capacity the trace was made for
 };
 
 // At most this many problems are listed in a malformed-trace error.

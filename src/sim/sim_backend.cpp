@@ -104,6 +104,7 @@ Result<void> SimGpu::map(std::uint64_t addr, std::uint64_t bytes) {
   std::lock_guard lock(mutex_);
   ++map_calls_;
   if (faults_.fails_map_call(map_calls_)) {
+    ++failed_maps_;
     return make_error(ErrorCode::out_of_memory,
                       "map(" + hex(addr) + ", " + text::exact_bytes(bytes) + "): injected failure of map "
                           "call " + std::to_string(map_calls_) + " (SimFaults::fail_map_call)");
@@ -569,7 +570,7 @@ void SimGpu::note_block(std::uint64_t addr, std::uint64_t bytes, const DeviceHan
 
 FaultCounters SimGpu::fault_counters() const {
   std::lock_guard lock(mutex_);
-  return {illegal_accesses_, swallowed_copies_, 0};
+  return {illegal_accesses_, swallowed_copies_, 0, failed_maps_};
 }
 
 Result<void> SimGpu::peek(std::uint64_t addr, std::span<std::byte> out) const {

@@ -171,6 +171,7 @@ class SimGpu final : public HoldingBackend<SimBackend> {
   std::uint64_t map_calls_ = 0;
   std::uint64_t illegal_accesses_ = 0;
   std::uint64_t swallowed_copies_ = 0;
+  std::uint64_t failed_maps_ = 0;
   std::map<const void*, std::unique_ptr<StreamPoint>> events_;  // export_event's, by token
   std::unique_ptr<RaceChecker> races_;  // null unless SimOptions::race_check
   std::string first_fault_;  // set by the first illegal access; sticky

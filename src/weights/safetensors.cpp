@@ -145,6 +145,11 @@ Result<std::vector<TensorInfo>> WeightBank::parse_safetensors(
     return bad("header JSON nests deeper than " + std::to_string(kMaxNesting) + " levels at offset " +
                std::to_string(8 + deep_at));
   }
+  // The JSON parser stops at a NUL as at the end of input: whatever follows would pass unread.
+  if (const void* nul = std::memchr(header, 0, n); nul != nullptr) {
+    return bad("header JSON has a NUL byte at offset " +
+               std::to_string(8 + (static_cast<const char*>(nul) - header)) + " (not valid JSON)");
+  }
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(header, header + n);

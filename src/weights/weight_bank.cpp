@@ -1,18 +1,13 @@
-// WeightBank: a memory-mapped safetensors file or a synthetic buffer, and its
-// placement with a transfer engine.
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
+// WeightBank: a safetensors file read into memory or a synthetic buffer, and
+// its placement with a transfer engine.
 #include <algorithm>
 #include <array>
-#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <unordered_map>
 
+#include "core/input_file.hpp"
 #include "ferry/content.hpp"
 #include "ferry/host_arena.hpp"
 #include "ferry/names.hpp"
@@ -45,9 +40,7 @@ Result<BankPlacement> parse_bank_placement(std::string_view text) {
 struct WeightBank::Impl {
   std::string source;
   bool from_file = false;
-  // Storage: a read-only mapping of the file, or a page-aligned heap buffer.
-  void* map_base = nullptr;
-  std::size_t map_len = 0;
+  // Storage: a page-aligned heap buffer holding the file or the synthetic tensors.
   std::byte* buffer = nullptr;
   std::size_t buffer_len = 0;
   const std::byte* data = nullptr;  // tensor offsets are relative to this
@@ -68,7 +61,6 @@ struct WeightBank::Impl {
 
   ~Impl() {
     (void)unplace();
-    if (map_base != nullptr) ::munmap(map_base, map_len);
     std::free(buffer);
   }
 
@@ -86,11 +78,8 @@ struct WeightBank::Impl {
     return {data + tensors[i].offset, tensors[i].bytes};
   }
 
-  // The registered range: the whole mapping or buffer, page-aligned either way.
-  std::pair<std::byte*, std::uint64_t> whole() const {
-    if (map_base != nullptr) return {static_cast<std::byte*>(map_base), map_len};
-    return {buffer, buffer_len};
-  }
+  // The registered range: the whole buffer, page-aligned.
+  std::pair<std::byte*, std::uint64_t> whole() const { return {buffer, buffer_len}; }
 
   Result<void> unplace() {
     if (!placement) return {};
@@ -122,38 +111,29 @@ Result<WeightBank> WeightBank::open_safetensors(const std::string& path) {
   auto impl = std::make_unique<Impl>();
   impl->source = path;
   impl->from_file = true;
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    return make_error(ErrorCode::invalid_argument, path + ": cannot open: " + std::strerror(errno));
-  }
-  struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    const int err = errno;
-    ::close(fd);
-    return make_error(ErrorCode::invalid_argument,
-                      path + ": not a regular file" + (err ? std::string(": ") + std::strerror(err) : ""));
-  }
-  const auto size = static_cast<std::uint64_t>(st.st_size);
+  Result<InputFile> file = InputFile::open(path);
+  if (!file.ok()) return std::move(file).error();
+  const std::uint64_t size = file->size();
   if (size == 0) {
-    ::close(fd);
     auto parsed = parse_safetensors({}, path);
     return std::move(parsed).error();  // an empty file is always malformed
   }
-  void* base = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
-  const int map_err = errno;
-  ::close(fd);  // the mapping keeps the file
-  if (base == MAP_FAILED) {
-    return make_error(ErrorCode::invalid_argument,
-                      path + ": cannot map " + std::to_string(size) + " bytes: " + std::strerror(map_err));
+  // Read whole rather than mapped: a run uploads every tensor anyway, and a
+  // mapped file truncated under the run would kill the process with SIGBUS (I7).
+  impl->buffer_len = round_up(size, kPage);
+  impl->buffer = static_cast<std::byte*>(std::aligned_alloc(kPage, impl->buffer_len));
+  if (impl->buffer == nullptr) {
+    return make_error(ErrorCode::out_of_memory,
+                      path + ": cannot allocate " + std::to_string(impl->buffer_len) + " bytes of host memory to read it");
   }
-  impl->map_base = base;
-  impl->map_len = size;
-  const std::span<const std::byte> file(static_cast<const std::byte*>(base), size);
-  Result<std::vector<TensorInfo>> tensors = parse_safetensors(file, path, &impl->metadata);
+  std::memset(impl->buffer + size, 0, impl->buffer_len - size);
+  FERRY_TRY(file->read_exactly({impl->buffer, size}));
+  const std::span<const std::byte> bytes(impl->buffer, size);
+  Result<std::vector<TensorInfo>> tensors = parse_safetensors(bytes, path, &impl->metadata);
   if (!tensors.ok()) return std::move(tensors).error();
   std::uint64_t n = 0;
-  for (int i = 7; i >= 0; --i) n = (n << 8) | std::to_integer<std::uint64_t>(file[i]);
-  impl->data = file.data() + 8 + n;
+  for (int i = 7; i >= 0; --i) n = (n << 8) | std::to_integer<std::uint64_t>(bytes[i]);
+  impl->data = bytes.data() + 8 + n;
   impl->tensors = std::move(tensors).value();
   impl->build_index();
   return WeightBank(std::move(impl));
@@ -264,8 +244,8 @@ Result<void> WeightBank::place(TransferEngine& engine, BankPlacement placement) 
   }
   if (placement == BankPlacement::registered) {
     auto [base, len] = p.whole();
-    // Registered in place and never written: the mapping is read-only, the
-    // backend only reads it.
+    // Registered in place and never written: the bank never changes its buffer,
+    // the backend only reads it.
     Result<RegionId> region = engine.register_immutable(base, len);
     if (!region.ok()) {
       Error e = std::move(region).error();

@@ -166,8 +166,10 @@ void Exec::host_busy(std::uint64_t ns) {
   if (env_->backend->info().modeled_time) env_->backend->advance(ns);  // real host work took real time
 }
 
-void Exec::progress(std::string_view phase, std::uint64_t done, std::uint64_t total) const {
-  if (env_ != nullptr && options_.progress) options_.progress(WorkloadProgress{phase, done, total});
+void Exec::progress(std::string_view phase, std::uint64_t done, std::uint64_t total) {
+  if (env_ == nullptr) return;
+  last_progress_ = WorkloadProgress{phase, done, total};
+  if (options_.progress) options_.progress(last_progress_);
 }
 
 Result<std::vector<std::size_t>> resolve_tensors(const WeightBank& bank,

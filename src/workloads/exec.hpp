@@ -92,7 +92,10 @@ class Exec {
   void host_busy(std::uint64_t ns);
   std::uint64_t host_busy_ns() const noexcept { return host_busy_ns_; }
 
-  void progress(std::string_view phase, std::uint64_t done, std::uint64_t total) const;
+  // Reports progress (live only) and remembers it, so that a failed run can say where it stopped.
+  void progress(std::string_view phase, std::uint64_t done, std::uint64_t total);
+  // The last progress reported; total 0 before the first.
+  const WorkloadProgress& last_progress() const noexcept { return last_progress_; }
 
   std::uint64_t dry_peak() const noexcept { return dry_peak_; }
 
@@ -107,6 +110,7 @@ class Exec {
   std::uint32_t dry_next_ = 1;
   std::uint64_t dry_live_ = 0, dry_peak_ = 0;
   std::uint64_t host_busy_ns_ = 0;
+  WorkloadProgress last_progress_;  // phase points at a string literal of the workload's
 };
 
 // --- One workload ------------------------------------------------------------------
@@ -121,6 +125,9 @@ class Workload {
   virtual ~Workload() = default;
   virtual std::string shape() const = 0;
   virtual std::vector<SyntheticTensor> tensors() const = 0;
+  // Refuses options this workload cannot serve, before anything is built.
+  // Errors: invalid_argument naming the option and what would work.
+  virtual Result<void> check_options() const { return {}; }
   // Resolves the tensors it needs in `bank` (dtype and shape checked).
   virtual Result<void> bind(const WeightBank& bank) = 0;
   // The digest's mix seed, computed on the host without the pool (ref knows

@@ -25,6 +25,7 @@
 #include <cmath>
 #include <map>
 #include <set>
+#include <tuple>
 
 #include "workloads/exec.hpp"
 
@@ -81,6 +82,23 @@ class MoeOffload final : public Workload {
       }
     }
     return out;
+  }
+
+  Result<void> check_options() const override {
+    // A layer pins every expert it routes to at once: fewer slots can never serve it.
+    const std::uint32_t slots = options_.cache_slots != 0 ? options_.cache_slots : kDefaultSlots;
+    std::size_t need = 0, step = 0, layer = 0;
+    for (std::uint64_t t = 0; t < kSteps; ++t) {
+      for (std::uint64_t l = 0; l < kLayers; ++l) {
+        if (selected_[t][l].size() > need) std::tie(need, step, layer) = std::tuple(selected_[t][l].size(), t, l);
+      }
+    }
+    if (slots >= need) return {};
+    return make_error(ErrorCode::invalid_argument,
+                      "--slots " + std::to_string(slots) + ": step " + std::to_string(step + 1) + " routes layer " +
+                          std::to_string(layer) + "'s tokens to " + std::to_string(need) +
+                          " experts, all pinned at once; with seed " + std::to_string(options_.seed) +
+                          " moe-offload needs --slots " + std::to_string(need) + " or more");
   }
 
   Result<void> bind(const WeightBank& bank) override {

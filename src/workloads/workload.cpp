@@ -37,12 +37,27 @@ Result<double> effective_scale(WorkloadKind kind, const WorkloadOptions& options
     return make_error(ErrorCode::invalid_argument,
                       "scale " + std::to_string(options.scale) + " is outside (0, 1]");
   }
+  if (s < min_scale(kind)) {
+    return make_error(ErrorCode::invalid_argument,
+                      "scale " + text::fixed(s, 6) + " is below " + std::string(to_string(kind)) +
+                          "'s smallest, " + text::fixed(min_scale(kind), 6) +
+                          ": below it the sim's 4 KiB mapping granule stops shrinking with the buffers "
+                          "and the planned pool cannot hold them");
+  }
   return s;
 }
 
 using text::fixed;
 
 std::string bytes_text(std::uint64_t b) { return text::human_bytes(b, 2); }
+
+// The unit a run stopped in, from the last progress it reported: "layers 5/36".
+std::string stopped_at(const WorkloadProgress& last, const Workload& w) {
+  if (last.total == 0) return w.unit_name() + " 1/" + std::to_string(w.units());
+  const std::string at = std::string(last.phase) + " ";
+  if (last.done >= last.total) return "after " + at + std::to_string(last.done) + "/" + std::to_string(last.total);
+  return at + std::to_string(last.done + 1) + "/" + std::to_string(last.total);
+}
 std::string time_text(std::uint64_t ns) { return text::human_ns(ns, 3); }
 
 }  // namespace
@@ -86,6 +101,18 @@ double default_scale(WorkloadKind kind) noexcept {
   return 0.0625;
 }
 
+// Found by running each workload at decreasing scales on the h200 profile with
+// default options (docs/workloads.md): the smallest at and above which every
+// scale tried matched.
+double min_scale(WorkloadKind kind) noexcept {
+  switch (kind) {
+    case WorkloadKind::dense_stream: return 1.0 / 128;
+    case WorkloadKind::moe_offload: return 1.0 / 64;
+    case WorkloadKind::dequant_train: return 1.0 / 64;
+  }
+  return 1.0 / 64;
+}
+
 Result<void> write_workload_weights(WorkloadKind kind, const WorkloadOptions& options, const std::string& path) {
   Result<double> s = effective_scale(kind, options);
   if (!s.ok()) return std::move(s).error();
@@ -114,6 +141,7 @@ Result<WorkloadReport> run_workload(WorkloadKind kind, const WorkloadOptions& op
   // the bank is unplaced explicitly before it goes.
   std::unique_ptr<workloads::Env> env;
   std::unique_ptr<Workload> w = make(kind, options, s);
+  FERRY_TRY(w->check_options());
   Result<WeightBank> opened = options.weights_path.empty()
                                   ? WeightBank::synthetic(w->tensors(), "synthetic (seed " +
                                                                             std::to_string(options.seed) + ")")
@@ -169,6 +197,7 @@ Result<WorkloadReport> run_workload(WorkloadKind kind, const WorkloadOptions& op
   r.planned_peak_live = planned;
   r.capacity = env->pool->capacity();
 
+  env->pool->reset_peak_stats();  // the engine's start-up probe is not the workload's
   Exec live(options, *env);
   const std::uint64_t t0 = env->backend->now_ns();
   env->meter->reset();
@@ -188,7 +217,11 @@ Result<WorkloadReport> run_workload(WorkloadKind kind, const WorkloadOptions& op
   r.tokens = w->nominal_tokens();
   r.units = w->units();
   r.unit_name = w->unit_name();
-  r.tokens_per_s = r.wall_ns == 0 ? 0 : double(r.tokens) / (double(r.wall_ns) / 1e9 / (s * s));
+  r.completed = got.ok();
+  // A run that stopped part-way did not process its tokens: it has no throughput.
+  r.tokens_per_s =
+      r.wall_ns == 0 || !r.completed ? 0 : double(r.tokens) / (double(r.wall_ns) / 1e9 / (s * s));
+  if (!r.completed) r.stopped_at = stopped_at(live.last_progress(), *w);
 
   const PoolStats ps = env->pool->stats();
   r.peak_live_bytes = ps.peak_requested_bytes;
@@ -202,6 +235,7 @@ Result<WorkloadReport> run_workload(WorkloadKind kind, const WorkloadOptions& op
   r.integrity = env->engine->counters();
   const FaultCounters faults = env->backend->fault_counters();
   r.swallowed_copies = faults.swallowed_copies;
+  r.failed_maps = faults.failed_maps;
   r.illegal_accesses = faults.illegal_accesses;
   if (const auto races = env->backend->race_log()) {
     r.race_checked = true;
@@ -224,6 +258,7 @@ Result<WorkloadReport> run_workload(WorkloadKind kind, const WorkloadOptions& op
     if (r.illegal_accesses != 0) r.error = "the device touched unmapped memory";
     if (r.races != 0 && r.error.empty()) r.error = std::to_string(r.races) + " stream races (race.hpp)";
   } else {
+    r.stopped_by = got.error().code;
     r.error = std::string(to_string(got.error().code)) + ": " + got.error().message;
   }
   if (!reference.error().empty()) {
@@ -252,7 +287,7 @@ std::string workload_report_json(const WorkloadReport& r) {
   j["prefetch"] = r.prefetch;
   j["matmul"] = r.matmul;
   j["throughput"] = {{"tokens", r.tokens},
-                     {"tokens_per_s", r.tokens_per_s},
+                     {"tokens_per_s", r.completed ? nlohmann::ordered_json(r.tokens_per_s) : nlohmann::ordered_json()},
                      {"units", r.units},
                      {"unit", r.unit_name},
                      {"modeled", r.modeled_time},
@@ -279,7 +314,8 @@ std::string workload_report_json(const WorkloadReport& r) {
                     {"corrupt", c.corrupt},           {"units_retired", c.units_retired},
                     {"batched_disabled", c.batched_disabled},
                     {"pinned_distrusted", c.pinned_distrusted},
-                    {"swallowed_copies", r.swallowed_copies}};
+                    {"swallowed_copies", r.swallowed_copies},
+                    {"failed_maps", r.failed_maps}};
   if (r.has_cache) {
     j["cache"] = {{"policy", r.eviction_policy},
                   {"slots", r.cache_slots},
@@ -319,6 +355,8 @@ std::string workload_report_json(const WorkloadReport& r) {
   j["expected_digest"] = r.expected_digest;
   j["actual_digest"] = r.actual_digest;
   j["error"] = r.error.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(r.error);
+  j["completed"] = r.completed;
+  j["stopped_at"] = r.completed ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(r.stopped_at);
   return j.dump();
 }
 
@@ -331,10 +369,18 @@ std::string workload_report_summary(const WorkloadReport& r) {
   line("shape", r.shape + "; matmuls: " + (r.matmul == "gemm" ? (r.modeled_time ? "host GEMM" : "cuBLAS GEMM")
                                                                    : "mix kernels"));
   line("weights", r.weights);
-  line("output", r.matched ? "matched the host reference (digest " + r.actual_digest + ")"
-                           : "DID NOT MATCH (expected digest " + r.expected_digest + ", got " +
-                                 (r.actual_digest.empty() ? "none" : r.actual_digest) + ")");
+  if (!r.completed) {
+    line("output", "not compared: the run stopped in " + r.stopped_at + ", before its digest");
+  } else {
+    line("output", r.matched ? "matched the host reference (digest " + r.actual_digest + ")"
+                             : "DID NOT MATCH (expected digest " + r.expected_digest + ", got " +
+                                   r.actual_digest + ")");
+  }
   if (!r.error.empty()) line("error", r.error);
+  if (r.stopped_by == ErrorCode::out_of_memory) {
+    line("needs", "capacity >= " + bytes_text(r.planned_peak_live) +
+                      " (the schedule's planned peak live); this run had " + bytes_text(r.capacity));
+  }
   if (r.race_checked) {
     line("races", std::to_string(r.races) + " unordered conflicting accesses between streams");
     for (std::size_t i = 0; i < r.race_list.size() && i < 5; ++i) {
@@ -353,33 +399,45 @@ std::string workload_report_summary(const WorkloadReport& r) {
                        (race.reuse ? " (allocator reuse: handed out again before the earlier work finished)" : ""));
     }
   }
-  line("throughput", fixed(r.tokens_per_s, 0) + " tokens/s " + (r.modeled_time ? "modeled" : "measured") +
-                         " at full shape (" + std::to_string(r.tokens) + " tokens, " + std::to_string(r.units) +
-                         " " + r.unit_name + " in " + time_text(r.wall_ns) + (r.modeled_time ? " virtual" : "") +
-                         " at this scale)");
-  line("overlap", fixed(r.overlap_efficiency, 3) + " = max(transfer " + time_text(r.transfer_busy_ns) +
-                      ", compute " + time_text(r.compute_busy_ns) + ") / wall; prefetch " +
-                      (r.prefetch ? "on" : "off") +
-                      (r.host_busy_ns ? ", host " + time_text(r.host_busy_ns) : std::string()));
+  // A stopped run's time covers part of the schedule: no throughput, no overlap.
+  if (r.completed) {
+    line("throughput", fixed(r.tokens_per_s, 0) + " tokens/s " + (r.modeled_time ? "modeled" : "measured") +
+                           " at full shape (" + std::to_string(r.tokens) + " tokens, " + std::to_string(r.units) +
+                           " " + r.unit_name + " in " + time_text(r.wall_ns) + (r.modeled_time ? " virtual" : "") +
+                           " at this scale)");
+    line("overlap", fixed(r.overlap_efficiency, 3) + " = max(transfer " + time_text(r.transfer_busy_ns) +
+                        ", compute " + time_text(r.compute_busy_ns) + ") / wall; prefetch " +
+                        (r.prefetch ? "on" : "off") +
+                        (r.host_busy_ns ? ", host " + time_text(r.host_busy_ns) : std::string()));
+  }
   line("memory", "peak live " + bytes_text(r.peak_live_bytes) + ", peak reserved " +
-                     bytes_text(r.peak_reserved_bytes) + " (ratio " + fixed(r.fragmentation_ratio, 3) +
-                     "), capacity " + bytes_text(r.capacity) + " (pressure " + fixed(r.pressure, 2) + ")");
-  line("pressure", std::to_string(r.ooms_survived) + " failed fits survived by reclaim, " +
+                     bytes_text(r.peak_reserved_bytes) + " (fragmentation ratio " +
+                     fixed(r.fragmentation_ratio, 3) + " = reserved / live), capacity " + bytes_text(r.capacity) +
+                     " (pressure " + fixed(r.pressure, 2) + ")");
+  line("pressure", std::to_string(r.ooms_survived) + " OOMs survived (failed fits a reclaim turned into success), " +
                        std::to_string(r.reclaims) + " reclaims, " + std::to_string(r.ooms) + " OOMs returned, " +
                        std::to_string(r.prefetch_skipped) + " prefetches skipped");
   const IntegrityCounters& c = r.integrity;
+  // Only verify hashes every byte: under probe or off, "0 corrupt" says nothing about the bytes.
+  const std::string unchecked = r.integrity_policy == "verify" ? ""
+                                : r.integrity_policy == "probe" ? " (probe: only canaried transfers are checked)"
+                                                                 : " (off: nothing is checked)";
   line("integrity", r.integrity_policy + ": " + bytes_text(c.bytes_moved) + " moved, " +
                         bytes_text(c.bytes_verified) + " verified; " + std::to_string(c.mismatches) +
                         " mismatches, " + std::to_string(c.retries) + " retries, " + std::to_string(c.fallbacks) +
-                        " fallbacks, " + std::to_string(c.corrupt) + " corrupt");
+                        " fallbacks, " + std::to_string(c.corrupt) + " corrupt" + unchecked);
+  line("batching", c.batched_disabled ? "off (the start-up probe failed, a batch mismatched, or the backend has none)"
+                                      : "on");
   if (r.faults != "none") {
     line("faults", r.faults + ": " + std::to_string(r.swallowed_copies) + " copies silently swallowed, " +
-                       std::to_string(c.units_retired) + " pinned units retired");
+                       std::to_string(r.failed_maps) + " map calls failed, " + std::to_string(c.units_retired) +
+                       " pinned units retired");
   }
   if (r.has_cache) {
     line("cache", r.eviction_policy + ", " + std::to_string(r.cache_slots) + " slots: hit rate " +
                       fixed(r.cache.hit_rate(), 3) + " (" + std::to_string(r.cache.hits) + " hits, " +
-                      std::to_string(r.cache.misses) + " misses; " + std::to_string(r.cache.prefetches) +
+                      std::to_string(r.cache.misses) + " misses; " + bytes_text(r.cache.bytes_uploaded) +
+                      " fetched; " + std::to_string(r.cache.prefetches) +
                       " prefetches, " + std::to_string(r.cache.prefetch_hits) + " used, " +
                       std::to_string(r.cache.prefetch_wasted) + " wasted; " + std::to_string(r.cache.evictions) +
                       " evictions)" +

@@ -2,6 +2,9 @@
 // outputs. Mostly in-process through run_cli; a few through the real binary.
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
+#include <pty.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <sys/wait.h>
 
 #include <cstdio>
@@ -16,6 +19,7 @@
 #include "app.hpp"
 #include "cli_run.hpp"
 #include "ferry/cuda_backend.hpp"
+#include "ferry/replay.hpp"
 #include "test_paths.hpp"
 
 namespace ferry::cli {
@@ -81,7 +85,7 @@ TEST_F(CliTest, BadReplayOptionsExitTwoNamingTheOption) {
   const std::string t = trace("report003.jsonl");
   const std::vector<std::vector<std::string>> bad = {
       {"--capacity", "12XB"},   {"--capacity", "0"},        {"--capacity", "-5"},
-      {"--capacity", "1.5GiB"}, {"--capacity", "64MB"},     {"--capacity", "99999999999999TiB"},
+      {"--capacity", "1.5B"},   {"--capacity", "64 M"},     {"--capacity", "99999999999999TiB"},
       {"--capacity", ""},       {"--capacity"},             {"--backend", "opencl"},
       {"--profile", "gtx480"},  {"--seed", "-1"},           {"--seed", "abc"},
       {"--seed", "18446744073709551616"},                   {"--report"},
@@ -101,10 +105,125 @@ TEST_F(CliTest, BadReplayOptionsExitTwoNamingTheOption) {
 }
 
 TEST_F(CliTest, CapacitySuffixesAreAccepted) {
-  for (const char* cap : {"67108864", "65536KiB", "64MiB"}) {
-    CliRun r = ferry({"replay", trace("report003.jsonl"), "--capacity", cap});
+  for (const char* cap : {"67108864", "65536KiB", "64MiB", "64mib", "0.0625GiB", "67.108864MB"}) {
+    CliRun r = ferry({"replay", trace("report003.jsonl"), "--capacity", cap, "--json"});
     EXPECT_EQ(r.code, 0) << cap << "\n" << r.out << r.err;
+    EXPECT_EQ(nlohmann::json::parse(r.out, nullptr, false).value("capacity", 0ull), 64ull << 20) << cap;
   }
+}
+
+// More than the device is clamped to it, and said so (it was silent).
+TEST_F(CliTest, ACapacityBeyondTheDeviceIsClampedWithAWarning) {
+  CliRun r = ferry({"replay", trace("report003.jsonl"), "--capacity", "99999TiB"});
+  EXPECT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_NE(r.err.find("warning: --capacity"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("clamped"), std::string::npos) << r.err;
+  CliRun fits = ferry({"replay", trace("report003.jsonl"), "--capacity", "64MiB"});
+  EXPECT_TRUE(fits.err.empty()) << fits.err;
+}
+
+// --- unreadable, special and oversized inputs (issue 15, items 9 and 10) ----------
+
+// A read error part-way is bad input, never a PASS on what was read before it.
+TEST_F(CliTest, ATraceThatCannotBeReadIsExitTwoNeverAPass) {
+  for (const std::string sub : {"replay", "snapshot"}) {
+    CliRun r = ferry({sub, "/proc/self/mem", "--json", sub == "replay" ? "--quiet" : "-"});
+    EXPECT_EQ(r.code, 2) << sub << ": " << r.out << r.err;
+    EXPECT_NE(r.err.find("/proc/self/mem: read failed"), std::string::npos) << r.err;
+    EXPECT_EQ(r.out.find("PASS"), std::string::npos) << r.out;
+  }
+  CliRun b = ferry({"bench", "fragmentation", "/proc/self/mem"});
+  EXPECT_EQ(b.code, 2) << b.out << b.err;
+}
+
+// What is not a regular file is refused at once: a FIFO with no writer used to
+// hang in open(), /dev/zero used to be read until memory ran out.
+TEST_F(CliTest, SpecialFilesAreRefusedAtOnceSayingWhatTheyAre) {
+  const std::string fifo = path("fifo");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  CliRun f = ferry({"replay", fifo});
+  EXPECT_EQ(f.code, 2);
+  EXPECT_NE(f.err.find(fifo + ": is a FIFO"), std::string::npos) << f.err;
+  CliRun z = ferry({"replay", "/dev/zero"});
+  EXPECT_EQ(z.code, 2);
+  EXPECT_NE(z.err.find("/dev/zero: is a character device"), std::string::npos) << z.err;
+  CliRun d = ferry({"replay", dir_.string()});
+  EXPECT_EQ(d.code, 2);
+  EXPECT_NE(d.err.find("is a directory"), std::string::npos) << d.err;
+  EXPECT_EQ(d.err.find("ioctl"), std::string::npos) << "no stale errno: " << d.err;
+}
+
+// The JSON parser ends at a NUL: what follows it must not pass unread.
+TEST_F(CliTest, ANulByteInATraceLineIsMalformed) {
+  const std::string t = write("nul.jsonl", std::string("{\"op\":\"trim\"}") + '\0' + "garbage\n");
+  CliRun r = ferry({"replay", t});
+  EXPECT_EQ(r.code, 2) << r.out << r.err;
+  EXPECT_NE(r.err.find(t + ":1: a NUL byte at column 14"), std::string::npos) << r.err;
+}
+
+TEST_F(CliTest, OverlongLinesAndTracesAreRefusedNamingTheLimit) {
+  const std::string note(kMaxTraceLineBytes, 'x');
+  const std::string t = write("long.jsonl", "{\"op\":\"trim\"}\n{\"op\":\"trim\",\"note\":\"" + note + "\"}\n");
+  CliRun r = ferry({"replay", t});
+  EXPECT_EQ(r.code, 2) << r.out << r.err;
+  EXPECT_NE(r.err.find(t + ":2: the line is"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("limit of 1048576 bytes"), std::string::npos) << r.err;
+  // A sparse file past the trace limit: refused from its size, nothing read.
+  const std::string big = path("big.jsonl");
+  {
+    std::ofstream(big, std::ios::binary) << "{}";
+  }
+  std::filesystem::resize_file(big, kMaxTraceBytes + 1);
+  CliRun b = ferry({"replay", big});
+  EXPECT_EQ(b.code, 2) << b.out << b.err;
+  EXPECT_NE(b.err.find("is larger than the 1 GiB limit on a trace"), std::string::npos) << b.err;
+}
+
+// --- the meta line (item 18) ---------------------------------------------------------
+
+// The committed trace carries the capacity it is meant for: no --capacity needed.
+TEST_F(CliTest, ATracesMetaCapacityIsUsedWhenNoneIsGiven) {
+  CliRun r = ferry({"replay", trace("oom-expected.jsonl"), "--json"});
+  EXPECT_EQ(r.code, 0) << r.out << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out, nullptr, false);
+  EXPECT_EQ(j.value("capacity", 0ull), 32ull << 20);
+  CliRun given = ferry({"replay", trace("oom-expected.jsonl"), "--json", "--capacity", "64MiB"});
+  EXPECT_EQ(given.code, 1) << "--capacity wins: the expected OOM does not happen at 64 MiB";
+  EXPECT_EQ(nlohmann::json::parse(given.out, nullptr, false).value("capacity", 0ull), 64ull << 20);
+
+  const std::string late = write("late.jsonl", "{\"op\":\"trim\"}\n{\"op\":\"meta\",\"capacity\":4194304}\n");
+  CliRun l = ferry({"replay", late});
+  EXPECT_EQ(l.code, 2);
+  EXPECT_NE(l.err.find(late + ":2: a meta op may only be the trace's first line"), std::string::npos) << l.err;
+  const std::string zero = write("zero-meta.jsonl", "\n{\"op\":\"meta\",\"capacity\":0}\n");
+  CliRun z = ferry({"replay", zero});
+  EXPECT_EQ(z.code, 2);
+  EXPECT_NE(z.err.find(zero + ":2: field \"capacity\" must be above 0"), std::string::npos) << z.err;
+}
+
+// --- small lies (item 14) -------------------------------------------------------------
+
+// The engine's start-up probe is not the trace's: an empty trace peaks at nothing.
+TEST_F(CliTest, AnEmptyTracePeaksAtZeroLiveBytes) {
+  const std::string t = write("empty.jsonl", "\n");
+  CliRun r = ferry({"replay", t, "--json"});
+  EXPECT_EQ(r.code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out, nullptr, false);
+  EXPECT_EQ(j.value("peak_live_bytes", 1ull), 0u) << r.out;
+  CliRun s = ferry({"replay", t});
+  EXPECT_EQ(s.out.find("x live"), std::string::npos) << s.out;
+  EXPECT_EQ(s.out.find("fragmentation ratio"), std::string::npos) << s.out;
+}
+
+// One name per quantity (item 24): the run report's ooms_survived, not "recoveries".
+TEST_F(CliTest, TheReplayReportNamesOomsSurvivedAsTheRunReportDoes) {
+  CliRun r = ferry({"replay", trace("report003.jsonl"), "--json"});
+  const nlohmann::json j = nlohmann::json::parse(r.out, nullptr, false);
+  EXPECT_FALSE(j.contains("recoveries"));
+  EXPECT_GE(j.value("ooms_survived", 0), 3);
+  CliRun s = ferry({"replay", trace("report003.jsonl")});
+  EXPECT_NE(s.out.find("OOMs survived"), std::string::npos) << s.out;
+  EXPECT_NE(s.out.find("fragmentation ratio"), std::string::npos) << s.out;
 }
 
 // --- ferry replay -----------------------------------------------------------------
@@ -215,6 +334,53 @@ TEST_F(CliTest, TheBinaryExitsWithTheDocumentedCodes) {
   EXPECT_EQ(exit_status(bin + " replay '" + bad + "'"), 2);
   const std::string zero = write("zero.jsonl", "{\"op\":\"alloc\",\"id\":\"a\",\"bytes\":0,\"stream\":0}\n");
   EXPECT_EQ(exit_status(bin + " replay '" + zero + "'"), 1);
+}
+
+// What the binary writes to a terminal: runs it on a pseudo-terminal (stdout and
+// stderr both) and returns everything it wrote, or "" when it did not exit 0.
+std::string on_a_terminal(const std::vector<std::string>& args) {
+  int master = -1;
+  const pid_t pid = ::forkpty(&master, nullptr, nullptr, nullptr);
+  if (pid < 0) return "";
+  if (pid == 0) {
+    std::vector<char*> argv;
+    for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    ::execv(argv[0], argv.data());
+    ::_exit(127);
+  }
+  std::string text;
+  char buf[4096];
+  for (;;) {
+    const ssize_t n = ::read(master, buf, sizeof buf);
+    if (n <= 0) break;  // EIO once the child has exited and closed the terminal
+    text.append(buf, static_cast<std::size_t>(n));
+  }
+  ::close(master);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? text : "";
+}
+
+// replay, snapshot and bench fragmentation draw ferry run's progress bar on a
+// terminal (item 23), and nothing with --quiet.
+TEST_F(CliTest, LongCommandsDrawAProgressBarOnATerminal) {
+  const std::string bin = FERRY_CLI_BINARY;
+  const std::string t = trace("report003.jsonl");
+  const std::vector<std::vector<std::string>> commands = {
+      {bin, "replay", t},
+      {bin, "snapshot", t, "--out", path("page.html")},
+      {bin, "bench", "fragmentation", t},
+  };
+  for (const auto& command : commands) {
+    const std::string text = on_a_terminal(command);
+    EXPECT_NE(text.find("] "), std::string::npos) << command[1] << " drew no bar:\n" << text;
+    EXPECT_NE(text.find("[##############################]"), std::string::npos) << command[1] << ":\n" << text;
+    EXPECT_NE(text.find("\r\033[K"), std::string::npos) << command[1] << " left its bar on the screen";
+    std::vector<std::string> quiet = command;
+    quiet.push_back("--quiet");
+    EXPECT_EQ(on_a_terminal(quiet).find("[#"), std::string::npos) << command[1] << " --quiet";
+  }
 }
 
 }  // namespace

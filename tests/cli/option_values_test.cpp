@@ -23,6 +23,16 @@ TEST(ByteSize, AcceptsPlainBytesAndBinarySuffixes) {
       {"3TiB", 3ull << 40},
       {"18446744073709551615", ~0ull},
       {"16777215TiB", 16777215ull << 40},
+      // Item 20: decimal units, fractions and any case.
+      {"64MB", 64'000'000},
+      {"64mb", 64'000'000},
+      {"64mib", 64ull << 20},
+      {"1.5GiB", 3ull << 29},
+      {"1.5 gib", 3ull << 29},
+      {"2.5KB", 2500},
+      {"1kib", 1024},
+      {"3TB", 3'000'000'000'000},
+      {"0.5KiB", 512},
   };
   for (const Case& c : cases) {
     Result<std::uint64_t> r = parse_byte_size(c.text);
@@ -32,9 +42,9 @@ TEST(ByteSize, AcceptsPlainBytesAndBinarySuffixes) {
 }
 
 TEST(ByteSize, RejectsWhatIsNotAByteCount) {
-  const char* bad[] = {"",      "MiB",   "-1",   "+1",   "0",     "0MiB", "1.5GiB", "12XB",
-                       "64MB",  "64mib", "64 M", "1e9",  "0x10",  " 64",  "64MiBs",
-                       "18446744073709551616", "16777216TiB", "99999999999999999999GiB"};
+  const char* bad[] = {"",      "MiB",   "-1",   "+1",   "0",     "0MiB", "1.5B", "12XB",
+                       "1.",    ".5GiB", "64 M", "1e9",  "0x10",  " 64",  "64MiBs", "0.0001KiB",
+                       "18446744073709551616", "16777216TiB", "99999999999999999999GiB", "18446744073.709551616GB"};
   for (const char* text : bad) {
     Result<std::uint64_t> r = parse_byte_size(text);
     EXPECT_FALSE(r.ok()) << '"' << text << "\" parsed as " << r.value_or(0);

@@ -135,7 +135,9 @@ TEST_F(SnapshotCli, BadInputsExitTwoAndWriteNothing) {
   const std::vector<Case> cases = {
       {{"snapshot", malformed, "--out", html}, "bad.jsonl:1:"},
       {{"snapshot", path("missing.jsonl"), "--out", html}, "cannot open"},
-      {{"snapshot", trace_, "--capacity", "12MB", "--out", html}, "--capacity"},
+      {{"snapshot", trace_, "--capacity", "12XB", "--out", html}, "--capacity"},
+      {{"snapshot", "/proc/self/mem", "--out", html}, "/proc/self/mem: read failed"},
+      {{"snapshot", "/dev/zero", "--out", html}, "is a character device"},
       {{"snapshot", trace_, "--capacity", "0", "--out", html}, "--capacity"},
       {{"snapshot", trace_, "--profile", "a100", "--out", html}, "a100"},
       {{"snapshot", trace_, "--seed", "-1", "--out", html}, "--seed"},
@@ -157,6 +159,16 @@ TEST_F(SnapshotCli, BadInputsExitTwoAndWriteNothing) {
     EXPECT_FALSE(std::filesystem::exists(html)) << shown;
   }
   EXPECT_EQ(read(trace_), kTrace) << "the trace is never overwritten";
+}
+
+// Item 14: 2 means nothing ran. An output that fails to write after the replay
+// ran (a full disk) is a failed run: exit 1.
+TEST_F(SnapshotCli, AnOutputThatFailsAfterTheReplayRanExitsOne) {
+  const auto j = run_ferry({"snapshot", trace_, "--capacity", "64MiB", "--json", "/dev/full"});
+  EXPECT_EQ(j.code, 1) << j.out << j.err;
+  EXPECT_NE(j.err.find("--json: cannot write /dev/full"), std::string::npos) << j.err;
+  const auto h = run_ferry({"snapshot", trace_, "--capacity", "64MiB", "--out", "/dev/full"});
+  EXPECT_EQ(h.code, 1) << h.out << h.err;
 }
 
 TEST_F(SnapshotCli, HelpListsTheOptions) {

@@ -145,8 +145,8 @@ TEST(TraceRecorder, ARecordedProgramReplaysWithEveryCheckMatchingAndTheSameError
   EXPECT_EQ(count_op(lines, "hold"), 1u);
   EXPECT_EQ(count_op(lines, "release"), 1u);
   EXPECT_EQ(count_op(lines, "trim"), 1u);
-  EXPECT_EQ(trace.str().substr(0, trace.str().find('\n')),
-            R"({"op":"alloc","id":"weights#1","bytes":8388608,"stream":0})");
+  EXPECT_EQ(trace.str().substr(0, trace.str().find('\n')), R"({"op":"meta","capacity":67108864})");
+  EXPECT_EQ(lines.at(1), nlohmann::json::parse(R"({"op":"alloc","id":"weights#1","bytes":8388608,"stream":0})"));
   for (const auto& l : lines) {
     if (l.contains("expect")) {
       EXPECT_TRUE(l["expect"] == "out_of_memory" || l["expect"] == "stale_handle") << l;
@@ -156,7 +156,7 @@ TEST(TraceRecorder, ARecordedProgramReplaysWithEveryCheckMatchingAndTheSameError
   Result<ReplayReport> r = replay_trace_text(trace.str(), "recorded.jsonl", replay_at(64 * kMiB));
   ASSERT_TRUE(r.ok()) << r.error().message;
   EXPECT_TRUE(r->passed()) << report_summary(*r) << "\n" << trace.str();
-  EXPECT_EQ(r->ops, lines.size());
+  EXPECT_EQ(r->ops, lines.size() - 1) << "every line but the meta line is an op";
   EXPECT_EQ(r->checks, 3u) << "every recorded read-back compared bytes";
   EXPECT_EQ(r->corrupt, 0u);
   EXPECT_EQ(r->unexpected_errors, 0u);
@@ -276,6 +276,29 @@ TEST(TraceRecorder, ARecordedFileReplaysThroughTheCliWithExitZero) {
   EXPECT_EQ(report["unexpected_errors"], 0);
 }
 
+// The meta line carries the recorded capacity: without --capacity the replay
+// runs at it (not at the device's), so pressure is as it was recorded.
+TEST(TraceRecorder, ARecordedFileReplaysAtItsRecordedCapacityWithoutTheOption) {
+  TempDir dir;
+  const std::string path = dir.path("recorded.jsonl");
+  {
+    Rig rig(h200_at(64 * kMiB));
+    Result<std::unique_ptr<RecordingPool>> rec = RecordingPool::to_file(*rig.pool, path);
+    ASSERT_TRUE(rec.ok()) << rec.error().message;
+    run_program(rig, **rec);
+    ASSERT_FALSE(::testing::Test::HasFatalFailure());
+  }
+  std::ifstream in(path);
+  std::string first;
+  std::getline(in, first);
+  EXPECT_EQ(nlohmann::json::parse(first), nlohmann::json::parse(R"({"op":"meta","capacity":67108864})"));
+  const auto run = cli::testing::run_ferry({"replay", path, "--json"});
+  EXPECT_EQ(run.code, 0) << run.out << run.err;
+  const auto report = nlohmann::json::parse(run.out);
+  EXPECT_EQ(report["capacity"], 64 * kMiB);
+  EXPECT_EQ(report["unexpected_errors"], 0);
+}
+
 TEST(TraceRecorder, IdsAreStablePerAllocationAndNeverReused) {
   Rig rig(h200_at(64 * kMiB));
   std::ostringstream trace;
@@ -327,8 +350,8 @@ TEST(TraceRecorder, AZeroByteAllocationIsRecordedAsExpectingInvalidArgument) {
   RecordingPool rec(*rig.pool, trace);
   EXPECT_FALSE(rec.allocate(0, 0).ok());
   const auto lines = lines_of(trace.str());
-  ASSERT_EQ(lines.size(), 1u);
-  EXPECT_EQ(lines[0]["expect"], "invalid_argument");
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_EQ(lines[1]["expect"], "invalid_argument");
   Result<ReplayReport> r = replay_trace_text(trace.str(), "t.jsonl", replay_at(64 * kMiB));
   ASSERT_TRUE(r.ok());
   EXPECT_TRUE(r->passed());
@@ -358,7 +381,7 @@ TEST(TraceRecorder, IsSafeToCallFromSeveralThreads) {
   }
   for (auto& th : threads) th.join();
   const auto lines = lines_of(trace.str());  // each parses: no torn lines
-  EXPECT_EQ(lines.size(), static_cast<std::size_t>(kThreads * kRounds * 5));
+  EXPECT_EQ(lines.size(), static_cast<std::size_t>(kThreads * kRounds * 5) + 1) << "and the meta line";
   EXPECT_EQ(rec.stats().lines, lines.size());
   Result<ReplayReport> r = replay_trace_text(trace.str(), "threads.jsonl", replay_at(128 * kMiB));
   ASSERT_TRUE(r.ok()) << r.error().message;

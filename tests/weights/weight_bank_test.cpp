@@ -2,8 +2,10 @@
 // errors naming the file and the offset or tensor, random damage never crashes,
 // synthetic banks are deterministic, placement makes uploads land right.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <optional>
@@ -182,6 +184,54 @@ TEST(WeightBank, UnreadablePathIsAClearError) {
   TempDir dir;
   auto d = WeightBank::open_safetensors(dir.file(""));  // a directory
   ASSERT_FALSE(d.ok());
+}
+
+// Item 10: what is not a regular file is refused at once, saying what it is. A
+// FIFO with no writer used to hang in open(); a directory's message was a stale
+// errno ("Inappropriate ioctl for device").
+TEST(WeightBank, SpecialFilesAreRefusedAtOnceSayingWhatTheyAre) {
+  TempDir dir;
+  const std::string fifo = dir.file("w.fifo");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  auto f = WeightBank::open_safetensors(fifo);
+  ASSERT_FALSE(f.ok());
+  EXPECT_EQ(f.error().message, fifo + ": is a FIFO (a named pipe), not a regular file");
+  auto d = WeightBank::open_safetensors(dir.file(""));
+  ASSERT_FALSE(d.ok());
+  EXPECT_NE(d.error().message.find("is a directory"), std::string::npos) << d.error().message;
+  EXPECT_EQ(d.error().message.find("ioctl"), std::string::npos) << d.error().message;
+  auto z = WeightBank::open_safetensors("/dev/zero");
+  ASSERT_FALSE(z.ok());
+  EXPECT_NE(z.error().message.find("is a character device"), std::string::npos) << z.error().message;
+}
+
+// Item 9: the JSON parser ends at a NUL; garbage after one must not pass unread.
+TEST(WeightBank, ANulByteInTheHeaderIsMalformed) {
+  const std::string valid = R"({"a":{"dtype":"U8","shape":[4],"data_offsets":[0,4]}})";
+  std::string header = valid + std::string(1, '\0') + "garbage";
+  header.resize((header.size() + 7) / 8 * 8, ' ');
+  auto r = WeightBank::parse_safetensors(raw_safetensors(header, 4), "nul.safetensors");
+  ASSERT_FALSE(r.ok()) << "parsed " << r->size() << " tensors";
+  EXPECT_EQ(r.error().code, ErrorCode::invalid_argument);
+  EXPECT_NE(r.error().message.find("NUL byte at offset " + std::to_string(8 + valid.size())), std::string::npos)
+      << r.error().message;
+}
+
+// Item 11: the bank holds the file's bytes, so a file truncated under a run
+// (which killed a mapped run with SIGBUS) changes nothing the run reads.
+TEST(WeightBank, AFileTruncatedAfterOpenIsStillReadWhole) {
+  TempDir dir;
+  const auto a = pattern(5, 3 * 4096);
+  const std::string path = dir.file("shrinks.safetensors");
+  const std::vector<TensorToWrite> tensors = {{"a", DType::u8, {3 * 4096}, a}};
+  ASSERT_TRUE(write_safetensors(path, tensors).ok());
+  auto bank = WeightBank::open_safetensors(path);
+  ASSERT_TRUE(bank.ok()) << bank.error().message;
+  std::filesystem::resize_file(path, 0);
+  const std::span<const std::byte> got = bank->bytes(0);
+  ASSERT_EQ(got.size(), a.size());
+  EXPECT_EQ(std::memcmp(got.data(), a.data(), a.size()), 0);
+  EXPECT_EQ(bank->hash(0), content_hash(a));
 }
 
 // I7: random damage to a valid file is an error or a valid parse, never a crash.

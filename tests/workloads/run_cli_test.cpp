@@ -7,6 +7,7 @@
 #include <fstream>
 #include <initializer_list>
 #include <string>
+#include <vector>
 
 #include "cli_run.hpp"
 #include "ferry/cuda_backend.hpp"
@@ -78,7 +79,7 @@ TEST(RunCli, BadUsageExitsTwo) {
   EXPECT_EQ(ferry({"run", "dense-stream", "--scale", "0"}).code, 2);
   EXPECT_EQ(ferry({"run", "dense-stream", "--scale", "1.5"}).code, 2);
   EXPECT_EQ(ferry({"run", "dense-stream", "--scale", "abc"}).code, 2);
-  EXPECT_EQ(ferry({"run", "dense-stream", "--capacity", "12MB"}).code, 2);
+  EXPECT_EQ(ferry({"run", "dense-stream", "--capacity", "12XB"}).code, 2);
   EXPECT_EQ(ferry({"run", "dense-stream", "--integrity", "paranoid"}).code, 2);
   EXPECT_EQ(ferry({"run", "dense-stream", "--inject", "gremlins"}).code, 2);
   EXPECT_EQ(ferry({"run", "dense-stream", "--policy", "fifo"}).code, 2);
@@ -98,6 +99,7 @@ TEST(RunCli, GemmMatmulsOnSim) {
   const CliRun r = ferry({"run", "moe-offload", "--scale", "0.0625", "--matmul", "gemm", "--quiet"});
   EXPECT_EQ(r.code, 0) << r.err << r.out;
   EXPECT_NE(r.out.find("matmuls: host GEMM"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(" fetched; "), std::string::npos) << "the cache line shows bytes fetched:\n" << r.out;
   EXPECT_NE(r.out.find("verdict: MATCHED"), std::string::npos) << r.out;
 }
 
@@ -118,6 +120,105 @@ TEST(RunCli, FailedChecksExitOne) {
   const CliRun oom = ferry({"run", "dense-stream", "--scale", kSmall, "--quiet", "--capacity", "64KiB"});
   EXPECT_EQ(oom.code, 1);
   EXPECT_NE(oom.out.find("out_of_memory"), std::string::npos) << oom.out;
+}
+
+// Item 5: a run that stopped says where and what it needs, and reports no performance.
+TEST(RunCli, AFailedRunSaysWhereItStoppedAndReportsNoThroughput) {
+  const CliRun r = ferry({"run", "dense-stream", "--capacity", "1MiB", "--quiet"});
+  EXPECT_EQ(r.code, 1) << r.err;
+  EXPECT_EQ(r.out.find("throughput"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("tokens/s"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("DID NOT MATCH"), std::string::npos) << "nothing was compared:\n" << r.out;
+  EXPECT_NE(r.out.find("not compared: the run stopped in layers 1/36"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("needs       capacity >= 4.58 MiB (the schedule's planned peak live)"), std::string::npos)
+      << r.out;
+  const CliRun j = ferry({"run", "dense-stream", "--capacity", "1MiB", "--quiet", "--json"});
+  const auto report = nlohmann::json::parse(j.out);
+  EXPECT_TRUE(report["throughput"]["tokens_per_s"].is_null()) << j.out;
+  EXPECT_EQ(report["completed"], false);
+  EXPECT_EQ(report["stopped_at"], "layers 1/36");
+  // A run that completes reports both.
+  const auto ok = nlohmann::json::parse(ferry({"run", "dense-stream", "--scale", kSmall, "--json", "--quiet"}).out);
+  EXPECT_GT(ok["throughput"]["tokens_per_s"].get<double>(), 0);
+  EXPECT_EQ(ok["completed"], true);
+  EXPECT_TRUE(ok["stopped_at"].is_null());
+}
+
+// Item 8: --report over the --weights file would truncate the input before it is read.
+TEST(RunCli, AReportOverTheWeightsFileIsRefusedAndTheFileKept) {
+  const std::string file = temp("keep.safetensors");
+  ASSERT_EQ(ferry({"run", "dense-stream", "--scale", kSmall, "--save-weights", file}).code, 0);
+  const auto size = std::filesystem::file_size(file);
+  const CliRun r = ferry({"run", "dense-stream", "--scale", kSmall, "--weights", file, "--report", file});
+  EXPECT_EQ(r.code, 2) << r.out << r.err;
+  EXPECT_NE(r.err.find("would overwrite the --weights file"), std::string::npos) << r.err;
+  EXPECT_EQ(std::filesystem::file_size(file), size);
+  const CliRun s = ferry({"run", "dense-stream", "--scale", kSmall, "--weights", file, "--save-weights", file});
+  EXPECT_EQ(s.code, 2) << s.out << s.err;
+  EXPECT_EQ(std::filesystem::file_size(file), size);
+  std::filesystem::remove(file);
+}
+
+// Item 12: scales and slots the planner cannot honour are refused before anything runs.
+TEST(RunCli, ScalesAndSlotsThatCannotBeServedAreRefusedNamingWhatWorks) {
+  for (const char* s : {"0.004", "1e-14", "4.9e-324"}) {
+    const CliRun r = ferry({"run", "dense-stream", "--scale", s, "--quiet"});
+    EXPECT_EQ(r.code, 2) << s << ": " << r.out << r.err;
+    EXPECT_NE(r.err.find("dense-stream's smallest, 0.007812"), std::string::npos) << r.err;
+    EXPECT_TRUE(r.out.empty()) << r.out;
+  }
+  for (const char* w : {"moe-offload", "dequant-train"}) {
+    const CliRun r = ferry({"run", w, "--scale", "0.01", "--quiet"});
+    EXPECT_EQ(r.code, 2) << w << ": " << r.err;
+    EXPECT_NE(r.err.find("smallest, 0.015625"), std::string::npos) << r.err;
+  }
+  const CliRun smallest = ferry({"run", "dense-stream", "--scale", "0.0078125", "--quiet"});
+  EXPECT_EQ(smallest.code, 0) << "the smallest scale named works:\n" << smallest.out << smallest.err;
+  const CliRun slots = ferry({"run", "moe-offload", "--slots", "1", "--quiet"});
+  EXPECT_EQ(slots.code, 2) << slots.out << slots.err;
+  EXPECT_NE(slots.err.find("--slots 1: step "), std::string::npos) << slots.err;
+  EXPECT_NE(slots.err.find("moe-offload needs --slots "), std::string::npos) << slots.err;
+  EXPECT_NE(ferry({"run", "--help"}).out.find("smallest: dense-stream 0.0078125"), std::string::npos);
+}
+
+// Item 21: an option the workload does not read is refused, as --host-exec was.
+TEST(RunCli, OptionsTheWorkloadDoesNotUseAreRefused) {
+  for (const std::vector<std::string>& extra :
+       {std::vector<std::string>{"--policy", "optimal"}, {"--slots", "4"}, {"--host-exec"}}) {
+    std::vector<std::string> args{"run", "dense-stream", "--scale", kSmall, "--quiet"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    const CliRun r = testing::run_ferry(args);
+    EXPECT_EQ(r.code, 2) << extra[0] << ": " << r.out << r.err;
+    EXPECT_NE(r.err.find(extra[0] + " applies to moe-offload only"), std::string::npos) << r.err;
+  }
+  const CliRun p = ferry({"run", "dense-stream", "--scale", kSmall, "--capacity", "64MiB", "--pressure", "0.5"});
+  EXPECT_EQ(p.code, 2);
+  EXPECT_NE(p.err.find("--pressure"), std::string::npos) << p.err;
+  const CliRun inject = ferry({"run", "dense-stream", "--inject", "gremlins"});
+  EXPECT_EQ(inject.code, 2);
+  EXPECT_EQ(inject.err.find("--inject: --inject"), std::string::npos) << "the prefix once:\n" << inject.err;
+  const CliRun dir = ferry({"run", "dense-stream", "--weights", std::filesystem::temp_directory_path().string()});
+  EXPECT_EQ(dir.code, 2);
+  EXPECT_NE(dir.err.find("is a directory"), std::string::npos) << dir.err;
+  EXPECT_EQ(dir.err.find("ioctl"), std::string::npos) << dir.err;
+  EXPECT_NE(ferry({"run", "--help"}).out.find("in place of"), std::string::npos) << "--report - replaces the summary";
+}
+
+// Item 19: the summary says what the JSON knows.
+TEST(RunCli, TheSummaryShowsBatchingInjectedMapFailuresAndWhatProbeChecks) {
+  const CliRun b = ferry({"run", "dense-stream", "--scale", kSmall, "--quiet", "--inject", "batch-broken"});
+  EXPECT_NE(b.out.find("batching    off"), std::string::npos) << b.out;
+  const CliRun m = ferry({"run", "dense-stream", "--scale", kSmall, "--quiet", "--inject", "fail-map:2"});
+  EXPECT_NE(m.out.find("fail-map:2: 0 copies silently swallowed, 1 map calls failed"), std::string::npos) << m.out;
+  EXPECT_EQ(nlohmann::json::parse(ferry({"run", "dense-stream", "--scale", kSmall, "--quiet", "--json", "--inject",
+                                         "fail-map:2"}).out)["integrity"]["failed_maps"],
+            1);
+  const CliRun p = ferry({"run", "dense-stream", "--scale", kSmall, "--quiet", "--integrity", "probe"});
+  EXPECT_NE(p.out.find("(probe: only canaried transfers are checked)"), std::string::npos) << p.out;
+  // The tiny profile: clamped to a small device, the run stays quick.
+  const CliRun c =
+      ferry({"run", "dense-stream", "--scale", kSmall, "--quiet", "--profile", "tiny", "--capacity", "99999TiB"});
+  EXPECT_NE(c.err.find("warning: --capacity 97.7 PiB is more than the tiny's"), std::string::npos) << c.err;
 }
 
 TEST(RunCli, SavedWeightsRunBack) {
