@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/testing_hooks.hpp"
+#include "core/text.hpp"
 #include "ferry/content.hpp"
 #include "ferry/device_pool.hpp"
 #include "ferry/device_profile.hpp"
@@ -33,6 +34,9 @@ using replay::IdIndex;
 using replay::OpKind;
 using replay::Trace;
 using replay::TraceOp;
+
+// A check copies a buffer back in pieces of at most this many bytes.
+constexpr std::uint64_t kCheckPiece = std::uint64_t{64} << 20;
 
 // What the replay knows about one id.
 struct Buffer {
@@ -306,7 +310,14 @@ class Replayer {
     } else if (block.error().code == ErrorCode::out_of_memory) {
       // Larger than the arena's pinned budget: plain host memory, which the
       // engine copies before upload() returns (pageable, still verified).
-      unpinned.resize(static_cast<std::size_t>(size));
+      try {
+        unpinned.resize(static_cast<std::size_t>(size));
+      } catch (const std::bad_alloc&) {
+        record(op, make_error(ErrorCode::out_of_memory, "upload of " + replay::quoted_id(trace_.ids[op.id]) +
+                                                            ": the host has no memory for its " +
+                                                            text::exact_bytes(size) + " source"));
+        return;
+      }
       fill_pattern(op.seed, 0, unpinned);
       plan.add(std::span<const std::byte>(unpinned), b.handle);
     } else {
@@ -376,18 +387,25 @@ class Replayer {
       return expect_success(op);
     }
     // Copy on the stream that wrote last: the FIFO orders the copy after it.
+    // In pieces, so a check of gigabytes needs little host memory.
     const StreamId stream = b.last_write ? b.last_write->stream : 0;
-    std::vector<std::byte> host(static_cast<std::size_t>(b.expected.size()));
-    Result<Ticket> t = enqueue_copy_to_host(*pool_, stream, b.handle, host);
-    if (!outcome(op, t)) return;
-    b.reads.add({stream, *t});
-    if (!outcome(op, order_.wait(StreamPoint{stream, *t}))) return;
+    const std::uint64_t size = b.expected.size();
+    std::vector<std::byte> host(static_cast<std::size_t>(std::min(size, kCheckPiece)));
+    std::optional<std::uint64_t> at;
+    for (std::uint64_t off = 0; off < size && !at; off += kCheckPiece) {
+      const std::span<std::byte> piece(host.data(), static_cast<std::size_t>(std::min(kCheckPiece, size - off)));
+      Result<Ticket> t = enqueue_copy_to_host(*pool_, stream, b.handle, off, piece);
+      if (!outcome(op, t)) return;
+      b.reads.add({stream, *t});
+      if (!outcome(op, order_.wait(StreamPoint{stream, *t}))) return;
+      at = b.expected.first_mismatch(piece, off);
+    }
     ++report_.checks;
-    if (const auto at = b.expected.first_mismatch(host)) {
+    if (at) {
       ++report_.corrupt;
       add_problem(op.line, op, "corrupt",
                   "check of " + replay::quoted_id(trace_.ids[op.id]) + ": byte " + std::to_string(*at) + " of " +
-                      std::to_string(host.size()) + " differs from the reference");
+                      std::to_string(size) + " differs from the reference");
       return;
     }
     expect_success(op);

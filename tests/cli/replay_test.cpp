@@ -357,5 +357,47 @@ TEST(Replay, MutatedTracesNeverCrash) {
   EXPECT_GT(rejected, 0);
 }
 
+// Issue 15 item 1: gigabytes of device memory on the h200 profile, on a host
+// that could not hold them. A fill is kept as its pattern and the check reads
+// back in pieces, so the replay passes inside a model limit far below the
+// buffer (before: the sim stored every byte, and the check copied all of it).
+TEST(Replay, GigabytesOfFilledDeviceMemoryNeedNoHostBytes) {
+  ReplayOptions o;  // h200, the device's whole capacity
+  o.backend.sim_model_bytes_limit = 16 * kMiB;
+  const ReplayReport r = replay_ok(
+      "{\"op\":\"alloc\",\"id\":\"a\",\"bytes\":1073741824,\"stream\":0}\n"
+      "{\"op\":\"fill\",\"id\":\"a\",\"stream\":0,\"seed\":7}\n"
+      "{\"op\":\"sync\"}\n"
+      "{\"op\":\"check\",\"id\":\"a\"}\n",
+      o);
+  EXPECT_EQ(r.checks, 1u);
+  EXPECT_EQ(r.corrupt, 0u);
+  EXPECT_EQ(r.unexpected_errors, 0u);
+  EXPECT_TRUE(r.passed());
+}
+
+// Where the model still cannot hold the bytes (an upload is bytes, not a
+// pattern), the answer is out_of_memory, said plainly; never an abort.
+TEST(Replay, AnUploadTheModelCannotHoldIsOutOfMemory) {
+  ReplayOptions o;
+  o.backend.sim_model_bytes_limit = 16 * kMiB;
+  const ReplayReport r = replay_ok(
+      "{\"op\":\"alloc\",\"id\":\"a\",\"bytes\":67108864,\"stream\":0}\n"
+      "{\"op\":\"upload\",\"id\":\"a\",\"stream\":0,\"seed\":3}\n"
+      "{\"op\":\"alloc\",\"id\":\"b\",\"bytes\":4096,\"stream\":1}\n"
+      "{\"op\":\"fill\",\"id\":\"b\",\"stream\":1,\"seed\":4}\n"
+      "{\"op\":\"check\",\"id\":\"b\"}\n",
+      o);
+  EXPECT_FALSE(r.passed());
+  ASSERT_EQ(r.errors.count("out_of_memory"), 1u);
+  EXPECT_EQ(r.unexpected_errors, 1u);
+  ASSERT_FALSE(r.problems.empty());
+  EXPECT_NE(r.problems[0].message.find("host memory for the simulated device's bytes is exhausted"),
+            std::string::npos)
+      << r.problems[0].message;
+  EXPECT_EQ(r.checks, 1u) << "the other stream goes on";
+  EXPECT_EQ(r.corrupt, 0u);
+}
+
 }  // namespace
 }  // namespace ferry
