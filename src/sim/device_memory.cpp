@@ -239,7 +239,7 @@ void DeviceMemory::read(std::uint64_t addr, std::span<std::byte> out) const {
 }
 
 Result<void> DeviceMemory::write(std::uint64_t addr, std::span<const std::byte> in) {
-  FERRY_TRY(store_touched(addr, in.size(), true));
+  FERRY_TRY(prepare_write(addr, in.size()));
   for_each_piece(addr, in.size(), [&](std::uint64_t g, std::uint64_t off, std::uint64_t len,
                                       std::uint64_t pos) {
     std::memcpy(granules_.at(g).storage.get() + off, in.data() + pos, len);
@@ -248,7 +248,7 @@ Result<void> DeviceMemory::write(std::uint64_t addr, std::span<const std::byte> 
 }
 
 Result<void> DeviceMemory::fill(std::uint64_t addr, std::uint64_t bytes, std::uint64_t seed, Pattern pattern) {
-  FERRY_TRY(store_touched(addr, bytes, false));
+  FERRY_TRY(prepare_fill(addr, bytes));
   for_each_piece(addr, bytes, [&](std::uint64_t g, std::uint64_t off, std::uint64_t len,
                                   std::uint64_t pos) {
     Granule& granule = granules_.at(g);
@@ -262,7 +262,7 @@ Result<void> DeviceMemory::fill(std::uint64_t addr, std::uint64_t bytes, std::ui
   return {};
 }
 
-Result<void> DeviceMemory::copy(std::uint64_t dst, std::uint64_t src, std::uint64_t bytes) {
+Result<void> DeviceMemory::prepare_copy(std::uint64_t dst, std::uint64_t src, std::uint64_t bytes) {
   if (bytes == 0 || dst == src) return {};
   // A dst granule covered whole from a whole src granule that is not stored takes
   // over its state (zeros, or the symbol): nothing to store. Everything else of dst
@@ -277,7 +277,13 @@ Result<void> DeviceMemory::copy(std::uint64_t dst, std::uint64_t src, std::uint6
   for_each_piece(dst, bytes, [&](std::uint64_t dg, std::uint64_t, std::uint64_t len, std::uint64_t pos) {
     if (share || !taken_over(len, src + pos)) gs.push_back(dg);
   });
-  FERRY_TRY(store(gs));
+  return store(gs);
+}
+
+Result<void> DeviceMemory::copy(std::uint64_t dst, std::uint64_t src, std::uint64_t bytes) {
+  if (bytes == 0 || dst == src) return {};
+  FERRY_TRY(prepare_copy(dst, src, bytes));
+  const std::uint64_t g = granularity_;
   // Pieces go back to front when dst is above src, so an overlapping source is
   // read before it is overwritten.
   std::vector<std::array<std::uint64_t, 3>> pieces;  // dst granule, offset in it, offset in range

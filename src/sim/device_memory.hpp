@@ -78,6 +78,13 @@ class DeviceMemory {
   Result<void> fill(std::uint64_t addr, std::uint64_t bytes, std::uint64_t seed, Pattern pattern);
   Result<void> copy(std::uint64_t dst, std::uint64_t src, std::uint64_t bytes);  // overlap-safe
   void hash(std::uint64_t addr, std::uint64_t bytes, ContentHasher& hasher) const;
+  // What write / fill / copy of the same arguments store before they write,
+  // stored now: the backend's admit() calls them, so an op the model cannot
+  // hold is refused at enqueue rather than failing at completion. Changes no
+  // byte. Errors: out_of_memory, as above.
+  Result<void> prepare_write(std::uint64_t addr, std::uint64_t bytes) { return store_touched(addr, bytes, true); }
+  Result<void> prepare_fill(std::uint64_t addr, std::uint64_t bytes) { return store_touched(addr, bytes, false); }
+  Result<void> prepare_copy(std::uint64_t dst, std::uint64_t src, std::uint64_t bytes);
 
   bool validate() const;
 

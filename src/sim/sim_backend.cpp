@@ -149,9 +149,37 @@ Result<void> SimGpu::admit(StreamId stream, const Op& op) {
   if (const auto* w = std::get_if<NativeWaitOp>(&op); w != nullptr && !events_.contains(w->event)) {
     unmapped = "event " + hex(w->event) + " is not one export_event made (the sim has no other native events)";
   }
-  if (!unmapped) return {};
+  if (!unmapped) {
+    Result<void> held = prepare_storage(op);
+    if (held.ok()) return held;
+    Error e = std::move(held).error();
+    e.message = "enqueue(" + std::string(op_name(op)) + ") on stream " + std::to_string(stream) + ": " + e.message;
+    return e;
+  }
   return make_error(ErrorCode::invalid_argument, "enqueue(" + std::string(op_name(op)) + ") on stream " +
                                                      std::to_string(stream) + ": " + *unmapped);
+}
+
+Result<void> SimGpu::prepare_storage(const Op& op) {
+  return std::visit(
+      Overloaded{
+          [&](const FillOp& f) { return memory_.prepare_fill(f.dst.addr, f.dst.bytes); },
+          [&](const ComputeOp& c) { return memory_.prepare_fill(c.output.addr, c.output.bytes); },
+          [&](const CopyToDeviceOp& c) { return memory_.prepare_write(c.dst.addr, c.dst.bytes); },
+          [&](const BatchCopyToDeviceOp& b) -> Result<void> {
+            for (const CopyToDeviceOp& c : b.copies) FERRY_TRY(memory_.prepare_write(c.dst.addr, c.dst.bytes));
+            return {};
+          },
+          [&](const CopyOnDeviceOp& c) { return memory_.prepare_copy(c.dst.addr, c.src_addr, c.dst.bytes); },
+          [&](const UserOp& u) -> Result<void> {
+            for (const UserOperand& o : u.operands) {
+              if (writes(o.access)) FERRY_TRY(memory_.prepare_write(o.range.addr, o.range.bytes));
+            }
+            return {};
+          },
+          [](const auto&) -> Result<void> { return {}; },
+      },
+      op);
 }
 
 Result<Ticket> SimGpu::issue(StreamId stream, Op op) {

@@ -511,25 +511,25 @@ TEST_F(SimMemory, AFillOfGigabytesIsKeptAsItsPattern) {
 }
 
 // Where the model cannot store the bytes (its limit, or a host that refuses),
-// the op fails with out_of_memory as its stream's fault, said plainly; every
-// byte keeps its value and the storage the attempt took is given back, so the
-// other streams go on.
+// the enqueue is refused with out_of_memory, said plainly; every byte keeps its
+// value and the storage the attempt took is given back, so other work goes on.
 TEST_F(SimMemory, NoHostMemoryForTheModelIsOutOfMemoryAndChangesNoByte) {
   SimOptions o = tiny_options();
   o.model_bytes_limit = 2 * kGranule;
   start(o);
   put(0, FillOp{{base, kRegion}, 9});
   std::vector<std::byte> src = pattern(10, 4 * kGranule);
-  const Ticket t = put(0, CopyToDeviceOp{{base + kGranule, 4 * kGranule}, src.data()});
-  const auto r = sim->wait({0, t}, kLong);
-  ASSERT_FALSE(r.ok());
-  EXPECT_EQ(r.error().code, ErrorCode::out_of_memory);
-  EXPECT_NE(r.error().message.find("host memory for the simulated device's bytes is exhausted"), std::string::npos)
-      << r.error().message;
-  EXPECT_NE(r.error().message.find("limit"), std::string::npos) << r.error().message;
-  EXPECT_NE(r.error().message.find("copy_to_device"), std::string::npos) << r.error().message;
+  const auto refused = sim->enqueue(0, CopyToDeviceOp{{base + kGranule, 4 * kGranule}, src.data()});
+  ASSERT_FALSE(refused.ok());
+  const Error& e = refused.error();
+  EXPECT_EQ(e.code, ErrorCode::out_of_memory);
+  EXPECT_NE(e.message.find("host memory for the simulated device's bytes is exhausted"), std::string::npos)
+      << e.message;
+  EXPECT_NE(e.message.find("limit"), std::string::npos) << e.message;
+  EXPECT_NE(e.message.find("copy_to_device"), std::string::npos) << e.message;
+  ASSERT_TRUE(sim->synchronize().ok());
   EXPECT_EQ(device_bytes(base, kRegion), pattern(9, kRegion));
-  // Two partial writes fit the limit: nothing of the failed copy is kept.
+  // Two partial writes fit the limit: nothing of the refused copy is kept.
   put(1, FillOp{{base + 3, 10}, 11});
   put(1, FillOp{{base + 5 * kGranule + 3, 10}, 12});
   ASSERT_TRUE(sim->synchronize().ok());
@@ -539,5 +539,29 @@ TEST_F(SimMemory, NoHostMemoryForTheModelIsOutOfMemoryAndChangesNoByte) {
   EXPECT_EQ(device_bytes(base, kRegion), want);
 }
 
+// The storage an enqueue took can be gone by completion (a later whole fill of
+// the granules made them a pattern again): then the op itself fails, as its
+// stream's sticky fault with the same plain out_of_memory, its bytes unwritten.
+TEST_F(SimMemory, NoHostMemoryAtCompletionIsTheStreamsOutOfMemoryFault) {
+  SimOptions o = tiny_options();
+  o.model_bytes_limit = 2 * kGranule;
+  start(o);
+  sim->set_hold(0, true);
+  std::vector<std::byte> src = pattern(10, 2 * kGranule);
+  const Ticket copy = put(0, CopyToDeviceOp{{base + kGranule, 2 * kGranule}, src.data()});  // stores 2
+  put(1, FillOp{{base + kGranule, 2 * kGranule}, 9});  // a pattern again: their storage is dropped
+  ASSERT_TRUE(sim->wait({1, sim->submitted(1)}, kLong).ok());
+  put(1, FillOp{{base + 5 * kGranule + 3, 10}, 11});  // the limit's two granules, elsewhere
+  put(1, FillOp{{base + 6 * kGranule + 3, 10}, 12});
+  ASSERT_TRUE(sim->wait({1, sim->submitted(1)}, kLong).ok());
+  sim->set_hold(0, false);
+  const auto r = sim->wait({0, copy}, kLong);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().code, ErrorCode::out_of_memory);
+  EXPECT_NE(r.error().message.find("host memory for the simulated device's bytes is exhausted"),
+            std::string::npos)
+      << r.error().message;
+  EXPECT_EQ(device_bytes(base + kGranule, 2 * kGranule), pattern(9, 2 * kGranule));
+}
 }  // namespace
 }  // namespace ferry::testing
