@@ -13,7 +13,6 @@
 #include <vector>
 
 #include "core/testing_hooks.hpp"
-#include "core/text.hpp"
 #include "ferry/content.hpp"
 #include "ferry/device_pool.hpp"
 #include "ferry/device_profile.hpp"
@@ -120,7 +119,8 @@ class Replayer {
       try {
         execute(op);
       } catch (const std::bad_alloc&) {
-        record(op, make_error(ErrorCode::backend_error, "host memory exhausted while running this op"));
+        record(op, make_error(ErrorCode::out_of_memory, "the host's memory is exhausted: this op's host "
+                                                        "buffers could not be allocated"));
       } catch (const std::exception& e) {
         record(op, make_error(ErrorCode::backend_error, std::string("internal error: ") + e.what()));
       }
@@ -310,14 +310,7 @@ class Replayer {
     } else if (block.error().code == ErrorCode::out_of_memory) {
       // Larger than the arena's pinned budget: plain host memory, which the
       // engine copies before upload() returns (pageable, still verified).
-      try {
-        unpinned.resize(static_cast<std::size_t>(size));
-      } catch (const std::bad_alloc&) {
-        record(op, make_error(ErrorCode::out_of_memory, "upload of " + replay::quoted_id(trace_.ids[op.id]) +
-                                                            ": the host has no memory for its " +
-                                                            text::exact_bytes(size) + " source"));
-        return;
-      }
+      unpinned.resize(static_cast<std::size_t>(size));
       fill_pattern(op.seed, 0, unpinned);
       plan.add(std::span<const std::byte>(unpinned), b.handle);
     } else {
