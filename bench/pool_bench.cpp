@@ -4,6 +4,7 @@
 //
 //   build/release/bench/pool_bench --benchmark_format=json
 #include <benchmark/benchmark.h>
+#include <sys/resource.h>
 
 #include <string>
 #include <vector>
@@ -47,6 +48,32 @@ BENCHMARK(BM_AllocFreePair)
     ->Args({1 << 20, 4})
     ->Args({64 << 20, 1})    // mixed sizes, 256 B - 64 MiB
     ->Args({64 << 20, 4});
+
+// --- the soak (issue 15 item 17) ---------------------------------------------
+
+// A random trace of `ops` operations (synthetic::soak_trace) replayed once on
+// the sim in a 64 MiB pool: s_per_op should not grow with the trace (linear
+// time); max_rss_mib is the process's peak so far (getrusage).
+void BM_ReplaySoak(benchmark::State& state) {
+  const auto ops = static_cast<std::size_t>(state.range(0));
+  const std::string trace = synthetic::soak_trace(ops, 17);
+  ReplayOptions o;
+  o.capacity = 64 << 20;
+  bool passed = false;
+  for (auto _ : state) {
+    auto r = replay_trace_text(trace, "soak", o);
+    passed = r.ok() && r->passed() && r->ops == ops;
+  }
+  if (!passed) state.SkipWithError("the soak replay did not pass");
+  state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations() * ops));
+  state.counters["s_per_op"] = benchmark::Counter(double(state.iterations() * ops),
+                                                   benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  state.counters["max_rss_mib"] = double(usage.ru_maxrss) / 1024.0;
+}
+BENCHMARK(BM_ReplaySoak)->ArgName("ops")->Arg(100'000)->Arg(1'000'000)->Iterations(1)->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
 
 // --- the churn loop (issue 14) -----------------------------------------------
 

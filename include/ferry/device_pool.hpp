@@ -204,6 +204,9 @@ Result<Ticket> enqueue_compute(DevicePool& pool, StreamId stream,
                                Pattern pattern = Pattern::bytes);
 Result<Ticket> enqueue_copy_to_host(DevicePool& pool, StreamId stream, DeviceHandle src,
                                     std::span<std::byte> dst);
+// Bytes [offset, offset + dst.size()) of the block, which must lie inside it.
+Result<Ticket> enqueue_copy_to_host(DevicePool& pool, StreamId stream, DeviceHandle src,
+                                    std::uint64_t offset, std::span<std::byte> dst);
 
 // A multi-line table of the pool's memory, in the manner of PyTorch's
 // torch.cuda.memory_summary(): allocated, requested, reserved and active bytes

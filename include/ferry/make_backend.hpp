@@ -28,6 +28,7 @@ struct BackendSpec {
   SimFaults faults;        // sim; a backend that injects no faults refuses any
   int device = 0;          // cuda: the device ordinal
   bool race_check = false; // sim: report stream races (race.hpp); a backend that cannot refuses
+  std::uint64_t sim_model_bytes_limit = 0;  // sim: SimOptions::model_bytes_limit (0: none)
 };
 
 // The profile a sim spec models (custom_profile, else the named preset).

@@ -5,7 +5,6 @@
 // API throws; a Result is never "empty".
 #pragma once
 
-#include <cassert>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -35,9 +34,15 @@ struct Error {
   std::string message;
 };
 
-inline Error make_error(ErrorCode code, std::string message) {
+[[nodiscard]] inline Error make_error(ErrorCode code, std::string message) {
   return Error{code, std::move(message)};
 }
+
+namespace detail {
+// Reading the value of an error (or the error of a value) is the caller's bug:
+// prints what the Result held, the error's own code and message, and aborts.
+[[noreturn]] void result_misuse(const char* call, const Error* error) noexcept;
+}  // namespace detail
 
 template <class T>
 class [[nodiscard]] Result {
@@ -45,25 +50,35 @@ class [[nodiscard]] Result {
   Result(T value) : v_(std::in_place_index<0>, std::move(value)) {}  // NOLINT: implicit by design
   Result(Error error) : v_(std::in_place_index<1>, std::move(error)) {}  // NOLINT
 
-  bool ok() const noexcept { return v_.index() == 0; }
-  explicit operator bool() const noexcept { return ok(); }
+  [[nodiscard]] bool ok() const noexcept { return v_.index() == 0; }
+  [[nodiscard]] explicit operator bool() const noexcept { return ok(); }
 
-  // Precondition: ok(). Violations are our bugs, hence assert.
-  T& value() & { assert(ok()); return std::get<0>(v_); }
-  const T& value() const& { assert(ok()); return std::get<0>(v_); }
-  T&& value() && { assert(ok()); return std::get<0>(std::move(v_)); }
-  T& operator*() & { return value(); }
-  const T& operator*() const& { return value(); }
-  T* operator->() { return &value(); }
-  const T* operator->() const { return &value(); }
+  // Precondition: ok(). On an error: terminates in every build type, printing the
+  // error's code and message (detail::result_misuse), never std::bad_variant_access.
+  [[nodiscard]] T& value() & { return *checked_value(); }
+  [[nodiscard]] const T& value() const& { return *checked_value(); }
+  [[nodiscard]] T&& value() && { return std::move(*checked_value()); }
+  [[nodiscard]] T& operator*() & { return value(); }
+  [[nodiscard]] const T& operator*() const& { return value(); }
+  [[nodiscard]] T* operator->() { return &value(); }
+  [[nodiscard]] const T* operator->() const { return &value(); }
 
-  // Precondition: !ok().
-  const Error& error() const& { assert(!ok()); return std::get<1>(v_); }
-  Error&& error() && { assert(!ok()); return std::get<1>(std::move(v_)); }
+  // Precondition: !ok(). On a value: terminates, saying so.
+  [[nodiscard]] const Error& error() const& { return *checked_error(); }
+  [[nodiscard]] Error&& error() && { return std::move(*checked_error()); }
 
-  T value_or(T fallback) const& { return ok() ? std::get<0>(v_) : std::move(fallback); }
+  [[nodiscard]] T value_or(T fallback) const& { return ok() ? std::get<0>(v_) : std::move(fallback); }
 
  private:
+  T* checked_value() const {
+    if (!ok()) detail::result_misuse("value()", std::get_if<1>(&v_));
+    return const_cast<T*>(std::get_if<0>(&v_));
+  }
+  Error* checked_error() const {
+    if (ok()) detail::result_misuse("error()", nullptr);
+    return const_cast<Error*>(std::get_if<1>(&v_));
+  }
+
   std::variant<T, Error> v_;
 };
 
@@ -73,10 +88,17 @@ class [[nodiscard]] Result<void> {
   Result() = default;
   Result(Error error) : error_(std::move(error)), ok_(false) {}  // NOLINT
 
-  bool ok() const noexcept { return ok_; }
-  explicit operator bool() const noexcept { return ok_; }
-  const Error& error() const& { assert(!ok_); return error_; }
-  Error&& error() && { assert(!ok_); return std::move(error_); }
+  [[nodiscard]] bool ok() const noexcept { return ok_; }
+  [[nodiscard]] explicit operator bool() const noexcept { return ok_; }
+  // Precondition: !ok(). On success: terminates, saying so.
+  [[nodiscard]] const Error& error() const& {
+    if (ok_) detail::result_misuse("error()", nullptr);
+    return error_;
+  }
+  [[nodiscard]] Error&& error() && {
+    if (ok_) detail::result_misuse("error()", nullptr);
+    return std::move(error_);
+  }
 
  private:
   Error error_{ErrorCode::backend_error, {}};

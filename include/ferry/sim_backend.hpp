@@ -28,6 +28,11 @@ struct SimOptions {
   // the streams and the host, a shadow of the last accesses to every byte range.
   bool race_check = false;
   std::size_t races_kept = 64;  // races kept in full; all are counted
+  // Host bytes the model may hold for device bytes written as bytes (uploads,
+  // user kernels, partial writes; fills and computes are kept as their pattern).
+  // 0: as many as the host gives. Past it, or when the host refuses, the op that
+  // needed them fails with out_of_memory as its stream's fault; bytes unchanged.
+  std::uint64_t model_bytes_limit = 0;
 };
 
 // Sim-only controls beyond the Backend interface.

@@ -51,6 +51,7 @@ Result<std::unique_ptr<Backend>> make_backend(const BackendSpec& spec) {
     case BackendKind::sim: {
       SimOptions options{*spec_profile(spec), spec.seed, spec.faults};
       options.race_check = spec.race_check;
+      options.model_bytes_limit = spec.sim_model_bytes_limit;
       std::unique_ptr<Backend> sim = make_sim_backend(options);
       return sim;
     }

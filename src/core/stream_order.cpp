@@ -58,9 +58,10 @@ Ticket StreamOrder::completed(StreamId stream) {
   if (stream >= kMaxStreams) return 0;
   const Ticket polled = backend_.completed(stream);
   // Completion is monotone; a stale cached value is only ever too low.
-  Ticket cached = completed_[stream].load(std::memory_order_relaxed);
+  Ticket cached = completed_[stream].load(std::memory_order_acquire);
   while (polled > cached &&
-         !completed_[stream].compare_exchange_weak(cached, polled, std::memory_order_relaxed)) {
+         !completed_[stream].compare_exchange_weak(cached, polled, std::memory_order_acq_rel,
+                                                   std::memory_order_acquire)) {
   }
   return std::max(polled, cached);
 }
@@ -68,7 +69,8 @@ Ticket StreamOrder::completed(StreamId stream) {
 bool StreamOrder::is_complete(StreamPoint point) {
   if (point.ticket == 0) return true;
   if (point.stream >= kMaxStreams) return false;
-  if (completed_[point.stream].load(std::memory_order_relaxed) >= point.ticket) return true;
+  // Acquire pairs with completed()'s release: a cached ticket carries what its ops wrote (hashes, downloads).
+  if (completed_[point.stream].load(std::memory_order_acquire) >= point.ticket) return true;
   return completed(point.stream) >= point.ticket;
 }
 

@@ -1087,4 +1087,21 @@ Result<Ticket> enqueue_copy_to_host(DevicePool& pool, StreamId stream, DeviceHan
   });
 }
 
+Result<Ticket> enqueue_copy_to_host(DevicePool& pool, StreamId stream, DeviceHandle src,
+                                    std::uint64_t offset, std::span<std::byte> dst) {
+  FERRY_TRY(pool.make_ready(src, stream));
+  return pool.order().submit(stream, [&](Ticket t) -> Result<Op> {
+    Result<DeviceSpan> r = pool.resolve(src);
+    if (!r.ok()) return std::move(r).error();
+    if (offset > r->bytes || dst.size() > r->bytes - offset) {
+      return make_error(ErrorCode::invalid_argument,
+                        "copy to host: bytes [" + std::to_string(offset) + ", +" + std::to_string(dst.size()) +
+                            ") lie outside the block of " + std::to_string(r->bytes) + " B");
+    }
+    Result<DeviceSpan> s = pool.lease(src, {stream, t});
+    if (!s.ok()) return std::move(s).error();
+    return Op{CopyToHostOp{dst.data(), {s->addr + offset, dst.size()}}};
+  });
+}
+
 }  // namespace ferry

@@ -35,17 +35,19 @@ std::uint64_t ExpectedBytes::hash() {
   return *hash_;
 }
 
-std::optional<std::uint64_t> ExpectedBytes::first_mismatch(std::span<const std::byte> actual) const {
+std::optional<std::uint64_t> ExpectedBytes::first_mismatch(std::span<const std::byte> actual,
+                                                           std::uint64_t offset) const {
   constexpr std::uint64_t kPiece = 64 * 1024;
-  std::vector<std::byte> piece(static_cast<std::size_t>(std::min(bytes_, kPiece)));
-  for (std::uint64_t off = 0; off < bytes_; off += kPiece) {
-    const std::uint64_t n = std::min(kPiece, bytes_ - off);
+  const std::uint64_t total = actual.size();
+  std::vector<std::byte> piece(static_cast<std::size_t>(std::min(total, kPiece)));
+  for (std::uint64_t off = 0; off < total; off += kPiece) {
+    const std::uint64_t n = std::min(kPiece, total - off);
     std::span<std::byte> want(piece.data(), static_cast<std::size_t>(n));
-    fill_pattern(*seed_, off, want);
+    fill_pattern(*seed_, offset + off, want);
     const std::byte* got = actual.data() + off;
     if (std::memcmp(got, want.data(), want.size()) != 0) {
       for (std::uint64_t i = 0; i < n; ++i) {
-        if (got[i] != want[i]) return off + i;
+        if (got[i] != want[i]) return offset + off + i;
       }
     }
   }

@@ -31,9 +31,10 @@ class ExpectedBytes {
   // definitions in content.hpp. Precondition: known().
   std::uint64_t hash();
 
-  // Offset of the first byte of `actual` that differs from the expectation, or
-  // nullopt when all match. Precondition: known(), actual.size() == size().
-  std::optional<std::uint64_t> first_mismatch(std::span<const std::byte> actual) const;
+  // Offset (in the buffer) of the first byte of `actual`, bytes [offset, offset +
+  // actual.size()) of the buffer, that differs from the expectation, or nullopt
+  // when all match. Precondition: known(), the range lies inside size().
+  std::optional<std::uint64_t> first_mismatch(std::span<const std::byte> actual, std::uint64_t offset = 0) const;
 
  private:
   ExpectedBytes(std::uint64_t bytes, std::optional<std::uint64_t> seed) noexcept

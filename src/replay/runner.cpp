@@ -37,6 +37,9 @@ using replay::OpKind;
 using replay::Trace;
 using replay::TraceOp;
 
+// A check copies a buffer back in pieces of at most this many bytes.
+constexpr std::uint64_t kCheckPiece = std::uint64_t{64} << 20;
+
 // What the replay knows about one id.
 struct Buffer {
   DeviceHandle handle;         // kept after free, so later uses meet stale_handle
@@ -122,7 +125,8 @@ class Replayer {
       try {
         execute(op);
       } catch (const std::bad_alloc&) {
-        record(op, make_error(ErrorCode::backend_error, "host memory exhausted while running this op"));
+        record(op, make_error(ErrorCode::out_of_memory, "the host's memory is exhausted: this op's host "
+                                                        "buffers could not be allocated"));
       } catch (const std::exception& e) {
         record(op, make_error(ErrorCode::backend_error, std::string("internal error: ") + e.what()));
       }
@@ -432,18 +436,25 @@ class Replayer {
       return expect_success(op);
     }
     // Copy on the stream that wrote last: the FIFO orders the copy after it.
+    // In pieces, so a check of gigabytes needs little host memory.
     const StreamId stream = b.last_write ? b.last_write->stream : 0;
-    std::vector<std::byte> host(static_cast<std::size_t>(b.expected.size()));
-    Result<Ticket> t = enqueue_copy_to_host(*pool_, stream, b.handle, host);
-    if (!outcome(op, t)) return;
-    b.reads.add({stream, *t});
-    if (!outcome(op, order_.wait(StreamPoint{stream, *t}))) return;
+    const std::uint64_t size = b.expected.size();
+    std::vector<std::byte> host(static_cast<std::size_t>(std::min(size, kCheckPiece)));
+    std::optional<std::uint64_t> at;
+    for (std::uint64_t off = 0; off < size && !at; off += kCheckPiece) {
+      const std::span<std::byte> piece(host.data(), static_cast<std::size_t>(std::min(kCheckPiece, size - off)));
+      Result<Ticket> t = enqueue_copy_to_host(*pool_, stream, b.handle, off, piece);
+      if (!outcome(op, t)) return;
+      b.reads.add({stream, *t});
+      if (!outcome(op, order_.wait(StreamPoint{stream, *t}))) return;
+      at = b.expected.first_mismatch(piece, off);
+    }
     ++report_.checks;
-    if (const auto at = b.expected.first_mismatch(host)) {
+    if (at) {
       ++report_.corrupt;
       add_problem(op.line, op, "corrupt",
                   "check of " + replay::quoted_id(trace_.ids[op.id]) + ": byte " + std::to_string(*at) + " of " +
-                      std::to_string(host.size()) + " differs from the reference");
+                      std::to_string(size) + " differs from the reference");
       return;
     }
     expect_success(op);

@@ -133,6 +133,55 @@ inline std::string mixed_trace(std::uint64_t seed, std::size_t allocs = 1200,
   return t.str();
 }
 
+// The soak (issue 15 item 17): exactly `ops` random operations — alloc, free,
+// fill, upload, compute, check, sync, trim — on three streams, over at most 48
+// ids live at once (an id is allocated again after its free), 256 B - 64 KiB
+// each, so the replay's own state stays bounded however long the trace.
+inline std::string soak_trace(std::size_t ops, std::uint64_t seed) {
+  constexpr int kIds = 48;
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> log_size(8.0, 16.0);
+  std::ostringstream t;
+  bool live[kIds] = {};
+  const auto id = [](int k) { return "\"b" + std::to_string(k) + "\""; };
+  const auto stream = [&] { return std::to_string(rng() % 3); };
+  for (std::size_t line = 0; line < ops; ++line) {
+    const int k = static_cast<int>(rng() % kIds);
+    const unsigned r = static_cast<unsigned>(rng() % 100);
+    if (!live[k]) {
+      const auto bytes = static_cast<std::uint64_t>(std::exp2(log_size(rng)));
+      t << R"({"op":"alloc","id":)" << id(k) << R"(,"bytes":)" << bytes << R"(,"stream":)" << stream() << "}\n";
+      live[k] = true;
+    } else if (r < 20) {
+      t << R"({"op":"free","id":)" << id(k) << "}\n";
+      live[k] = false;
+    } else if (r < 45) {
+      t << R"({"op":"fill","id":)" << id(k) << R"(,"stream":)" << stream() << R"(,"seed":)" << line << "}\n";
+    } else if (r < 55) {
+      t << R"({"op":"upload","id":)" << id(k) << R"(,"stream":)" << stream() << R"(,"seed":)" << line << "}\n";
+    } else if (r < 72) {
+      const int in = static_cast<int>(rng() % kIds);
+      if (!live[in] || in == k) {
+        t << R"({"op":"fill","id":)" << id(k) << R"(,"stream":)" << stream() << R"(,"seed":)" << line << "}\n";
+      } else {
+        t << R"({"op":"compute","inputs":[)" << id(in) << R"(],"output":)" << id(k) << R"(,"stream":)"
+          << stream() << "}\n";
+      }
+    } else if (r < 88) {
+      t << R"({"op":"check","id":)" << id(k) << "}\n";
+    } else if (r < 96) {
+      if (rng() % 2 == 0) {
+        t << R"({"op":"sync"})" << "\n";
+      } else {
+        t << R"({"op":"sync","stream":)" << stream() << "}\n";
+      }
+    } else {
+      t << R"({"op":"trim"})" << "\n";
+    }
+  }
+  return t.str();
+}
+
 // The outcome of min_capacity(): min capacity ratio = min_capacity / peak_live.
 struct MinCapacity {
   std::uint64_t peak_live = 0;     // peak requested live bytes, replayed at full capacity

@@ -1,5 +1,7 @@
 #include "sim/device_memory.hpp"
 
+#include <sys/mman.h>
+
 #include <algorithm>
 #include <array>
 #include <cstring>
@@ -12,8 +14,10 @@
 namespace ferry::sim {
 namespace {
 
-// Zeros to hash for granules that were mapped but never written.
+// Zeros to hash for granules that were mapped but never written; a symbol's
+// bytes are generated for a hash in pieces of the same size.
 constexpr std::size_t kZeroBlock = 64 * 1024;
+constexpr std::size_t kScratch = kZeroBlock;
 const std::array<std::byte, kZeroBlock> kZeros{};
 
 // Precondition: bytes + granularity does not overflow (callers bound bytes first).
@@ -23,8 +27,24 @@ std::uint64_t round_up(std::uint64_t bytes, std::uint64_t granularity) {
 
 }  // namespace
 
-DeviceMemory::DeviceMemory(std::uint64_t capacity, std::uint64_t granularity)
-    : capacity_(capacity), granularity_(granularity) {}
+DeviceMemory::DeviceMemory(std::uint64_t capacity, std::uint64_t granularity, std::uint64_t storage_limit)
+    : capacity_(capacity),
+      granularity_(granularity),
+      storage_limit_(storage_limit == 0 ? UINT64_MAX : storage_limit),
+      scratch_(std::make_unique<std::byte[]>(kScratch)) {}
+
+DeviceMemory::Storage& DeviceMemory::Storage::operator=(Storage&& other) noexcept {
+  if (this != &other) {
+    if (bytes_ != nullptr) ::munmap(bytes_, size_);
+    bytes_ = std::exchange(other.bytes_, nullptr);
+    size_ = std::exchange(other.size_, 0);
+  }
+  return *this;
+}
+
+DeviceMemory::Storage::~Storage() {
+  if (bytes_ != nullptr) ::munmap(bytes_, size_);
+}
 
 Result<std::uint64_t> DeviceMemory::reserve(std::uint64_t bytes) {
   if (bytes == 0) {
@@ -111,7 +131,7 @@ Result<void> DeviceMemory::map(std::uint64_t addr, std::uint64_t bytes) {
                           text::exact_bytes(mapped_bytes_) + " of the device's " +
                           text::exact_bytes(capacity_) + " are already mapped");
   }
-  for (std::uint64_t g = first; g < first + count; ++g) granules_.emplace(g, nullptr);
+  for (std::uint64_t g = first; g < first + count; ++g) granules_.emplace(g, Granule{});
   (*checked)->second.mapped_granules += count;
   mapped_bytes_ += bytes;
   return {};
@@ -129,7 +149,11 @@ Result<void> DeviceMemory::unmap(std::uint64_t addr, std::uint64_t bytes) {
                             text::hex(g * granularity_) + " is not mapped");
     }
   }
-  for (std::uint64_t g = first; g < first + count; ++g) granules_.erase(g);
+  for (std::uint64_t g = first; g < first + count; ++g) {
+    const auto it = granules_.find(g);
+    drop_storage(it->second);
+    granules_.erase(it);
+  }
   (*checked)->second.mapped_granules -= count;
   mapped_bytes_ -= bytes;
   return {};
@@ -148,65 +172,159 @@ std::optional<std::uint64_t> DeviceMemory::first_unmapped(std::uint64_t addr,
   return std::nullopt;
 }
 
-std::byte* DeviceMemory::writable(std::uint64_t granule_index) {
-  Granule& g = granules_.at(granule_index);
-  if (!g) g = std::make_unique<std::byte[]>(granularity_);  // value-initialized: zeros
-  return g.get();
+void DeviceMemory::drop_storage(Granule& granule) noexcept {
+  if (!granule.storage) return;
+  granule.storage = Storage{};
+  stored_bytes_ -= granularity_;
+}
+
+void DeviceMemory::generate(const Granule& granule, std::uint64_t off, std::span<std::byte> out) const {
+  if (granule.storage) {
+    std::memcpy(out.data(), granule.storage.get() + off, out.size());
+  } else if (granule.symbol) {
+    fill_with(granule.symbol->pattern, granule.symbol->seed, granule.symbol->origin + off, out);
+  } else {
+    std::memset(out.data(), 0, out.size());
+  }
+}
+
+Result<void> DeviceMemory::store(const std::vector<std::uint64_t>& gs) {
+  std::vector<std::pair<std::uint64_t, std::optional<Symbol>>> stored;  // what to undo on failure
+  const auto refused = [&](const std::string& why) {
+    Error e = make_error(ErrorCode::out_of_memory,
+                         "host memory for the simulated device's bytes is exhausted: " + why + " (" +
+                             text::exact_bytes(stored_bytes_) + " held for written granules; fills are "
+                             "kept as patterns and cost none)");
+    for (auto& [g, symbol] : stored) {
+      Granule& granule = granules_.at(g);
+      drop_storage(granule);
+      granule.symbol = symbol;
+    }
+    return e;
+  };
+  for (const std::uint64_t g : gs) {
+    Granule& granule = granules_.at(g);
+    if (granule.storage) continue;
+    if (granularity_ > storage_limit_ - stored_bytes_) {
+      return refused("one more granule of " + text::exact_bytes(granularity_) +
+                     " would pass the model's limit of " + text::exact_bytes(storage_limit_));
+    }
+    // mmap rather than operator new: a refused request comes back as a value,
+    // whereas a sanitizer's allocator aborts the process on a failed new.
+    void* p = ::mmap(nullptr, granularity_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return refused("the host refused " + text::exact_bytes(granularity_) + " more");
+    Storage storage(static_cast<std::byte*>(p), granularity_);
+    if (granule.symbol) generate(granule, 0, std::span<std::byte>(storage.get(), granularity_));
+    stored.emplace_back(g, granule.symbol);
+    granule.symbol.reset();  // zeros need no copy: a fresh mapping is zeros
+    granule.storage = std::move(storage);
+    stored_bytes_ += granularity_;
+  }
+  return {};
+}
+
+Result<void> DeviceMemory::store_touched(std::uint64_t addr, std::uint64_t bytes, bool whole) {
+  std::vector<std::uint64_t> gs;
+  for_each_piece(addr, bytes, [&](std::uint64_t g, std::uint64_t, std::uint64_t len, std::uint64_t) {
+    if (whole || len < granularity_) gs.push_back(g);
+  });
+  return store(gs);
 }
 
 void DeviceMemory::read(std::uint64_t addr, std::span<std::byte> out) const {
   for_each_piece(addr, out.size(), [&](std::uint64_t g, std::uint64_t off, std::uint64_t len,
                                        std::uint64_t pos) {
-    const Granule& granule = granules_.at(g);
-    if (granule) {
-      std::memcpy(out.data() + pos, granule.get() + off, len);
-    } else {
-      std::memset(out.data() + pos, 0, len);
-    }
+    generate(granules_.at(g), off, out.subspan(pos, len));
   });
 }
 
-void DeviceMemory::write(std::uint64_t addr, std::span<const std::byte> in) {
+Result<void> DeviceMemory::write(std::uint64_t addr, std::span<const std::byte> in) {
+  FERRY_TRY(prepare_write(addr, in.size()));
   for_each_piece(addr, in.size(), [&](std::uint64_t g, std::uint64_t off, std::uint64_t len,
                                       std::uint64_t pos) {
-    std::memcpy(writable(g) + off, in.data() + pos, len);
+    std::memcpy(granules_.at(g).storage.get() + off, in.data() + pos, len);
   });
+  return {};
 }
 
-void DeviceMemory::fill(std::uint64_t addr, std::uint64_t bytes, std::uint64_t seed, Pattern pattern) {
+Result<void> DeviceMemory::fill(std::uint64_t addr, std::uint64_t bytes, std::uint64_t seed, Pattern pattern) {
+  FERRY_TRY(prepare_fill(addr, bytes));
   for_each_piece(addr, bytes, [&](std::uint64_t g, std::uint64_t off, std::uint64_t len,
                                   std::uint64_t pos) {
-    fill_with(pattern, seed, pos, std::span<std::byte>(writable(g) + off, len));
+    Granule& granule = granules_.at(g);
+    if (len == granularity_) {
+      drop_storage(granule);
+      granule.symbol = Symbol{seed, pos, pattern};
+    } else {
+      fill_with(pattern, seed, pos, std::span<std::byte>(granule.storage.get() + off, len));
+    }
   });
+  return {};
 }
 
-void DeviceMemory::copy(std::uint64_t dst, std::uint64_t src, std::uint64_t bytes) {
-  if (bytes == 0 || dst == src) return;
-  // Chunks go through a bounce buffer; copying back to front when dst is above
-  // src keeps an overlapping source from being overwritten before it is read.
-  const std::uint64_t chunk = std::min(bytes, granularity_);
-  std::vector<std::byte> bounce(chunk);
-  const std::uint64_t chunks = (bytes + chunk - 1) / chunk;
-  for (std::uint64_t i = 0; i < chunks; ++i) {
-    const std::uint64_t k = dst > src ? chunks - 1 - i : i;
-    const std::uint64_t off = k * chunk;
-    const std::uint64_t len = std::min(chunk, bytes - off);
-    read(src + off, std::span<std::byte>(bounce.data(), len));
-    write(dst + off, std::span<const std::byte>(bounce.data(), len));
+Result<void> DeviceMemory::prepare_copy(std::uint64_t dst, std::uint64_t src, std::uint64_t bytes) {
+  if (bytes == 0 || dst == src) return {};
+  // A dst granule covered whole from a whole src granule that is not stored takes
+  // over its state (zeros, or the symbol): nothing to store. Everything else of dst
+  // is stored first. When the two ranges share a granule, storing dst could store
+  // a src granule meant to be taken over: then all of dst is stored.
+  const std::uint64_t g = granularity_;
+  const bool share = dst / g <= (src + bytes - 1) / g && src / g <= (dst + bytes - 1) / g;
+  const auto taken_over = [&](std::uint64_t piece_len, std::uint64_t src_addr) {
+    return piece_len == g && src_addr % g == 0 && !granules_.at(src_addr / g).storage;
+  };
+  std::vector<std::uint64_t> gs;
+  for_each_piece(dst, bytes, [&](std::uint64_t dg, std::uint64_t, std::uint64_t len, std::uint64_t pos) {
+    if (share || !taken_over(len, src + pos)) gs.push_back(dg);
+  });
+  return store(gs);
+}
+
+Result<void> DeviceMemory::copy(std::uint64_t dst, std::uint64_t src, std::uint64_t bytes) {
+  if (bytes == 0 || dst == src) return {};
+  FERRY_TRY(prepare_copy(dst, src, bytes));
+  const std::uint64_t g = granularity_;
+  // Pieces go back to front when dst is above src, so an overlapping source is
+  // read before it is overwritten.
+  std::vector<std::array<std::uint64_t, 3>> pieces;  // dst granule, offset in it, offset in range
+  pieces.reserve(static_cast<std::size_t>(bytes / g + 2));
+  for_each_piece(dst, bytes, [&](std::uint64_t dg, std::uint64_t off, std::uint64_t, std::uint64_t pos) {
+    pieces.push_back({dg, off, pos});
+  });
+  if (dst > src) std::reverse(pieces.begin(), pieces.end());
+  std::vector<std::byte> bounce;
+  for (const auto& [dg, off, pos] : pieces) {
+    const std::uint64_t len = std::min(g - off, bytes - pos);
+    Granule& to = granules_.at(dg);
+    if (!to.storage) {  // taken over: stored above otherwise
+      const Granule& from = granules_.at((src + pos) / g);
+      to.symbol = from.symbol;
+      continue;
+    }
+    bounce.resize(static_cast<std::size_t>(len));
+    read(src + pos, bounce);
+    std::memcpy(to.storage.get() + off, bounce.data(), len);
   }
+  return {};
 }
 
 void DeviceMemory::hash(std::uint64_t addr, std::uint64_t bytes, ContentHasher& hasher) const {
   for_each_piece(addr, bytes, [&](std::uint64_t g, std::uint64_t off, std::uint64_t len,
                                   std::uint64_t) {
     const Granule& granule = granules_.at(g);
-    if (granule) {
-      hasher.update(std::span<const std::byte>(granule.get() + off, len));
+    if (granule.storage) {
+      hasher.update(std::span<const std::byte>(granule.storage.get() + off, len));
       return;
     }
     for (std::uint64_t done = 0; done < len;) {
       const std::uint64_t take = std::min<std::uint64_t>(kZeroBlock, len - done);
-      hasher.update(std::span<const std::byte>(kZeros.data(), take));
+      if (granule.symbol) {
+        const std::span<std::byte> piece(scratch_.get(), take);
+        generate(granule, off + done, piece);
+        hasher.update(piece);
+      } else {
+        hasher.update(std::span<const std::byte>(kZeros.data(), take));
+      }
       done += take;
     }
   });
@@ -215,6 +333,12 @@ void DeviceMemory::hash(std::uint64_t addr, std::uint64_t bytes, ContentHasher& 
 bool DeviceMemory::validate() const {
   if (granularity_ == 0 || (granularity_ & (granularity_ - 1)) != 0) return false;
   if (mapped_bytes_ != granules_.size() * granularity_ || mapped_bytes_ > capacity_) return false;
+  std::uint64_t stored = 0;
+  for (const auto& [g, granule] : granules_) {
+    if (granule.storage && granule.symbol) return false;
+    if (granule.storage) stored += granularity_;
+  }
+  if (stored != stored_bytes_ || stored_bytes_ > storage_limit_) return false;
   std::uint64_t counted = 0;
   std::uint64_t previous_end = kFirstAddress;
   bool first = true;
@@ -227,7 +351,7 @@ bool DeviceMemory::validate() const {
     counted += r.mapped_granules;
   }
   if (counted != granules_.size()) return false;
-  for (const auto& [g, storage] : granules_) {
+  for (const auto& [g, granule] : granules_) {
     const auto it = reservations_.upper_bound(g * granularity_);
     if (it == reservations_.begin()) return false;
     const auto& [base, r] = *std::prev(it);

@@ -1,5 +1,19 @@
 // The sim backend's device memory: a virtual address space of reservations and
-// the physical granules mapped into it, with real bytes behind them.
+// the physical granules mapped into it, with their bytes — sparse and lazy, so a
+// 141 GB device fits a small host:
+//
+//   * a granule never written is zeros and has no storage;
+//   * a granule a fill (or a compute, which writes a pattern) covered whole is
+//     kept symbolic, as the pattern's seed and the offset into it: its bytes are
+//     a function of the two, generated whenever they are read or hashed;
+//   * only a granule written by bytes (an upload, a user kernel, a copy from a
+//     stored granule) or partly overwritten is stored, in a page of its own
+//     (mmap, so a refusal comes back as a value, never as an abort).
+//
+// Storing a granule is the one step that can fail: out_of_memory when the host
+// refuses the page or the model's own limit is reached. Every write first
+// stores what it needs (which changes no byte), then writes, so a failed write
+// leaves every byte as it was.
 //
 // Not thread-safe: SimGpu serializes every call.
 #pragma once
@@ -12,6 +26,8 @@
 #include <optional>
 #include <span>
 #include <unordered_map>
+#include <utility>
+#include <vector>
 
 #include "ferry/content.hpp"
 #include "ferry/result.hpp"
@@ -20,13 +36,19 @@ namespace ferry::sim {
 
 // Invariants (validate()):
 //   mapped_bytes_ == granules_.size() * granularity_ <= capacity_
+//   stored_bytes_ == (granules with storage) * granularity_ <= storage_limit_
+//   no granule has both storage and a symbol
 //   sum over reservations of mapped_granules == granules_.size()
 //   every mapped granule lies inside exactly one reservation
 //   reservations are granule-aligned, disjoint, above kFirstAddress and below
 //   next_base_, with at least one unreserved granule between neighbours
 class DeviceMemory {
  public:
-  DeviceMemory(std::uint64_t capacity, std::uint64_t granularity);
+  // storage_limit: the host bytes the model may store for granules (0: as many
+  // as the host gives).
+  DeviceMemory(std::uint64_t capacity, std::uint64_t granularity, std::uint64_t storage_limit = 0);
+  DeviceMemory(const DeviceMemory&) = delete;
+  DeviceMemory& operator=(const DeviceMemory&) = delete;
 
   // Errors: invalid_argument (0 bytes), out_of_memory (virtual space exhausted).
   // Addresses are never reused, so a stale address can never reach new memory.
@@ -40,6 +62,8 @@ class DeviceMemory {
   Result<void> unmap(std::uint64_t addr, std::uint64_t bytes);
 
   std::uint64_t mapped_bytes() const noexcept { return mapped_bytes_; }
+  // Host bytes held for the granules' bytes (stored granules only).
+  std::uint64_t stored_bytes() const noexcept { return stored_bytes_; }
   std::uint64_t granularity() const noexcept { return granularity_; }
 
   // The first address of [addr, addr + bytes) with no granule behind it, or
@@ -47,11 +71,20 @@ class DeviceMemory {
   std::optional<std::uint64_t> first_unmapped(std::uint64_t addr, std::uint64_t bytes) const;
 
   // Byte access. Precondition: the range is mapped (first_unmapped is nullopt).
+  // Errors of the writes: out_of_memory (host memory for the model exhausted, or
+  // its limit reached; said plainly); every byte then holds what it held before.
   void read(std::uint64_t addr, std::span<std::byte> out) const;
-  void write(std::uint64_t addr, std::span<const std::byte> in);
-  void fill(std::uint64_t addr, std::uint64_t bytes, std::uint64_t seed, Pattern pattern);
-  void copy(std::uint64_t dst, std::uint64_t src, std::uint64_t bytes);  // overlap-safe
+  Result<void> write(std::uint64_t addr, std::span<const std::byte> in);
+  Result<void> fill(std::uint64_t addr, std::uint64_t bytes, std::uint64_t seed, Pattern pattern);
+  Result<void> copy(std::uint64_t dst, std::uint64_t src, std::uint64_t bytes);  // overlap-safe
   void hash(std::uint64_t addr, std::uint64_t bytes, ContentHasher& hasher) const;
+  // What write / fill / copy of the same arguments store before they write,
+  // stored now: the backend's admit() calls them, so an op the model cannot
+  // hold is refused at enqueue rather than failing at completion. Changes no
+  // byte. Errors: out_of_memory, as above.
+  Result<void> prepare_write(std::uint64_t addr, std::uint64_t bytes) { return store_touched(addr, bytes, true); }
+  Result<void> prepare_fill(std::uint64_t addr, std::uint64_t bytes) { return store_touched(addr, bytes, false); }
+  Result<void> prepare_copy(std::uint64_t dst, std::uint64_t src, std::uint64_t bytes);
 
   bool validate() const;
 
@@ -60,9 +93,33 @@ class DeviceMemory {
     std::uint64_t bytes = 0;
     std::uint64_t mapped_granules = 0;
   };
-  // A mapped granule whose bytes are still all zero has no storage yet, so
-  // mapping the whole capacity of a large profile costs nothing until written.
-  using Granule = std::unique_ptr<std::byte[]>;
+  // One granule's page of host memory, from mmap; empty when there is none.
+  class Storage {
+   public:
+    Storage() = default;
+    Storage(std::byte* bytes, std::uint64_t size) noexcept : bytes_(bytes), size_(size) {}
+    Storage(Storage&& other) noexcept
+        : bytes_(std::exchange(other.bytes_, nullptr)), size_(std::exchange(other.size_, 0)) {}
+    Storage& operator=(Storage&& other) noexcept;
+    ~Storage();
+    std::byte* get() const noexcept { return bytes_; }
+    explicit operator bool() const noexcept { return bytes_ != nullptr; }
+
+   private:
+    std::byte* bytes_ = nullptr;
+    std::uint64_t size_ = 0;
+  };
+  // Byte i of a symbolic granule is byte origin + i of fill_with(pattern, seed).
+  struct Symbol {
+    std::uint64_t seed = 0;
+    std::uint64_t origin = 0;
+    Pattern pattern = Pattern::bytes;
+  };
+  // Zeros (neither), symbolic (symbol), or stored (storage): never both.
+  struct Granule {
+    Storage storage;
+    std::optional<Symbol> symbol;
+  };
 
   // Address 0 and the low 4 GiB stay unreserved: small forged addresses fault.
   static constexpr std::uint64_t kFirstAddress = std::uint64_t{1} << 32;
@@ -73,7 +130,15 @@ class DeviceMemory {
                                                                   std::uint64_t bytes);
   Result<std::map<std::uint64_t, Reservation>::iterator> check_granule_range(
       const char* what, std::uint64_t addr, std::uint64_t bytes);
-  std::byte* writable(std::uint64_t granule_index);
+  // Makes each granule of `gs` stored, keeping its bytes (a symbol's generated,
+  // or zeros). Errors: out_of_memory; then each is as it was, storage included.
+  Result<void> store(const std::vector<std::uint64_t>& gs);
+  // store() of every granule that [addr, addr + bytes) touches only in part, or
+  // of every one it touches with `whole` set.
+  Result<void> store_touched(std::uint64_t addr, std::uint64_t bytes, bool whole);
+  void drop_storage(Granule& granule) noexcept;
+  // Bytes [off, off + out.size()) of one granule, whatever its state.
+  void generate(const Granule& granule, std::uint64_t off, std::span<std::byte> out) const;
 
   // Calls fn(granule_index, offset_in_granule, length, offset_in_range) for each
   // granule-bounded piece of [addr, addr + bytes), in address order.
@@ -91,8 +156,11 @@ class DeviceMemory {
 
   std::uint64_t capacity_;
   std::uint64_t granularity_;
+  std::uint64_t storage_limit_;
   std::uint64_t next_base_ = kFirstAddress;
   std::uint64_t mapped_bytes_ = 0;
+  std::uint64_t stored_bytes_ = 0;
+  std::unique_ptr<std::byte[]> scratch_;  // kScratch bytes: a symbol's bytes on their way to a hash
   std::map<std::uint64_t, Reservation> reservations_;     // by base address
   std::unordered_map<std::uint64_t, Granule> granules_;  // by address / granularity
 };

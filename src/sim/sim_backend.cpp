@@ -68,7 +68,7 @@ DeviceProfile usable_profile(const DeviceProfile& given) {
 SimGpu::SimGpu(const SimOptions& options)
     : profile_(usable_profile(options.profile)),
       faults_(options.seed, options.faults),
-      memory_(profile_.capacity, profile_.granularity),
+      memory_(profile_.capacity, profile_.granularity, options.model_bytes_limit),
       streams_(kMaxStreams),
       compute_(1),
       copy_(profile_.copy_engines),
@@ -150,9 +150,37 @@ Result<void> SimGpu::admit(StreamId stream, const Op& op) {
   if (const auto* w = std::get_if<NativeWaitOp>(&op); w != nullptr && !events_.contains(w->event)) {
     unmapped = "event " + hex(w->event) + " is not one export_event made (the sim has no other native events)";
   }
-  if (!unmapped) return {};
+  if (!unmapped) {
+    Result<void> held = prepare_storage(op);
+    if (held.ok()) return held;
+    Error e = std::move(held).error();
+    e.message = "enqueue(" + std::string(op_name(op)) + ") on stream " + std::to_string(stream) + ": " + e.message;
+    return e;
+  }
   return make_error(ErrorCode::invalid_argument, "enqueue(" + std::string(op_name(op)) + ") on stream " +
                                                      std::to_string(stream) + ": " + *unmapped);
+}
+
+Result<void> SimGpu::prepare_storage(const Op& op) {
+  return std::visit(
+      Overloaded{
+          [&](const FillOp& f) { return memory_.prepare_fill(f.dst.addr, f.dst.bytes); },
+          [&](const ComputeOp& c) { return memory_.prepare_fill(c.output.addr, c.output.bytes); },
+          [&](const CopyToDeviceOp& c) { return memory_.prepare_write(c.dst.addr, c.dst.bytes); },
+          [&](const BatchCopyToDeviceOp& b) -> Result<void> {
+            for (const CopyToDeviceOp& c : b.copies) FERRY_TRY(memory_.prepare_write(c.dst.addr, c.dst.bytes));
+            return {};
+          },
+          [&](const CopyOnDeviceOp& c) { return memory_.prepare_copy(c.dst.addr, c.src_addr, c.dst.bytes); },
+          [&](const UserOp& u) -> Result<void> {
+            for (const UserOperand& o : u.operands) {
+              if (writes(o.access)) FERRY_TRY(memory_.prepare_write(o.range.addr, o.range.bytes));
+            }
+            return {};
+          },
+          [](const auto&) -> Result<void> { return {}; },
+      },
+      op);
 }
 
 Result<Ticket> SimGpu::issue(StreamId stream, Op op) {
@@ -368,50 +396,61 @@ void SimGpu::apply(StreamId stream, const PendingOp& pending) {
     }
     return;
   }
-  const auto copy_to_device = [&](const CopyToDeviceOp& c) {
+  const auto copy_to_device = [&](const CopyToDeviceOp& c) -> Result<void> {
     if (swallowed(c)) {
       ++swallowed_copies_;  // report 000: success, destination unchanged
-      return;
+      return {};
     }
-    memory_.write(c.dst.addr, std::span<const std::byte>(c.src, c.dst.bytes));
+    return memory_.write(c.dst.addr, std::span<const std::byte>(c.src, c.dst.bytes));
   };
   const auto hash = [&](const DeviceRange& r) {
     memory_.hash(r.addr, r.bytes, *hasher_);
     return hasher_->finish();
   };
-  std::visit(Overloaded{
-                 [&](const FillOp& f) { memory_.fill(f.dst.addr, f.dst.bytes, f.seed, f.pattern); },
-                 copy_to_device,
-                 [&](const CopyToHostOp& c) {
-                   memory_.read(c.src.addr, std::span<std::byte>(c.dst, c.src.bytes));
-                 },
-                 [&](const CopyOnDeviceOp& c) { memory_.copy(c.dst.addr, c.src_addr, c.dst.bytes); },
-                 [&](const BatchCopyToDeviceOp& b) {
-                   for (std::size_t i = 0; i < b.copies.size(); ++i) {
-                     if (i > 0 && faults_.faults().batch_broken) break;
-                     copy_to_device(b.copies[i]);
-                   }
-                 },
-                 [&](const ComputeOp& c) {
-                   // All inputs are hashed before the output is written, so an
-                   // output overlapping an input still sees the old input bytes.
-                   std::uint64_t mix = kMixStart;
-                   for (std::size_t k = 0; k < c.inputs.size(); ++k) {
-                     mix = mix_step(mix, k, hash(c.inputs[k]));
-                   }
-                   memory_.fill(c.output.addr, c.output.bytes, mix, c.pattern);
-                 },
-                 [&](const HashOp& h) { *h.result = hash(h.src); },
-                 [&](const UserOp& u) {
-                   if (Result<void> r = run_user(stream, pending.ticket, u); !r.ok()) {
-                     streams_[stream].fault.record(pending.ticket, std::move(r).error());
-                   }
-                 },
-                 [](const WaitOp&) {},
-                 [](const NativeWaitOp&) {},  // issue() made it a WaitOp
-                 [](const NopOp&) {},
-             },
-             pending.op);
+  Result<void> done = std::visit(
+      Overloaded{
+          [&](const FillOp& f) { return memory_.fill(f.dst.addr, f.dst.bytes, f.seed, f.pattern); },
+          copy_to_device,
+          [&](const CopyToHostOp& c) -> Result<void> {
+            memory_.read(c.src.addr, std::span<std::byte>(c.dst, c.src.bytes));
+            return {};
+          },
+          [&](const CopyOnDeviceOp& c) { return memory_.copy(c.dst.addr, c.src_addr, c.dst.bytes); },
+          [&](const BatchCopyToDeviceOp& b) -> Result<void> {
+            for (std::size_t i = 0; i < b.copies.size(); ++i) {
+              if (i > 0 && faults_.faults().batch_broken) break;
+              FERRY_TRY(copy_to_device(b.copies[i]));
+            }
+            return {};
+          },
+          [&](const ComputeOp& c) {
+            // All inputs are hashed before the output is written, so an
+            // output overlapping an input still sees the old input bytes.
+            std::uint64_t mix = kMixStart;
+            for (std::size_t k = 0; k < c.inputs.size(); ++k) {
+              mix = mix_step(mix, k, hash(c.inputs[k]));
+            }
+            return memory_.fill(c.output.addr, c.output.bytes, mix, c.pattern);
+          },
+          [&](const HashOp& h) -> Result<void> {
+            *h.result = hash(h.src);
+            return {};
+          },
+          [&](const UserOp& u) { return run_user(stream, pending.ticket, u); },
+          [](const WaitOp&) -> Result<void> { return {}; },
+          [](const NativeWaitOp&) -> Result<void> { return {}; },  // issue() made it a WaitOp
+          [](const NopOp&) -> Result<void> { return {}; },
+      },
+      pending.op);
+  // An op that could not finish (a failed user kernel, no host memory for the
+  // model's bytes) is its stream's sticky fault: every later wait on it says so.
+  if (!done.ok()) {
+    Error e = std::move(done).error();
+    if (!std::holds_alternative<UserOp>(pending.op)) {
+      e.message = text::point({stream, pending.ticket}) + " (" + std::string(op_name(pending.op)) + "): " + e.message;
+    }
+    streams_[stream].fault.record(pending.ticket, std::move(e));
+  }
 }
 
 Result<void> SimGpu::run_user(StreamId stream, Ticket ticket, const UserOp& op) {
@@ -432,7 +471,11 @@ Result<void> SimGpu::run_user(StreamId stream, Ticket ticket, const UserOp& op) 
   }
   FERRY_TRY(call_user_kernel(op.kernel, KernelLaunch{nullptr, args, {stream, ticket}, op.tag}));
   for (std::size_t i = 0; i < op.operands.size(); ++i) {
-    if (writes(op.operands[i].access)) memory_.write(op.operands[i].range.addr, bytes[i]);
+    if (!writes(op.operands[i].access)) continue;
+    if (Result<void> w = memory_.write(op.operands[i].range.addr, bytes[i]); !w.ok()) {
+      return make_error(ErrorCode::out_of_memory, "user op '" + op.tag + "' at " + text::point({stream, ticket}) +
+                                                      ": its output could not be kept: " + w.error().message);
+    }
   }
   return {};
 }

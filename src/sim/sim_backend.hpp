@@ -149,6 +149,9 @@ class SimGpu final : public HoldingBackend<SimBackend> {
   // Runs a user kernel on host copies of its operands; writes back on success.
   Result<void> run_user(StreamId stream, Ticket ticket, const UserOp& op);
   std::optional<std::string> find_unmapped(const Op& op) const;
+  // Stores now what the op's writes will need (DeviceMemory::prepare_*), so the
+  // model's refusal is the enqueue's out_of_memory. Changes no byte.
+  Result<void> prepare_storage(const Op& op);
   bool swallowed(const CopyToDeviceOp& copy) const;
   std::optional<StreamPoint> host_pointer_user(const std::byte* begin, std::uint64_t bytes) const;
 

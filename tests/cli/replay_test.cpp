@@ -5,11 +5,15 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+#include <cstdlib>
+#include <fstream>
 #include <random>
 #include <string>
 
 #include "backend_fixture.hpp"
 #include "ferry/cuda_backend.hpp"
+#include "replay/synthetic_traces.hpp"
 #include "test_paths.hpp"
 
 namespace ferry {
@@ -355,6 +359,90 @@ TEST(Replay, MutatedTracesNeverCrash) {
     }
   }
   EXPECT_GT(rejected, 0);
+}
+
+// Issue 15 item 1: gigabytes of device memory on the h200 profile, on a host
+// that could not hold them. A fill is kept as its pattern and the check reads
+// back in pieces, so the replay passes inside a model limit far below the
+// buffer (before: the sim stored every byte, and the check copied all of it).
+TEST(Replay, GigabytesOfFilledDeviceMemoryNeedNoHostBytes) {
+  ReplayOptions o;  // h200, the device's whole capacity
+  o.backend.sim_model_bytes_limit = 16 * kMiB;
+  const ReplayReport r = replay_ok(
+      "{\"op\":\"alloc\",\"id\":\"a\",\"bytes\":1073741824,\"stream\":0}\n"
+      "{\"op\":\"fill\",\"id\":\"a\",\"stream\":0,\"seed\":7}\n"
+      "{\"op\":\"sync\"}\n"
+      "{\"op\":\"check\",\"id\":\"a\"}\n",
+      o);
+  EXPECT_EQ(r.checks, 1u);
+  EXPECT_EQ(r.corrupt, 0u);
+  EXPECT_EQ(r.unexpected_errors, 0u);
+  EXPECT_TRUE(r.passed());
+}
+
+// Where the model still cannot hold the bytes (an upload is bytes, not a
+// pattern), the answer is out_of_memory, said plainly; never an abort.
+TEST(Replay, AnUploadTheModelCannotHoldIsOutOfMemory) {
+  ReplayOptions o;
+  o.backend.sim_model_bytes_limit = 16 * kMiB;
+  const ReplayReport r = replay_ok(
+      "{\"op\":\"alloc\",\"id\":\"a\",\"bytes\":67108864,\"stream\":0}\n"
+      "{\"op\":\"upload\",\"id\":\"a\",\"stream\":0,\"seed\":3}\n"
+      "{\"op\":\"alloc\",\"id\":\"b\",\"bytes\":4096,\"stream\":1}\n"
+      "{\"op\":\"fill\",\"id\":\"b\",\"stream\":1,\"seed\":4}\n"
+      "{\"op\":\"check\",\"id\":\"b\"}\n",
+      o);
+  EXPECT_FALSE(r.passed());
+  std::string problems;
+  for (const ReplayProblem& p : r.problems) problems += p.what + ": " + p.message + "\n";
+  ASSERT_EQ(r.errors.count("out_of_memory"), 1u) << problems;
+  EXPECT_EQ(r.unexpected_errors, 1u);
+  ASSERT_FALSE(r.problems.empty());
+  EXPECT_NE(r.problems[0].message.find("host memory for the simulated device's bytes is exhausted"),
+            std::string::npos)
+      << r.problems[0].message;
+  EXPECT_EQ(r.checks, 1u) << "the other stream goes on";
+  EXPECT_EQ(r.corrupt, 0u);
+}
+
+// The process's resident bytes now (VmRSS), 0 where /proc cannot say.
+std::uint64_t resident_bytes() {
+  std::ifstream status("/proc/self/status");
+  for (std::string line; std::getline(status, line);) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::stoull(line.substr(6)) * 1024;
+  }
+  return 0;
+}
+
+// Issue 15 item 17, the soak (FERRY_LONG_TESTS=1): 10^6 random ops on three
+// streams replay with every check passing, and the replay's memory stays flat —
+// the last 90 % of the ops add almost nothing to what the first 10 % left.
+// Its time per op, at 10^5 and 10^6 ops: BM_ReplaySoak (docs/performance.md).
+TEST(ReplaySoak, AMillionRandomOpsReplayWithFlatMemory) {
+  if (std::getenv("FERRY_LONG_TESTS") == nullptr) GTEST_SKIP() << "set FERRY_LONG_TESTS=1";
+  constexpr std::size_t kOps = 1'000'000;
+#if defined(__SANITIZE_ADDRESS__)
+  constexpr std::uint64_t kAllocatorSlack = 320 * kMiB;  // ASan's quarantine fills as the run goes
+#else
+  constexpr std::uint64_t kAllocatorSlack = 0;
+#endif
+  const std::string trace = synthetic::soak_trace(kOps, 17);
+  ReplayOptions o = with_capacity(64 * kMiB);
+  std::uint64_t at_tenth = 0, highest = 0;
+  o.on_step = [&](const ReplayStep& step) {
+    if (step.index == 0 || step.index > step.total || step.index % 50'000 != 0) return;
+    const std::uint64_t rss = resident_bytes();
+    if (step.index == kOps / 10) at_tenth = rss;
+    if (step.index > kOps / 10) highest = std::max(highest, rss);
+  };
+  const ReplayReport r = replay_ok(trace, o);
+  EXPECT_EQ(r.ops, kOps);
+  EXPECT_TRUE(r.passed());
+  EXPECT_EQ(r.corrupt, 0u);
+  EXPECT_GT(r.checks, kOps / 20);
+  ASSERT_GT(at_tenth, 0u) << "no VmRSS in /proc/self/status";
+  EXPECT_LE(highest, at_tenth + 32 * kMiB + kAllocatorSlack)
+      << "resident " << at_tenth / kMiB << " MiB after 10^5 ops, up to " << highest / kMiB << " MiB later";
 }
 
 }  // namespace

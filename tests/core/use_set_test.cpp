@@ -2,6 +2,13 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "ferry/content.hpp"
+
 #include "ferry/sim_backend.hpp"
 
 namespace ferry {
@@ -53,6 +60,37 @@ TEST(StreamOrder, AFailedPrepareStillConsumesItsTicket) {
   EXPECT_EQ(sim->submitted(0), 1u);
   EXPECT_TRUE(order.wait({0, 1}).ok());
   EXPECT_FALSE(order.submit(kMaxStreams, [](Ticket) -> Result<Op> { return Op{NopOp{}}; }).ok());
+}
+
+// Issue 15 item 6, a test for ThreadSanitizer (tools/ci-tsan): one thread waits
+// for a hash and so caches its completion; another learns of it only through the
+// cached cursor (the flag below is relaxed: it orders nothing) and reads the
+// result. The cursor's release/acquire is the only happens-before between the
+// sim's write and that read; with relaxed there, TSan reports the race.
+TEST(StreamOrder, ACompletionSeenOnAnotherThreadCarriesWhatItsOpWrote) {
+  auto sim = make_sim_backend({*find_profile("tiny"), 1, {}});
+  StreamOrder order(*sim);
+  auto base = sim->reserve_address(1 << 20);
+  ASSERT_TRUE(base.ok());
+  ASSERT_TRUE(sim->map(*base, 1 << 20).ok());
+  std::vector<std::byte> expected(4096);
+  fill_pattern(9, 0, expected);
+  for (int round = 0; round < 20; ++round) {
+    auto result = std::make_unique<std::uint64_t>(0);
+    ASSERT_TRUE(order.submit(0, [&](Ticket) -> Result<Op> { return Op{FillOp{{*base, 4096}, 9}}; }).ok());
+    auto t = order.submit(0, [&](Ticket) -> Result<Op> { return Op{HashOp{{*base, 4096}, result.get()}}; });
+    ASSERT_TRUE(t.ok());
+    std::atomic<bool> waited{false};
+    std::uint64_t seen = 0;
+    std::thread reader([&] {
+      while (!waited.load(std::memory_order_relaxed)) std::this_thread::yield();
+      if (order.is_complete({0, *t})) seen = *result;
+    });
+    ASSERT_TRUE(order.wait({0, *t}).ok());
+    waited.store(true, std::memory_order_relaxed);
+    reader.join();
+    EXPECT_EQ(seen, content_hash(expected)) << "round " << round;
+  }
 }
 
 }  // namespace

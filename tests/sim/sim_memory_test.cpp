@@ -4,6 +4,7 @@
 #include <cstring>
 #include <initializer_list>
 #include <optional>
+#include <random>
 
 #include "core/text.hpp"
 #include "ferry/gemm.hpp"
@@ -411,5 +412,156 @@ TEST(SimOptionsDefault, AnEmptyProfileMeansTiny) {
   EXPECT_TRUE(sim->validate());
 }
 
+// Issue 15 item 1: device memory is sparse and lazy (a fill kept as its pattern,
+// granules stored only when written by bytes or in part). Whatever the
+// representation, the bytes must be those of a dense model: every kind of write,
+// whole granules and odd pieces, against a dense shadow.
+TEST_F(SimMemory, SparseBytesMatchADenseShadowThroughEveryKindOfWrite) {
+  std::vector<std::byte> shadow(kRegion);  // freshly mapped: zeros
+  std::mt19937_64 rng(15);
+  const auto pick = [&](std::uint64_t max_bytes) {  // [off, off + n) inside the region
+    std::uint64_t n = 0, off = 0;
+    if (rng() % 2 == 0) {  // whole granules
+      n = kGranule * (1 + rng() % (max_bytes / kGranule));
+      off = kGranule * (rng() % ((kRegion - n) / kGranule + 1));
+    } else {
+      n = 1 + rng() % max_bytes;
+      off = rng() % (kRegion - n + 1);
+    }
+    return std::pair{off, n};
+  };
+  for (int step = 0; step < 200; ++step) {
+    const int kind = static_cast<int>(rng() % 5);
+    const auto [off, n] = pick(4 * kGranule);
+    std::string what = "step " + std::to_string(step) + " kind " + std::to_string(kind);
+    if (kind == 0) {
+      const std::uint64_t seed = rng();
+      const Pattern p = rng() % 2 == 0 ? Pattern::bytes : Pattern::small_bf16;
+      put(0, FillOp{{base + off, n}, seed, p});
+      fill_with(p, seed, 0, std::span<std::byte>(shadow.data() + off, n));
+    } else if (kind == 1) {
+      std::vector<std::byte> src = pattern(rng(), n);
+      put(0, CopyToDeviceOp{{base + off, n}, src.data()});
+      ASSERT_TRUE(sim->synchronize().ok()) << what;  // src is read at completion
+      std::copy(src.begin(), src.end(), shadow.begin() + static_cast<std::ptrdiff_t>(off));
+    } else if (kind == 2) {
+      std::uint64_t from = 0;  // a source apart from [off, off + n): the op contract refuses overlap
+      bool found = false;
+      for (int tries = 0; tries < 20 && !found; ++tries) {
+        from = rng() % 2 == 0 ? kGranule * (rng() % (kRegion / kGranule)) : rng() % kRegion;
+        found = from + n <= kRegion && (from + n <= off || off + n <= from);
+      }
+      if (!found) continue;
+      put(0, CopyOnDeviceOp{{base + off, n}, base + from});
+      std::copy_n(shadow.begin() + static_cast<std::ptrdiff_t>(from), n,
+                  shadow.begin() + static_cast<std::ptrdiff_t>(off));
+    } else if (kind == 3) {
+      const auto [in, in_n] = pick(2 * kGranule);
+      put(0, ComputeOp{{{base + in, in_n}}, {base + off, n}});
+      const std::uint64_t mix =
+          mix_step(kMixStart, 0, content_hash({shadow.data() + in, static_cast<std::size_t>(in_n)}));
+      fill_pattern(mix, 0, std::span<std::byte>(shadow.data() + off, n));
+    } else {
+      std::uint64_t h = 0;
+      put(0, HashOp{{base + off, n}, &h});
+      ASSERT_TRUE(sim->synchronize().ok()) << what;
+      EXPECT_EQ(h, content_hash({shadow.data() + off, static_cast<std::size_t>(n)})) << what;
+    }
+    ASSERT_TRUE(sim->synchronize().ok()) << what;
+    ASSERT_EQ(device_bytes(base, kRegion), shadow) << what;
+  }
+}
+
+// Gigabytes on the h200 profile inside a model limit of 4 granules: a whole
+// fill, a compute and a whole-granule copy cost no host bytes; a small partial
+// fill stores one granule; every byte reads as a dense model would have it.
+TEST_F(SimMemory, AFillOfGigabytesIsKeptAsItsPattern) {
+  constexpr std::uint64_t kGiB = 1ull << 30, kMiB = 1ull << 20;
+  SimOptions o = tiny_options();
+  o.profile = *find_profile("h200");
+  o.model_bytes_limit = 8 * kMiB;
+  options = o;
+  sim = make_sim_backend(o);  // start() maps less than one h200 granule
+  const std::uint64_t n = 8 * kGiB;
+  const std::uint64_t big = sim->reserve_address(n).value();
+  ASSERT_TRUE(sim->map(big, n).ok());
+  put(0, FillOp{{big, n}, 3});
+  put(0, FillOp{{big + 5 * kGiB + 7, 100}, 4});
+  put(0, CopyOnDeviceOp{{big + 6 * kGiB, 2 * kMiB}, big + kGiB});
+  put(0, ComputeOp{{{big + 7, 1000}}, {big + 7 * kGiB, kGiB}});
+  const std::uint64_t at = 5 * kGiB - kMiB - 5;
+  std::uint64_t h = 0;
+  put(0, HashOp{{big + at, 3 * kMiB}, &h});
+  ASSERT_TRUE(sim->synchronize().ok());
+
+  std::vector<std::byte> want(3 * kMiB);
+  fill_pattern(3, at, want);
+  fill_pattern(4, 0, std::span<std::byte>(want.data() + (5 * kGiB + 7 - at), 100));
+  EXPECT_EQ(h, content_hash(want));
+  EXPECT_EQ(device_bytes(big + at, 3 * kMiB), want);
+  std::vector<std::byte> copied(2 * kMiB);
+  fill_pattern(3, kGiB, copied);
+  EXPECT_EQ(device_bytes(big + 6 * kGiB, 2 * kMiB), copied);
+  std::vector<std::byte> input(1000);
+  fill_pattern(3, 7, input);
+  const std::uint64_t mix = mix_step(kMixStart, 0, content_hash(input));
+  std::vector<std::byte> tail(4096);
+  fill_pattern(mix, kGiB - 4096, tail);
+  EXPECT_EQ(device_bytes(big + 8 * kGiB - 4096, 4096), tail);
+}
+
+// Where the model cannot store the bytes (its limit, or a host that refuses),
+// the enqueue is refused with out_of_memory, said plainly; every byte keeps its
+// value and the storage the attempt took is given back, so other work goes on.
+TEST_F(SimMemory, NoHostMemoryForTheModelIsOutOfMemoryAndChangesNoByte) {
+  SimOptions o = tiny_options();
+  o.model_bytes_limit = 2 * kGranule;
+  start(o);
+  put(0, FillOp{{base, kRegion}, 9});
+  std::vector<std::byte> src = pattern(10, 4 * kGranule);
+  const auto refused = sim->enqueue(0, CopyToDeviceOp{{base + kGranule, 4 * kGranule}, src.data()});
+  ASSERT_FALSE(refused.ok());
+  const Error& e = refused.error();
+  EXPECT_EQ(e.code, ErrorCode::out_of_memory);
+  EXPECT_NE(e.message.find("host memory for the simulated device's bytes is exhausted"), std::string::npos)
+      << e.message;
+  EXPECT_NE(e.message.find("limit"), std::string::npos) << e.message;
+  EXPECT_NE(e.message.find("copy_to_device"), std::string::npos) << e.message;
+  ASSERT_TRUE(sim->synchronize().ok());
+  EXPECT_EQ(device_bytes(base, kRegion), pattern(9, kRegion));
+  // Two partial writes fit the limit: nothing of the refused copy is kept.
+  put(1, FillOp{{base + 3, 10}, 11});
+  put(1, FillOp{{base + 5 * kGranule + 3, 10}, 12});
+  ASSERT_TRUE(sim->synchronize().ok());
+  std::vector<std::byte> want = pattern(9, kRegion);
+  fill_pattern(11, 0, std::span<std::byte>(want.data() + 3, 10));
+  fill_pattern(12, 0, std::span<std::byte>(want.data() + 5 * kGranule + 3, 10));
+  EXPECT_EQ(device_bytes(base, kRegion), want);
+}
+
+// The storage an enqueue took can be gone by completion (a later whole fill of
+// the granules made them a pattern again): then the op itself fails, as its
+// stream's sticky fault with the same plain out_of_memory, its bytes unwritten.
+TEST_F(SimMemory, NoHostMemoryAtCompletionIsTheStreamsOutOfMemoryFault) {
+  SimOptions o = tiny_options();
+  o.model_bytes_limit = 2 * kGranule;
+  start(o);
+  sim->set_hold(0, true);
+  std::vector<std::byte> src = pattern(10, 2 * kGranule);
+  const Ticket copy = put(0, CopyToDeviceOp{{base + kGranule, 2 * kGranule}, src.data()});  // stores 2
+  put(1, FillOp{{base + kGranule, 2 * kGranule}, 9});  // a pattern again: their storage is dropped
+  ASSERT_TRUE(sim->wait({1, sim->submitted(1)}, kLong).ok());
+  put(1, FillOp{{base + 5 * kGranule + 3, 10}, 11});  // the limit's two granules, elsewhere
+  put(1, FillOp{{base + 6 * kGranule + 3, 10}, 12});
+  ASSERT_TRUE(sim->wait({1, sim->submitted(1)}, kLong).ok());
+  sim->set_hold(0, false);
+  const auto r = sim->wait({0, copy}, kLong);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().code, ErrorCode::out_of_memory);
+  EXPECT_NE(r.error().message.find("host memory for the simulated device's bytes is exhausted"),
+            std::string::npos)
+      << r.error().message;
+  EXPECT_EQ(device_bytes(base + kGranule, 2 * kGranule), pattern(9, 2 * kGranule));
+}
 }  // namespace
 }  // namespace ferry::testing
