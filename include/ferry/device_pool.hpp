@@ -75,7 +75,7 @@ struct PoolStats {
   std::uint64_t allocs = 0, frees = 0;
   std::uint64_t ooms = 0;             // out_of_memory answers
   std::uint64_t reclaims = 0;         // reclaim sequences run (pressure or trim)
-  std::uint64_t recoveries = 0;       // failed fits that a reclaim turned into success
+  std::uint64_t ooms_survived = 0;    // failed fits that a reclaim turned into success
   std::uint64_t same_stream_reuses = 0;  // pending blocks reused in stream order
   std::uint64_t tight_fits = 0;          // placed by the granule-aware scan: the quick fit
                                          // would have touched more unused granules
@@ -211,7 +211,7 @@ Result<Ticket> enqueue_copy_to_host(DevicePool& pool, StreamId stream, DeviceHan
 // A multi-line table of the pool's memory, in the manner of PyTorch's
 // torch.cuda.memory_summary(): allocated, requested, reserved and active bytes
 // (current and peak), pending free, cached, the largest free extent, capacity;
-// the allocs, frees, ooms, reclaims and recoveries counters; and the live and
+// the allocs, frees, ooms, reclaims and ooms_survived counters; and the live and
 // pending-free blocks by (rounded) size class:
 //   <= 1 KiB, <= 64 KiB, <= 1 MiB, <= 16 MiB, > 16 MiB.
 // It sits here rather than with Allocation because it reads only the pool.

@@ -159,7 +159,7 @@ struct ReplayReport {
   std::uint64_t peak_allocated_bytes = 0;  // the same, rounded as the pool allocates
   std::uint64_t peak_reserved_bytes = 0;   // pool peak of mapped memory
   std::uint64_t ooms = 0, reclaims = 0;
-  std::uint64_t ooms_survived = 0;  // failed fits a reclaim turned into success (PoolStats::recoveries)
+  std::uint64_t ooms_survived = 0;  // failed fits a reclaim turned into success (PoolStats::ooms_survived)
   ReplayIntegrity integrity;
 
   std::uint64_t device_time_ns = 0;    // backend clock (virtual on sim) spent

@@ -19,7 +19,7 @@ inline Json stats_to_json(const PoolStats& s) {
       {"pending_free_bytes", s.pending_free_bytes}, {"cached_bytes", s.cached_bytes},
       {"allocs", s.allocs},                     {"frees", s.frees},
       {"ooms", s.ooms},                         {"reclaims", s.reclaims},
-      {"recoveries", s.recoveries},             {"same_stream_reuses", s.same_stream_reuses},
+      {"ooms_survived", s.ooms_survived},             {"same_stream_reuses", s.same_stream_reuses},
       {"tight_fits", s.tight_fits},             {"maps", s.maps},
       {"unmaps", s.unmaps},
   };

@@ -819,7 +819,7 @@ Result<DeviceHandle> DevicePool::allocate(std::uint64_t bytes, StreamId stream) 
   // I4: survive pressure before reporting it.
   ++p.st.reclaims;
   auto succeed = [&](std::uint32_t b) {
-    ++p.st.recoveries;
+    ++p.st.ooms_survived;
     DeviceHandle h = p.bind(b, bytes, stream);
     p.check();
     return h;

@@ -79,7 +79,7 @@ std::string memory_summary(const DevicePool& pool) {
   row(out, "Frees", std::to_string(s.frees), "");
   row(out, "OOMs", std::to_string(s.ooms), "");
   row(out, "Reclaims", std::to_string(s.reclaims), "");
-  row(out, "Recoveries", std::to_string(s.recoveries), "");
+  row(out, "OOMs survived", std::to_string(s.ooms_survived), "");
   out += kRule;
   row(out, "Blocks by size", "live", "pending free");
   std::uint64_t live_total = 0, pending_total = 0;

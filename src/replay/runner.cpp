@@ -144,7 +144,7 @@ class Replayer {
     report_.peak_reserved_bytes = st.peak_reserved_bytes;
     report_.ooms = st.ooms;
     report_.reclaims = st.reclaims;
-    report_.ooms_survived = st.recoveries;
+    report_.ooms_survived = st.ooms_survived;
     fill_integrity();
     report_.illegal_accesses = backend_.fault_counters().illegal_accesses;
     if (report_.illegal_accesses > 0) {

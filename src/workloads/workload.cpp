@@ -229,7 +229,7 @@ Result<WorkloadReport> run_workload(WorkloadKind kind, const WorkloadOptions& op
   r.fragmentation_ratio = r.peak_live_bytes == 0 ? 0 : double(r.peak_reserved_bytes) / double(r.peak_live_bytes);
   r.pressure = r.capacity == 0 ? 0 : double(r.peak_live_bytes) / double(r.capacity);
   r.ooms = ps.ooms;
-  r.ooms_survived = ps.recoveries;
+  r.ooms_survived = ps.ooms_survived;
   r.reclaims = ps.reclaims;
   r.prefetch_skipped = w->prefetch_skipped;
   r.integrity = env->engine->counters();

@@ -39,7 +39,9 @@ TEST(OffsetAllocator, NeverOverlapsAndStaysValidUnderRandomTraffic) {
       if (!r) continue;
       ASSERT_GE(a.size_of(r->node), size);
       auto next = live.lower_bound(r->offset);
-      if (next != live.end()) ASSERT_LE(r->offset + size, next->first);
+      if (next != live.end()) {
+        ASSERT_LE(r->offset + size, next->first);
+      }
       if (next != live.begin()) {
         auto prev = std::prev(next);
         ASSERT_LE(prev->first + prev->second.first, r->offset);

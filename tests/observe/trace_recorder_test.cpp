@@ -177,7 +177,9 @@ std::uint64_t strict_races_of_a_recording(bool with_wait) {
     auto out = rec.allocate(64 * 1024, 0, "out");
     EXPECT_TRUE(w.ok() && out.ok());
     EXPECT_TRUE(rec.fill(1, *w, 5).ok());
-    if (with_wait) EXPECT_TRUE(rec.wait(0, 1).ok());
+    if (with_wait) {
+      EXPECT_TRUE(rec.wait(0, 1).ok());
+    }
     const DeviceHandle in[] = {*w};
     EXPECT_TRUE(rec.compute(0, in, *out).ok());
     EXPECT_TRUE(rec.synchronize().ok());
@@ -219,7 +221,9 @@ UserRecording record_user_ops(bool with_wait) {
       return {};
     };
     EXPECT_TRUE(rec.user(1, produce, seven, {}, "produce").ok());
-    if (with_wait) EXPECT_TRUE(rec.wait(0, 1).ok());
+    if (with_wait) {
+      EXPECT_TRUE(rec.wait(0, 1).ok());
+    }
     // Reads the first 4 KiB of w, writes all of out: a range and a whole block.
     const Operand consume[] = {{*w, Access::read, 0, 4096}, {*out, Access::write}};
     EXPECT_TRUE(rec.user(0, consume, [](const KernelLaunch&) -> Result<void> { return {}; }, {}, "consume").ok());
@@ -240,7 +244,7 @@ TEST(TraceRecorder, UserOpsAreRecordedWithTheirMarksAndReplayUnderStrict) {
   const UserRecording ok = record_user_ops(true);
   const auto lines = lines_of(ok.trace);
   ASSERT_EQ(count_op(lines, "user"), 2u) << ok.trace;
-  const auto& consume = lines.at(4);  // alloc, alloc, user, wait, user
+  const auto& consume = lines.at(5);  // meta, alloc, alloc, user, wait, user
   ASSERT_EQ(consume.at("op"), "user") << ok.trace;
   EXPECT_EQ(consume.at("tag"), "consume");
   EXPECT_EQ(consume.at("operands").at(0).at("access"), "read");
@@ -252,8 +256,8 @@ TEST(TraceRecorder, UserOpsAreRecordedWithTheirMarksAndReplayUnderStrict) {
   const UserRecording bad = record_user_ops(false);
   ASSERT_GE(bad.report.races, 1u) << report_summary(bad.report);
   const ReplayRace& race = bad.report.race_list.at(0);
-  EXPECT_EQ(race.earlier.line, 3u);
-  EXPECT_EQ(race.later.line, 4u);
+  EXPECT_EQ(race.earlier.line, 4u);  // after the meta line and the two allocs
+  EXPECT_EQ(race.later.line, 5u);
   EXPECT_EQ(race.earlier.id, "w#1");
   EXPECT_EQ(race.bytes, 4096u) << "only the range the consumer read";
 }

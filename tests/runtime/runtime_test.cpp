@@ -496,7 +496,7 @@ void expect_summary_matches(const DevicePool& pool) {
   EXPECT_EQ(row(summary, "Frees"), std::to_string(s.frees));
   EXPECT_EQ(row(summary, "OOMs"), std::to_string(s.ooms));
   EXPECT_EQ(row(summary, "Reclaims"), std::to_string(s.reclaims));
-  EXPECT_EQ(row(summary, "Recoveries"), std::to_string(s.recoveries));
+  EXPECT_EQ(row(summary, "OOMs survived"), std::to_string(s.ooms_survived));
 
   // The buckets device_pool.hpp states, counted here from the snapshot.
   const std::vector<std::pair<std::string, std::uint64_t>> classes = {
