@@ -27,38 +27,16 @@
 
 #include "ferry/ferry.h"
 
+#include "fuzz_input.hpp"
+
 namespace {
 
 constexpr std::uint32_t kStreams = 4;
 constexpr std::uint64_t kMaxModelBytes = 64 << 10;  // blocks the model mirrors byte by byte
 constexpr std::size_t kMaxOps = 120;
 
-[[noreturn]] void finding(const std::string& what) {
-  std::fprintf(stderr, "fuzz_capi: %s\n", what.c_str());
-  std::abort();
-}
-
-class Input {
- public:
-  Input(const std::uint8_t* data, std::size_t size) : data_(data), size_(size) {}
-  bool empty() const { return pos_ >= size_; }
-  std::uint8_t byte() { return pos_ < size_ ? data_[pos_++] : 0; }
-  std::uint64_t u64(int bytes) {
-    std::uint64_t v = 0;
-    for (int i = 0; i < bytes; ++i) v = (v << 8) | byte();
-    return v;
-  }
-  std::string text(std::size_t max) {
-    std::string s;
-    const std::size_t n = byte() % (max + 1);
-    for (std::size_t i = 0; i < n && !empty(); ++i) s += static_cast<char>(byte());
-    return s;
-  }
-
- private:
-  const std::uint8_t* data_;
-  std::size_t size_, pos_ = 0;
-};
+using ferry_fuzz::Input;
+[[noreturn]] void finding(const std::string& what) { ferry_fuzz::finding("fuzz_capi", what); }
 
 bool same(ferry_handle a, ferry_handle b) {
   return a.pool == b.pool && a.slot == b.slot && a.generation == b.generation;

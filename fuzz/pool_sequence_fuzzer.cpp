@@ -31,6 +31,8 @@
 #include "ferry/race.hpp"
 #include "ferry/stream_order.hpp"
 
+#include "fuzz_input.hpp"
+
 namespace {
 
 using ferry::DeviceHandle;
@@ -43,26 +45,8 @@ constexpr std::uint64_t kCapacity = std::uint64_t{4} << 20;
 constexpr std::size_t kMaxOps = 200;
 constexpr std::size_t kMaxStale = 64;  // freed handles re-resolved after every call
 
-[[noreturn]] void finding(const std::string& what) {
-  std::fprintf(stderr, "fuzz_pool: %s\n", what.c_str());
-  std::abort();
-}
-
-class Input {
- public:
-  Input(const std::uint8_t* data, std::size_t size) : data_(data), size_(size) {}
-  bool empty() const { return pos_ >= size_; }
-  std::uint8_t byte() { return pos_ < size_ ? data_[pos_++] : 0; }
-  std::uint64_t u64(int bytes) {
-    std::uint64_t v = 0;
-    for (int i = 0; i < bytes; ++i) v = (v << 8) | byte();
-    return v;
-  }
-
- private:
-  const std::uint8_t* data_;
-  std::size_t size_, pos_ = 0;
-};
+using ferry_fuzz::Input;
+[[noreturn]] void finding(const std::string& what) { ferry_fuzz::finding("fuzz_pool", what); }
 
 // One block the program holds, and what it knows of its bytes and its users.
 struct Block {

@@ -14,11 +14,12 @@
 
 #include "ferry/replay.hpp"
 
+#include "fuzz_input.hpp"
+
 namespace {
 
 [[noreturn]] void finding(const char* what, const std::string& detail) {
-  std::fprintf(stderr, "fuzz_replay: %s\n%s\n", what, detail.c_str());
-  std::abort();
+  ferry_fuzz::finding("fuzz_replay", std::string(what) + "\n" + detail);
 }
 
 }  // namespace

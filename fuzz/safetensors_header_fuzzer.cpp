@@ -14,12 +14,11 @@
 
 #include "ferry/weight_bank.hpp"
 
+#include "fuzz_input.hpp"
+
 namespace {
 
-[[noreturn]] void finding(const char* what) {
-  std::fprintf(stderr, "fuzz_safetensors: %s\n", what);
-  std::abort();
-}
+[[noreturn]] void finding(const char* what) { ferry_fuzz::finding("fuzz_safetensors", what); }
 
 std::uint64_t header_end(std::span<const std::byte> file) {
   std::uint64_t n = 0;
