@@ -89,6 +89,14 @@ ferry_status fail(ferry_status status, const char* message) {
   return status;
 }
 
+// `call`'s refusal of a stream id outside 0..kMaxStreams-1 (checked before it
+// indexes anything per stream).
+ferry_status stream_out_of_range(const char* call, uint32_t stream) {
+  return fail(FERRY_ERROR_INVALID_ARGUMENT, (std::string(call) + ": stream " + std::to_string(stream) +
+                                             " is out of range (streams are 0.." +
+                                             std::to_string(ferry::kMaxStreams - 1) + ")").c_str());
+}
+
 ferry_status ok() {
   t_last_error.clear();
   return FERRY_OK;
@@ -332,11 +340,7 @@ ferry_status ferry_stream_wait(ferry_runtime rt, uint32_t stream, uint32_t for_s
   return guarded("ferry_stream_wait", [&] {
     FERRY_C_CHECK(rt != nullptr, "ferry_stream_wait", "rt");
     for (uint32_t s : {stream, for_stream}) {
-      if (s >= ferry::kMaxStreams) {
-        return fail(FERRY_ERROR_INVALID_ARGUMENT, ("ferry_stream_wait: stream " + std::to_string(s) +
-                                                   " is out of range (streams are 0.." +
-                                                   std::to_string(ferry::kMaxStreams - 1) + ")").c_str());
-      }
+      if (s >= ferry::kMaxStreams) return stream_out_of_range("ferry_stream_wait", s);
     }
     std::shared_lock lock(rt->trace_mu);
     if (rt->recorder) return done(rt->recorder->wait(stream, for_stream));
@@ -349,11 +353,7 @@ ferry_status ferry_stream_wait(ferry_runtime rt, uint32_t stream, uint32_t for_s
 ferry_status ferry_hold(ferry_runtime rt, uint32_t stream, int hold) {
   return guarded("ferry_hold", [&] {
     FERRY_C_CHECK(rt != nullptr, "ferry_hold", "rt");
-    if (stream >= ferry::kMaxStreams) {
-      return fail(FERRY_ERROR_INVALID_ARGUMENT, ("ferry_hold: stream " + std::to_string(stream) +
-                                                 " is out of range (streams are 0.." +
-                                                 std::to_string(ferry::kMaxStreams - 1) + ")").c_str());
-    }
+    if (stream >= ferry::kMaxStreams) return stream_out_of_range("ferry_hold", stream);
     std::shared_lock lock(rt->trace_mu);
     if (rt->recorder) return done(hold != 0 ? rt->recorder->hold(stream) : rt->recorder->release(stream));
     ferry::Backend& b = rt->runtime->backend();

@@ -200,6 +200,22 @@ Json layout_json(const PoolLayout& l) {
               {"snapshot", observe::snapshot_to_json(l.snapshot)}};
 }
 
+// What both JSON forms of a timeline open with: the run, its settings and report.
+Json timeline_head(const PoolTimeline& t) {
+  return Json{{"trace", t.trace},       {"backend", t.backend}, {"device", t.device},
+              {"capacity", t.capacity}, {"granule", t.granule}, {"seed", t.seed},
+              {"note", t.note},         {"report", Json::parse(report_json(t.report))}};
+}
+
+// ... and close with: the chosen layouts and the keyframes.
+void add_layouts(Json& j, const PoolTimeline& t) {
+  Json layouts = Json::array(), keyframes = Json::array();
+  for (const PoolLayout& l : t.layouts) layouts.push_back(layout_json(l));
+  for (const PoolLayout& l : t.keyframes) keyframes.push_back(layout_json(l));
+  j["layouts"] = std::move(layouts);
+  j["keyframes"] = std::move(keyframes);
+}
+
 }  // namespace
 
 Result<PoolTimeline> observe_replay(const std::string& path, const TimelineOptions& options) {
@@ -231,20 +247,9 @@ std::string timeline_json(const PoolTimeline& t) {
     samples["ooms"].push_back(s.ooms);
     samples["reclaims"].push_back(s.reclaims);
   }
-  Json layouts = Json::array(), keyframes = Json::array();
-  for (const PoolLayout& l : t.layouts) layouts.push_back(layout_json(l));
-  for (const PoolLayout& l : t.keyframes) keyframes.push_back(layout_json(l));
-  Json j{{"trace", t.trace},
-         {"backend", t.backend},
-         {"device", t.device},
-         {"capacity", t.capacity},
-         {"granule", t.granule},
-         {"seed", t.seed},
-         {"note", t.note},
-         {"report", Json::parse(report_json(t.report))},
-         {"samples", std::move(samples)},
-         {"layouts", std::move(layouts)},
-         {"keyframes", std::move(keyframes)}};
+  Json j = timeline_head(t);
+  j["samples"] = std::move(samples);
+  add_layouts(j, t);
   return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
@@ -304,23 +309,12 @@ std::string timeline_page_json(const PoolTimeline& t) {
     if (t.samples[i].ooms > t.samples[i - 1].ooms && ooms++ < kMaxEvents) oom.push_back(i);
     if (t.samples[i].reclaims > t.samples[i - 1].reclaims && reclaims++ < kMaxEvents) reclaim.push_back(i);
   }
-  Json layouts = Json::array(), keyframes = Json::array();
-  for (const PoolLayout& l : t.layouts) layouts.push_back(layout_json(l));
-  for (const PoolLayout& l : t.keyframes) keyframes.push_back(layout_json(l));
-  Json j{{"trace", t.trace},
-         {"backend", t.backend},
-         {"device", t.device},
-         {"capacity", t.capacity},
-         {"granule", t.granule},
-         {"seed", t.seed},
-         {"note", t.note},
-         {"report", Json::parse(report_json(t.report))},
-         {"samples", n},
-         {"chart", std::move(chart)},
-         {"events", {{"oom", std::move(oom)}, {"oom_steps", ooms}, {"reclaim", std::move(reclaim)},
-                     {"reclaim_steps", reclaims}}},
-         {"layouts", std::move(layouts)},
-         {"keyframes", std::move(keyframes)}};
+  Json j = timeline_head(t);
+  j["samples"] = n;
+  j["chart"] = std::move(chart);
+  j["events"] = {{"oom", std::move(oom)}, {"oom_steps", ooms}, {"reclaim", std::move(reclaim)},
+                 {"reclaim_steps", reclaims}};
+  add_layouts(j, t);
   return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
