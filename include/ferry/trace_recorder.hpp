@@ -19,7 +19,8 @@
 //   fill            fill {id, stream, seed}
 //   compute         compute {inputs, output, stream}; with no inputs: fill of the
 //                   output with a fresh seed (the format needs inputs)
-//   copy_on_device  compute {inputs: [src], output: dst, stream}
+//   copy_on_device  user {stream, operands: [{src, read}, {dst, write}] with the
+//                   copy's offsets and bytes, tag "copy"}
 //   user            user {stream, operands: [{id, access, offset, bytes}], tag}
 //                   (the replay stands a kernel of its own in for the program's,
 //                   with the same marks and ranges)

@@ -281,11 +281,21 @@ Result<TransferReceipt> RecordingPool::copy_on_device(TransferEngine& engine, St
   Impl& p = *impl_;
   const DeviceHandle named[] = {src, dst};
   std::optional<std::vector<std::string>> ids;
-  if (check_stream(stream).ok()) ids = p.lookup(named);
-  else p.unrecorded();
+  if (check_stream(stream).ok() && bytes > 0) ids = p.lookup(named);
+  else p.unrecorded();  // a user operand is never 0 bytes
   Result<TransferReceipt> r = engine.copy_on_device(stream, dst, dst_offset, src, src_offset, bytes);
   if (ids) {
-    p.write(Line{{"op", "compute"}, {"inputs", {(*ids)[0]}}, {"output", (*ids)[1]}, {"stream", stream}}, r);
+    // The ranges, not the whole blocks: copies of disjoint ranges on two streams
+    // must not replay as a race.
+    const auto operand = [&](const std::string& id, Access access, std::uint64_t offset) {
+      Line o{{"id", id}, {"access", std::string(to_string(access))}, {"bytes", bytes}};
+      if (offset != 0) o["offset"] = offset;
+      return o;
+    };
+    Line operands = Line::array();
+    operands.push_back(operand((*ids)[0], Access::read, src_offset));
+    operands.push_back(operand((*ids)[1], Access::write, dst_offset));
+    p.write(Line{{"op", "user"}, {"stream", stream}, {"operands", std::move(operands)}, {"tag", "copy"}}, r);
   }
   return r;
 }

@@ -99,7 +99,7 @@ std::string report_summary(const ReplayReport& r) {
                                                  : ""));
   line("checks", std::to_string(r.checks) + " compared, " + std::to_string(r.corrupt) + " corrupt" +
                      (r.unwritten_checks ? ", " + std::to_string(r.unwritten_checks) +
-                                               " of never-written buffers"
+                                               " not compared (bytes not modeled)"
                                          : ""));
   std::string errors;
   for (const auto& [code, n] : r.errors) {
