@@ -9,7 +9,12 @@ namespace {
 
 constexpr std::uint64_t kMax = ~std::uint64_t{0};
 
-std::string in_quotes(std::string_view s) { return "\"" + std::string(s) + "\""; }
+std::string in_quotes(std::string_view s) {
+  std::string out(1, '"');  // appended: gcc 12 warns falsely (-Wrestrict) on "\"" + ...
+  out += s;
+  out += '"';
+  return out;
+}
 
 // Accumulates digits of `base`; false on overflow or a non-digit.
 bool accumulate(std::string_view digits, unsigned base, std::uint64_t& value) {

@@ -82,7 +82,12 @@ std::string fixed(double value, int decimals) {
 }
 
 std::string range(std::uint64_t addr, std::uint64_t bytes) {
-  return "[" + hex(addr) + ", +" + std::to_string(bytes) + ")";
+  std::string out = "[";  // appended, not "[" + ...: gcc 12 warns falsely (-Wrestrict) on that
+  out += hex(addr);
+  out += ", +";
+  out += std::to_string(bytes);
+  out += ')';
+  return out;
 }
 
 std::string point(StreamPoint p) {

@@ -139,7 +139,8 @@ Result<DeviceHandle> RecordingPool::allocate(std::uint64_t bytes, StreamId strea
   Result<DeviceHandle> h = p.pool.allocate(bytes, stream);
   std::lock_guard lock(p.mu);
   const std::uint64_t n = ++p.allocations;
-  std::string id = tag.empty() ? "b" + std::to_string(n) : std::string(tag) + "#" + std::to_string(n);
+  std::string id = tag.empty() ? std::string("b") : std::string(tag) + "#";
+  id += std::to_string(n);  // appended: gcc 12 warns falsely (-Wrestrict) on "b" + ...
   Line line{{"op", "alloc"}, {"id", id}, {"bytes", bytes}, {"stream", stream}};
   if (h.ok()) {
     if (!p.pool_id) p.pool_id = h->pool;
