@@ -16,6 +16,7 @@
 #include "expected_bytes.hpp"
 #include "ferry/content.hpp"
 #include "ferry/device_pool.hpp"
+#include "ferry/forwarding_backend.hpp"
 #include "ferry/host_arena.hpp"
 #include "ferry/sim_backend.hpp"
 #include "ferry/stream_order.hpp"
@@ -449,6 +450,37 @@ TEST(LazyBank, StageNeedsAPlacementAndARangeInsideTheTensor) {
   ASSERT_TRUE(bank->unplace().ok());
 }
 
+// A backend that says it is cuda: a driver pins what it registers.
+class PinsWhatItRegisters final : public ForwardingBackend {
+ public:
+  explicit PinsWhatItRegisters(Backend& inner) : ForwardingBackend(inner), info_(inner.info()) {
+    info_.backend = BackendKind::cuda;
+  }
+  const DeviceInfo& info() const noexcept override { return info_; }
+
+ private:
+  DeviceInfo info_;
+};
+
+TEST(LazyBank, IsRegisteredOnlyOnTheSim) {
+  auto sim = make_sim_backend({*find_profile("tiny"), 7, {}});
+  PinsWhatItRegisters cuda(*sim);
+  StreamOrder order(cuda);
+  DevicePool pool(order);
+  HostArena arena(order);
+  TransferEngine engine(pool, arena, {});
+  auto bank = WeightBank::synthetic(synthetic_spec(), "lazy", SyntheticStorage::lazy);
+  ASSERT_TRUE(bank.ok());
+  auto placed = bank->place(engine, BankPlacement::registered);
+  ASSERT_FALSE(placed.ok());
+  EXPECT_EQ(placed.error().code, ErrorCode::unsupported);
+  EXPECT_FALSE(bank->placed());
+  // In the arena every tensor is generated into its own block: any backend.
+  ASSERT_TRUE(bank->place(engine, BankPlacement::arena).ok());
+  for (std::size_t i = 0; i < bank->tensors().size(); ++i) EXPECT_EQ(content_hash(bank->bytes(i)), bank->hash(i));
+  ASSERT_TRUE(bank->unplace().ok());
+}
+
 // Streams a model 24x the size of one tensor through a sim engine, two tensors in
 // flight (the next one's upload begun before this one is finished, as
 // dense-stream does): every tensor lands right, and the bank never holds more
@@ -515,7 +547,9 @@ TEST_P(LazyBankStreaming, HostMemoryIsBoundedByWhatIsInFlight) {
   const IntegrityCounters c = engine.counters();
   EXPECT_EQ(c.canary_failures, 0u);
   EXPECT_EQ(c.mismatches, 0u);
-  if (GetParam() == IntegrityPolicy::verify) EXPECT_EQ(c.bytes_verified, kCount * kTensor);
+  if (GetParam() == IntegrityPolicy::verify) {
+    EXPECT_EQ(c.bytes_verified, kCount * kTensor);
+  }
   ASSERT_TRUE(bank->unplace().ok());
   EXPECT_EQ(bank->stats().resident_bytes, 0u);
 }
