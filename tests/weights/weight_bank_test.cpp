@@ -2,8 +2,10 @@
 // errors naming the file and the offset or tensor, random damage never crashes,
 // synthetic banks are deterministic, placement makes uploads land right.
 #include <gtest/gtest.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -525,8 +527,10 @@ TEST_P(LazyBankStreaming, HostMemoryIsBoundedByWhatIsInFlight) {
     return InFlight{*h, *r, std::move(*p)};
   };
   std::optional<InFlight> next = begin(0);
+  const std::byte* second = nullptr;  // tensor 1's staged bytes
   for (std::size_t i = 0; i < kCount; ++i) {
     InFlight cur = std::move(*next);
+    if (i == 1) second = cur.range.bytes.data();
     next.reset();
     if (i + 1 < kCount) next = begin(i + 1);
     auto receipt = engine.finish(std::move(cur.pending));
@@ -544,6 +548,10 @@ TEST_P(LazyBankStreaming, HostMemoryIsBoundedByWhatIsInFlight) {
   EXPECT_EQ(st.dropped, kCount);
   EXPECT_EQ(st.resident_bytes, kept) << "every staged range was dropped once its transfer completed";
   EXPECT_LE(st.peak_resident_bytes, 2 * kTensor + kept);
+  // The pages themselves went back to the kernel, not only the count.
+  std::vector<unsigned char> in_core(kTensor / 4096);
+  ASSERT_EQ(mincore(const_cast<std::byte*>(second), kTensor, in_core.data()), 0);
+  EXPECT_EQ(std::count_if(in_core.begin(), in_core.end(), [](unsigned char c) { return (c & 1) != 0; }), 0);
   const IntegrityCounters c = engine.counters();
   EXPECT_EQ(c.canary_failures, 0u);
   EXPECT_EQ(c.mismatches, 0u);
