@@ -243,6 +243,14 @@ class TransferEngine {
   // the bytes until unregister(). Errors: those of register_host. Never blocks on
   // the device (hashing costs host time).
   Result<RegionId> register_immutable(std::byte* ptr, std::uint64_t bytes);
+  // As register_immutable, for a range whose bytes are written in parts, each
+  // just before the uploads that read it (a lazily generated weight bank):
+  // nothing is hashed now; each sub-range is hashed on its first upload and
+  // cached by (ptr, bytes), so the caller must have written its bytes before
+  // that upload, must write the same bytes every time it writes them, and must
+  // keep them until every transfer reading them completed.
+  // Errors: those of register_host. Never blocks on the device.
+  Result<RegionId> register_generated(std::byte* ptr, std::uint64_t bytes);
   // Precomputes and caches the hash of a sub-range of an immutable region (e.g.
   // one expert of a bank). Errors: invalid_argument (not inside one).
   Result<void> precompute_hash(const std::byte* ptr, std::uint64_t bytes);

@@ -160,6 +160,11 @@ struct WorkloadReport {
   std::uint64_t ooms_survived = 0;         // failed fits a reclaim turned into success
   std::uint64_t reclaims = 0;
   std::uint64_t prefetch_skipped = 0;      // weight prefetches skipped for lack of memory
+  // The weight bank (WeightBank::stats): "file", "resident" or "lazy" (synthetic
+  // on the sim for workloads that stage every weight: generated per upload).
+  std::string weights_storage;
+  std::uint64_t weights_bytes = 0;            // sum of its tensors
+  std::uint64_t weights_peak_host_bytes = 0;  // peak host bytes holding them
 
   // Integrity (the transfer engine's counters) and the fault that was injected.
   IntegrityCounters integrity;

@@ -1,5 +1,6 @@
 // The source hash cache (source_hash_cache.hpp) and the engine's calls that
-// fill and empty it: register_immutable, precompute_hash, unregister.
+// fill and empty it: register_immutable, register_generated, precompute_hash,
+// unregister.
 #include "transfer/source_hash_cache.hpp"
 
 #include <iterator>
@@ -35,11 +36,11 @@ std::uint64_t SourceHashCache::hash(const std::byte* ptr, std::uint64_t bytes) {
 }
 
 void SourceHashCache::add_region(const std::byte* ptr, std::uint64_t bytes, RegionId id,
-                                 std::uint64_t hash) {
+                                 std::optional<std::uint64_t> hash) {
   const auto start = reinterpret_cast<std::uintptr_t>(ptr);
   std::lock_guard lock(mu_);
   regions_[start] = {bytes, id};
-  hashes_[{start, bytes}] = hash;
+  if (hash) hashes_[{start, bytes}] = *hash;
 }
 
 bool SourceHashCache::inside_region(const std::byte* ptr, std::uint64_t bytes) const {
@@ -66,6 +67,13 @@ Result<RegionId> TransferEngine::register_immutable(std::byte* ptr, std::uint64_
   auto region = arena_.register_host(ptr, bytes);
   if (!region.ok()) return region;
   state_->source_hashes.add_region(ptr, bytes, *region, content_hash({ptr, bytes}));
+  return region;
+}
+
+Result<RegionId> TransferEngine::register_generated(std::byte* ptr, std::uint64_t bytes) {
+  auto region = arena_.register_host(ptr, bytes);
+  if (!region.ok()) return region;
+  state_->source_hashes.add_region(ptr, bytes, *region, std::nullopt);
   return region;
 }
 

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <utility>
 
 #include "ferry/host_arena.hpp"
@@ -24,8 +25,10 @@ class SourceHashCache {
   // registered region, hashed (host time proportional to the bytes) otherwise.
   std::uint64_t hash(const std::byte* ptr, std::uint64_t bytes);
 
-  // Records region `id` over [ptr, ptr + bytes), whose content_hash is `hash`.
-  void add_region(const std::byte* ptr, std::uint64_t bytes, RegionId id, std::uint64_t hash);
+  // Records region `id` over [ptr, ptr + bytes), whose content_hash is `hash`
+  // (nullopt: the whole region's bytes are never present at once, so no hash of it
+  // is cached; its sub-ranges are hashed on first use).
+  void add_region(const std::byte* ptr, std::uint64_t bytes, RegionId id, std::optional<std::uint64_t> hash);
   // Whether [ptr, ptr + bytes) is non-empty and lies inside one registered region.
   bool inside_region(const std::byte* ptr, std::uint64_t bytes) const;
   // Forgets region `id` and every hash cached inside it (nothing if unknown).

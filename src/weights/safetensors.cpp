@@ -297,9 +297,17 @@ Result<void> write_safetensors(const std::string& path, std::span<const TensorTo
 
 Result<void> write_safetensors(const std::string& path, const WeightBank& bank) {
   std::vector<TensorToWrite> list;
+  std::vector<std::vector<std::byte>> generated;  // a lazy bank's tensors, for the write
+  if (bank.lazy()) generated.resize(bank.tensors().size());
   for (std::size_t i = 0; i < bank.tensors().size(); ++i) {
     const TensorInfo& t = bank.tensors()[i];
-    list.push_back(TensorToWrite{t.name, t.dtype, t.shape, bank.bytes(i)});
+    std::span<const std::byte> data = bank.bytes(i);
+    if (bank.lazy()) {
+      generated[i].resize(t.bytes);
+      bank.read(i, 0, generated[i]);
+      data = generated[i];
+    }
+    list.push_back(TensorToWrite{t.name, t.dtype, t.shape, data});
   }
   return write_safetensors(path, list, bank.metadata());
 }

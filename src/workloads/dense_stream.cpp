@@ -92,10 +92,7 @@ class DenseStream final : public Workload {
     const std::uint64_t T = tokens_, h = hidden_, qkv_n = q_ + 2 * kv_, I = inter_;
     HostValue x = ref.fill(input_seed(), T * h * 2);
     for (std::uint64_t i = 0; i < kLayers; ++i) {
-      const auto w = [&](std::size_t j) {
-        const std::size_t t = layer_[i * 4 + j];
-        return ref.view(bank.bytes(t), bank.hash(t));
-      };
+      const auto w = [&](std::size_t j) { return ref.weight(bank, layer_[i * 4 + j]); };
       const HostValue qkv = ref.matmul(x, w(0), linear(T, qkv_n, h));
       const HostValue attn = ref.kernel({qkv}, T * q_ * 2);
       const HostValue o = ref.kernel({ref.matmul(attn, w(1), linear(T, h, q_)), x}, T * h * 2);
@@ -106,7 +103,7 @@ class DenseStream final : public Workload {
     std::vector<std::uint64_t> reds;
     for (std::size_t g = kLayers; g < groups_.size(); ++g) {
       const Range& r = groups_[g][0];
-      const HostValue wc = ref.view(bank.bytes(r.tensor).subspan(r.offset, r.bytes));
+      const HostValue wc = ref.weight(bank, r.tensor, r.offset, r.bytes);
       const std::uint64_t n = r.bytes / (h * 2);
       const HostValue logits = ref.matmul(x, wc, linear(T, n, h));
       reds.push_back(ref.kernel({logits}, T * 8).hash);
@@ -127,7 +124,7 @@ class DenseStream final : public Workload {
     std::vector<Staged> staged(groups_.size());
     const auto begin = [&](std::size_t g, bool is_prefetch) -> Result<bool> {
       Staged& st = staged[g];
-      TransferPlan plan;
+      Exec::WeightUpload plan(bank);
       for (const Range& r : groups_[g]) {
         Result<DeviceHandle> b = ex.alloc(r.bytes, up_stream);
         if (!b.ok()) {
@@ -137,9 +134,9 @@ class DenseStream final : public Workload {
           return std::move(b).error();
         }
         st.bufs.push_back(*b);
-        plan.add(bank.bytes(r.tensor).data() + r.offset, *b, 0, r.bytes);
+        FERRY_TRY(ex.add_weights(plan, r.tensor, r.offset, r.bytes, *b, 0));
       }
-      Result<Exec::Upload> u = ex.begin_upload(up_stream, plan);
+      Result<Exec::Upload> u = ex.begin_upload(up_stream, std::move(plan));
       if (!u.ok()) return std::move(u).error();
       st.upload = std::move(*u);
       st.begun = true;

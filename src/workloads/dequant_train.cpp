@@ -74,7 +74,7 @@ class DequantTrain final : public Workload {
     // Weight i dequantized, made again for each use as the device does.
     const auto w = [&](std::uint64_t i) {
       const std::size_t q = index_[2 * i], sc = index_[2 * i + 1];
-      return ref.kernel({ref.view(bank.bytes(q), bank.hash(q)), ref.view(bank.bytes(sc), bank.hash(sc))},
+      return ref.kernel({ref.weight(bank, q), ref.weight(bank, sc)},
                         in_of(i % 4) * out_of(i % 4) * 2);
     };
     std::vector<HostValue> lora(kWeights), saved(kWeights);
@@ -344,10 +344,10 @@ class DequantTrain final : public Workload {
       if (is_prefetch && buf.error().code == ErrorCode::out_of_memory) return false;
       return std::move(buf).error();
     }
-    TransferPlan plan;
-    plan.add(bank.bytes(index_[2 * i]).data(), *buf, 0, q.bytes);
-    plan.add(bank.bytes(index_[2 * i + 1]).data(), *buf, soff, sc.bytes);
-    Result<Exec::Upload> u = ex.begin_upload(up_stream_, plan);
+    Exec::WeightUpload plan(bank);
+    FERRY_TRY(ex.add_weights(plan, index_[2 * i], 0, q.bytes, *buf, 0));
+    FERRY_TRY(ex.add_weights(plan, index_[2 * i + 1], 0, sc.bytes, *buf, soff));
+    Result<Exec::Upload> u = ex.begin_upload(up_stream_, std::move(plan));
     if (!u.ok()) return std::move(u).error();
     staged_[k].buf = *buf;
     staged_[k].upload = std::move(*u);

@@ -125,6 +125,31 @@ Result<void> Exec::after(StreamId stream, StreamPoint point) {
   return {};
 }
 
+Exec::WeightUpload::~WeightUpload() {
+  for (const StagedRange& r : staged_) bank_->release(r);  // never enqueued: nothing read it
+}
+
+Result<void> Exec::add_weights(WeightUpload& up, std::size_t tensor, std::uint64_t offset, std::uint64_t bytes,
+                               DeviceHandle dst, std::uint64_t dst_offset) {
+  if (env_ == nullptr) return {};
+  Result<StagedRange> r = up.bank_->stage(tensor, offset, bytes);
+  if (!r.ok()) return std::move(r).error();
+  up.staged_.push_back(*r);
+  up.plan_.add(r->bytes.data(), dst, dst_offset, bytes);
+  return {};
+}
+
+Result<Exec::Upload> Exec::begin_upload(StreamId stream, WeightUpload&& weights) {
+  Result<Upload> up = begin_upload(stream, weights.plan_);
+  // Past this point copies may read the ranges even on error: only finish() releases them.
+  std::vector<StagedRange> staged = std::move(weights.staged_);
+  weights.staged_.clear();
+  if (!up.ok()) return up;
+  up->bank = weights.bank_;
+  up->staged = std::move(staged);
+  return up;
+}
+
 Result<Exec::Upload> Exec::begin_upload(StreamId stream, const TransferPlan& plan) {
   Upload up;
   up.stream = stream;
@@ -143,6 +168,7 @@ Result<StreamPoint> Exec::finish(Upload&& upload) {
   Result<TransferReceipt> r = env_->engine->finish(std::move(*upload.pending));
   upload.pending.reset();
   if (!r.ok()) return std::move(r).error();
+  for (const StagedRange& s : upload.staged) upload.bank->release(s, r->done);
   return r->done;
 }
 

@@ -76,10 +76,34 @@ class Exec {
   // Makes `stream` wait for `point` (another stream's work) unless done.
   Result<void> after(StreamId stream, StreamPoint point);
 
+  // An upload of bank tensors being planned (add_weights): its plan and the
+  // ranges it staged. Dropped before begin_upload, it releases them unread.
+  class WeightUpload {
+   public:
+    explicit WeightUpload(const WeightBank& bank) : bank_(&bank) {}
+    WeightUpload(WeightUpload&&) noexcept = default;
+    WeightUpload& operator=(WeightUpload&&) = delete;
+    ~WeightUpload();
+
+   private:
+    friend class Exec;
+    const WeightBank* bank_;
+    TransferPlan plan_;
+    std::vector<StagedRange> staged_;
+  };
   struct Upload {
     std::optional<PendingUpload> pending;
     StreamId stream = 0;
+    // Released at finish() once it succeeded; after a failure (copies may still
+    // read them) they stay until the bank is unplaced.
+    const WeightBank* bank = nullptr;
+    std::vector<StagedRange> staged;
   };
+  // Adds bytes [offset, offset + bytes) of bank tensor `tensor` to the upload,
+  // into dst at dst_offset. Live: staged first (WeightBank::stage). Dry: nothing.
+  Result<void> add_weights(WeightUpload& up, std::size_t tensor, std::uint64_t offset, std::uint64_t bytes,
+                           DeviceHandle dst, std::uint64_t dst_offset);
+  Result<Upload> begin_upload(StreamId stream, WeightUpload&& weights);
   Result<Upload> begin_upload(StreamId stream, const TransferPlan& plan);
   // Returns the point after which the copies are complete (and verified under verify).
   Result<StreamPoint> finish(Upload&& upload);
@@ -125,6 +149,10 @@ class Workload {
   virtual ~Workload() = default;
   virtual std::string shape() const = 0;
   virtual std::vector<SyntheticTensor> tensors() const = 0;
+  // Whether every weight reaches the device through Exec::add_weights, so a
+  // lazy synthetic bank can serve it; false: the workload needs the bank's bytes
+  // in place for the whole run.
+  virtual bool stages_weights() const { return true; }
   // Refuses options this workload cannot serve, before anything is built.
   // Errors: invalid_argument naming the option and what would work.
   virtual Result<void> check_options() const { return {}; }

@@ -101,6 +101,9 @@ class MoeOffload final : public Workload {
                           " moe-offload needs --slots " + std::to_string(need) + " or more");
   }
 
+  // The cache fetches an expert whenever it misses, from bytes it holds for the whole run.
+  bool stages_weights() const override { return false; }
+
   Result<void> bind(const WeightBank& bank) override {
     Result<std::vector<std::size_t>> index = resolve_tensors(bank, tensors());
     if (!index.ok()) return std::move(index).error();
@@ -223,7 +226,7 @@ class MoeOffload final : public Workload {
 
   // Expert `key` on x, as the device computes it: gu = x . Wgu, act = silu(gate) * up, y = act . Wdown.
   HostValue expert(Reference& ref, const WeightBank& bank, std::uint64_t key, const HostValue& x) const {
-    const auto w = [&](std::size_t t) { return ref.view(bank.bytes(t), bank.hash(t)); };
+    const auto w = [&](std::size_t t) { return ref.weight(bank, t); };
     const HostValue gu = ref.matmul(x, w(index_[2 * key]), gate_up_shape());
     const HostValue act = ref.kernel({gu}, kTokensPerStep * inter_ * 2);
     return ref.matmul(act, w(index_[2 * key + 1]), down_shape());

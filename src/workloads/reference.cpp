@@ -28,6 +28,20 @@ HostValue Reference::view(std::span<const std::byte> bytes, std::uint64_t hash) 
 
 HostValue Reference::view(std::span<const std::byte> bytes) const { return view(bytes, content_hash(bytes)); }
 
+HostValue Reference::weight(const WeightBank& bank, std::size_t tensor, std::uint64_t offset,
+                            std::uint64_t bytes) const {
+  const std::uint64_t size = bank.tensors()[tensor].bytes;
+  if (bytes == 0) bytes = size - offset;
+  const bool whole = offset == 0 && bytes == size;
+  if (!bank.lazy()) {
+    return whole ? view(bank.bytes(tensor), bank.hash(tensor)) : view(bank.bytes(tensor).subspan(offset, bytes));
+  }
+  if (!materialize_) return HostValue{whole ? bank.hash(tensor) : bank.hash(tensor, offset, bytes), bytes, {}, nullptr};
+  std::vector<std::byte> out(bytes);
+  bank.read(tensor, offset, out);
+  return owned(std::move(out));
+}
+
 std::uint64_t Reference::fill_hash(std::uint64_t seed, std::uint64_t bytes) {
   // In pieces, so a large output never needs a buffer of its size.
   constexpr std::uint64_t kPiece = std::uint64_t{1} << 20;

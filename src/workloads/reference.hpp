@@ -41,6 +41,10 @@ class Reference {
   // they must outlive the value.
   HostValue view(std::span<const std::byte> bytes, std::uint64_t hash) const;
   HostValue view(std::span<const std::byte> bytes) const;
+  // Bytes [offset, offset + bytes) of a bank tensor (0, 0: all of it): viewed in
+  // a resident bank, generated for a lazy one when the value needs its bytes.
+  HostValue weight(const WeightBank& bank, std::size_t tensor, std::uint64_t offset = 0,
+                   std::uint64_t bytes = 0) const;
   // fill_with(kPattern, seed) of `bytes`.
   HostValue fill(std::uint64_t seed, std::uint64_t bytes);
   // A kernel's output of `bytes` over these inputs.

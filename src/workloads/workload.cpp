@@ -142,10 +142,15 @@ Result<WorkloadReport> run_workload(WorkloadKind kind, const WorkloadOptions& op
   std::unique_ptr<workloads::Env> env;
   std::unique_ptr<Workload> w = make(kind, options, s);
   FERRY_TRY(w->check_options());
-  Result<WeightBank> opened = options.weights_path.empty()
-                                  ? WeightBank::synthetic(w->tensors(), "synthetic (seed " +
-                                                                            std::to_string(options.seed) + ")")
-                                  : WeightBank::open_safetensors(options.weights_path);
+  // Lazy on the sim: its device is larger than the host, and a workload that
+  // stages every weight needs no tensor held longer than its upload.
+  const SyntheticStorage storage = options.backend == BackendKind::sim && w->stages_weights()
+                                       ? SyntheticStorage::lazy
+                                       : SyntheticStorage::resident;
+  Result<WeightBank> opened =
+      options.weights_path.empty()
+          ? WeightBank::synthetic(w->tensors(), "synthetic (seed " + std::to_string(options.seed) + ")", storage)
+          : WeightBank::open_safetensors(options.weights_path);
   if (!opened.ok()) return std::move(opened).error();
   WeightBank bank = std::move(opened).value();
   FERRY_TRY(w->bind(bank));
@@ -265,6 +270,10 @@ Result<WorkloadReport> run_workload(WorkloadKind kind, const WorkloadOptions& op
     r.matched = false;
     if (r.error.empty()) r.error = "the host reference's GEMM failed: " + reference.error();
   }
+  const BankStats bs = bank.stats();
+  r.weights_bytes = bs.data_bytes;
+  r.weights_peak_host_bytes = bs.peak_resident_bytes;
+  r.weights_storage = bank.from_file() ? "file" : bank.lazy() ? "lazy" : "resident";
   if (Result<void> un = bank.unplace(); !un.ok() && r.error.empty()) {
     r.error = "unplacing the weight bank: " + un.error().message;
     r.matched = false;
@@ -281,6 +290,7 @@ std::string workload_report_json(const WorkloadReport& r) {
   j["scale"] = r.scale;
   j["shape"] = r.shape;
   j["weights"] = r.weights;
+  j["weights_storage"] = r.weights_storage;
   j["seed"] = r.seed;
   j["integrity_policy"] = r.integrity_policy;
   j["faults"] = r.faults;
@@ -306,7 +316,9 @@ std::string workload_report_json(const WorkloadReport& r) {
                  {"ooms", r.ooms},
                  {"ooms_survived", r.ooms_survived},
                  {"reclaims", r.reclaims},
-                 {"prefetch_skipped", r.prefetch_skipped}};
+                 {"prefetch_skipped", r.prefetch_skipped},
+                 {"weights_bytes", r.weights_bytes},
+                 {"weights_peak_host_bytes", r.weights_peak_host_bytes}};
   const IntegrityCounters& c = r.integrity;
   j["integrity"] = {{"bytes_moved", c.bytes_moved},   {"bytes_verified", c.bytes_verified},
                     {"mismatches", c.mismatches},     {"retries", c.retries},
@@ -368,7 +380,8 @@ std::string workload_report_summary(const WorkloadReport& r) {
   s += "ferry run " + r.workload + " on " + r.backend + " " + r.device + ", scale " + fixed(r.scale, 4) + "\n";
   line("shape", r.shape + "; matmuls: " + (r.matmul == "gemm" ? (r.modeled_time ? "host GEMM" : "cuBLAS GEMM")
                                                                    : "mix kernels"));
-  line("weights", r.weights);
+  line("weights", r.weights + ": " + bytes_text(r.weights_bytes) + ", " + r.weights_storage + ", peak " +
+                      bytes_text(r.weights_peak_host_bytes) + " in host memory");
   if (!r.completed) {
     line("output", "not compared: the run stopped in " + r.stopped_at + ", before its digest");
   } else {

@@ -2,19 +2,23 @@
 // errors naming the file and the offset or tensor, random damage never crashes,
 // synthetic banks are deterministic, placement makes uploads land right.
 #include <gtest/gtest.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <optional>
+#include <utility>
 #include <string>
 #include <vector>
 
 #include "expected_bytes.hpp"
 #include "ferry/content.hpp"
 #include "ferry/device_pool.hpp"
+#include "ferry/forwarding_backend.hpp"
 #include "ferry/host_arena.hpp"
 #include "ferry/sim_backend.hpp"
 #include "ferry/stream_order.hpp"
@@ -384,6 +388,182 @@ TEST_P(Placement, UploadsOutOfThePlacedBankLandRight) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Both, Placement, ::testing::Values(BankPlacement::registered, BankPlacement::arena),
+                         [](const auto& p) { return std::string(to_string(p.param)); });
+
+// --- lazy synthetic banks ------------------------------------------------------------
+
+TEST(LazyBank, HoldsTheBytesAResidentBankHolds) {
+  auto lazy = WeightBank::synthetic(synthetic_spec(), "lazy", SyntheticStorage::lazy);
+  auto resident = WeightBank::synthetic(synthetic_spec());
+  ASSERT_TRUE(lazy.ok() && resident.ok());
+  EXPECT_TRUE(lazy->lazy());
+  EXPECT_FALSE(resident->lazy());
+  EXPECT_EQ(lazy->stats().resident_bytes, 0u) << "a lazy bank holds nothing until a range is staged";
+  EXPECT_GE(resident->stats().resident_bytes, resident->data_bytes());
+  for (std::size_t i = 0; i < lazy->tensors().size(); ++i) {
+    const TensorInfo& t = lazy->tensors()[i];
+    EXPECT_EQ(t.offset, resident->tensors()[i].offset);
+    EXPECT_TRUE(lazy->bytes(i).empty());
+    std::vector<std::byte> got(t.bytes);
+    lazy->read(i, 0, got);
+    EXPECT_EQ(std::memcmp(got.data(), resident->bytes(i).data(), t.bytes), 0);
+    EXPECT_EQ(lazy->hash(i), resident->hash(i));
+    EXPECT_EQ(lazy->hash(i, 3, t.bytes - 5), resident->hash(i, 3, t.bytes - 5));
+  }
+  // Past one generation piece, hashed in pieces: the same value.
+  const std::vector<SyntheticTensor> big = {{"big", DType::bf16, {3, 1u << 19}, 5, Pattern::small_bf16}};
+  auto lb = WeightBank::synthetic(big, "lazy", SyntheticStorage::lazy);
+  auto rb = WeightBank::synthetic(big);
+  ASSERT_TRUE(lb.ok() && rb.ok());
+  EXPECT_EQ(lb->hash(0), content_hash(rb->bytes(0)));
+  EXPECT_EQ(lb->hash(0, 1000, 2'000'001), content_hash(rb->bytes(0).subspan(1000, 2'000'001)));
+
+  TempDir dir;
+  const std::string path = dir.file("lazy.safetensors");
+  ASSERT_TRUE(write_safetensors(path, *lazy).ok());
+  auto file = WeightBank::open_safetensors(path);
+  ASSERT_TRUE(file.ok()) << file.error().message;
+  for (std::size_t i = 0; i < lazy->tensors().size(); ++i) EXPECT_EQ(file->hash(i), lazy->hash(i));
+}
+
+TEST(LazyBank, StageNeedsAPlacementAndARangeInsideTheTensor) {
+  auto bank = WeightBank::synthetic(synthetic_spec(), "lazy", SyntheticStorage::lazy);
+  ASSERT_TRUE(bank.ok());
+  EXPECT_EQ(bank->stage(0, 0, 16).error().code, ErrorCode::invalid_argument);
+  auto sim = make_sim_backend({*find_profile("tiny"), 7, {}});
+  StreamOrder order(*sim);
+  DevicePool pool(order);
+  HostArena arena(order);
+  TransferEngine engine(pool, arena, {});
+  ASSERT_TRUE(bank->place(engine, BankPlacement::registered).ok());
+  const std::uint64_t n = bank->tensors()[0].bytes;
+  EXPECT_EQ(bank->stage(0, 0, 0).error().code, ErrorCode::invalid_argument);
+  EXPECT_EQ(bank->stage(0, 1, n).error().code, ErrorCode::invalid_argument);
+  auto whole = bank->stage(0, 0, n);
+  ASSERT_TRUE(whole.ok());
+  EXPECT_NE(whole->id, 0u);
+  auto again = bank->stage(0, 0, n);  // the same range, still held: shared, not generated twice
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->bytes.data(), whole->bytes.data());
+  EXPECT_EQ(bank->stats().staged, 1u);
+  bank->release(*whole);
+  bank->release(*again);
+  EXPECT_EQ(bank->stats().dropped, 1u);
+  ASSERT_TRUE(bank->unplace().ok());
+}
+
+// A backend that says it is cuda: a driver pins what it registers.
+class PinsWhatItRegisters final : public ForwardingBackend {
+ public:
+  explicit PinsWhatItRegisters(Backend& inner) : ForwardingBackend(inner), info_(inner.info()) {
+    info_.backend = BackendKind::cuda;
+  }
+  const DeviceInfo& info() const noexcept override { return info_; }
+
+ private:
+  DeviceInfo info_;
+};
+
+TEST(LazyBank, IsRegisteredOnlyOnTheSim) {
+  auto sim = make_sim_backend({*find_profile("tiny"), 7, {}});
+  PinsWhatItRegisters cuda(*sim);
+  StreamOrder order(cuda);
+  DevicePool pool(order);
+  HostArena arena(order);
+  TransferEngine engine(pool, arena, {});
+  auto bank = WeightBank::synthetic(synthetic_spec(), "lazy", SyntheticStorage::lazy);
+  ASSERT_TRUE(bank.ok());
+  auto placed = bank->place(engine, BankPlacement::registered);
+  ASSERT_FALSE(placed.ok());
+  EXPECT_EQ(placed.error().code, ErrorCode::unsupported);
+  EXPECT_FALSE(bank->placed());
+  // In the arena every tensor is generated into its own block: any backend.
+  ASSERT_TRUE(bank->place(engine, BankPlacement::arena).ok());
+  for (std::size_t i = 0; i < bank->tensors().size(); ++i) EXPECT_EQ(content_hash(bank->bytes(i)), bank->hash(i));
+  ASSERT_TRUE(bank->unplace().ok());
+}
+
+// Streams a model 24x the size of one tensor through a sim engine, two tensors in
+// flight (the next one's upload begun before this one is finished, as
+// dense-stream does): every tensor lands right, and the bank never holds more
+// than the two in flight plus its kept canary page — the bound that a bank
+// generated whole (resident again) breaks at once.
+class LazyBankStreaming : public ::testing::TestWithParam<IntegrityPolicy> {};
+
+TEST_P(LazyBankStreaming, HostMemoryIsBoundedByWhatIsInFlight) {
+  constexpr std::uint64_t kTensor = std::uint64_t{2} << 20, kCount = 24;
+  std::vector<SyntheticTensor> spec;
+  for (std::uint64_t i = 0; i < kCount; ++i) {
+    spec.push_back({"layer." + std::to_string(i), DType::bf16, {kTensor / 2}, 100 + i, Pattern::small_bf16});
+  }
+  auto bank = WeightBank::synthetic(spec, "lazy", SyntheticStorage::lazy);
+  ASSERT_TRUE(bank.ok());
+  auto sim = make_sim_backend({*find_profile("h200"), 7, {}});
+  StreamOrder order(*sim);
+  DevicePool pool(order);
+  HostArena arena(order);
+  EngineOptions eo;
+  eo.policy = GetParam();
+  TransferEngine engine(pool, arena, eo);
+  ASSERT_TRUE(engine.status().ok());
+  ASSERT_TRUE(bank->place(engine, BankPlacement::registered).ok());
+  const std::uint64_t kept = bank->stats().resident_bytes;
+  EXPECT_EQ(kept, 4096u) << "one registered piece: its first page is kept for canaries";
+
+  struct InFlight {
+    DeviceHandle dst;
+    StagedRange range;
+    PendingUpload pending;
+  };
+  const auto begin = [&](std::size_t i) -> InFlight {
+    auto h = pool.allocate(kTensor, 1);
+    EXPECT_TRUE(h.ok());
+    auto r = bank->stage(i, 0, kTensor);
+    EXPECT_TRUE(r.ok());
+    TransferPlan plan;
+    plan.add(r->bytes.data(), *h, 0, kTensor);
+    auto p = engine.begin_upload(1, plan);
+    EXPECT_TRUE(p.ok()) << p.error().message;
+    return InFlight{*h, *r, std::move(*p)};
+  };
+  std::optional<InFlight> next = begin(0);
+  const std::byte* second = nullptr;  // tensor 1's staged bytes
+  for (std::size_t i = 0; i < kCount; ++i) {
+    InFlight cur = std::move(*next);
+    if (i == 1) second = cur.range.bytes.data();
+    next.reset();
+    if (i + 1 < kCount) next = begin(i + 1);
+    auto receipt = engine.finish(std::move(cur.pending));
+    ASSERT_TRUE(receipt.ok()) << receipt.error().message;
+    bank->release(cur.range, receipt->done);
+    ASSERT_TRUE(order.wait(receipt->done).ok());
+    std::vector<std::byte> got(kTensor);
+    ASSERT_TRUE(sim->peek(pool.resolve(cur.dst)->addr, got).ok());
+    EXPECT_EQ(content_hash(got), bank->hash(i)) << "tensor " << i;
+    ASSERT_TRUE(pool.free(cur.dst).ok());
+  }
+  ASSERT_TRUE(sim->synchronize().ok());
+  const BankStats st = bank->stats();
+  EXPECT_EQ(st.generated_bytes, kCount * kTensor);
+  EXPECT_EQ(st.dropped, kCount);
+  EXPECT_EQ(st.resident_bytes, kept) << "every staged range was dropped once its transfer completed";
+  EXPECT_LE(st.peak_resident_bytes, 2 * kTensor + kept);
+  // The pages themselves went back to the kernel, not only the count.
+  std::vector<unsigned char> in_core(kTensor / 4096);
+  ASSERT_EQ(mincore(const_cast<std::byte*>(second), kTensor, in_core.data()), 0);
+  EXPECT_EQ(std::count_if(in_core.begin(), in_core.end(), [](unsigned char c) { return (c & 1) != 0; }), 0);
+  const IntegrityCounters c = engine.counters();
+  EXPECT_EQ(c.canary_failures, 0u);
+  EXPECT_EQ(c.mismatches, 0u);
+  if (GetParam() == IntegrityPolicy::verify) {
+    EXPECT_EQ(c.bytes_verified, kCount * kTensor);
+  }
+  ASSERT_TRUE(bank->unplace().ok());
+  EXPECT_EQ(bank->stats().resident_bytes, 0u);
+}
+
+INSTANTIATE_TEST_SUITE_P(Policies, LazyBankStreaming,
+                         ::testing::Values(IntegrityPolicy::verify, IntegrityPolicy::probe, IntegrityPolicy::off),
                          [](const auto& p) { return std::string(to_string(p.param)); });
 
 TEST(WeightBank, PlacementNames) {
