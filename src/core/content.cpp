@@ -138,6 +138,7 @@ std::uint64_t content_hash(std::span<const std::byte> bytes) noexcept {
 }
 
 void ContentHasher::update(std::span<const std::byte> bytes) noexcept {
+  if (bytes.empty()) return;  // (data() may be null)
   std::uint64_t have = total_ % 8;
   if (have != 0) {  // complete the unfinished word first
     const std::uint64_t take = std::min<std::uint64_t>(8 - have, bytes.size());
@@ -151,7 +152,7 @@ void ContentHasher::update(std::span<const std::byte> bytes) noexcept {
   sum_ += sum_words(bytes.data(), whole / 8, total_ / 8);
   total_ += whole;
   have = bytes.size() - whole;
-  std::memcpy(partial_, bytes.data() + whole, have);
+  if (have != 0) std::memcpy(partial_, bytes.data() + whole, have);
   total_ += have;
 }
 

@@ -44,7 +44,7 @@ TEST(CudaHostJobs, JobsThatNeverRanAreFreedAtTeardown) {
   EXPECT_EQ(dst[32], 0);  // released, not run
 }
 
-TEST(CudaHostJobs, AnUploadChunkIsCopiedWhileThePreviousChunksDmaRuns) {
+TEST(CudaHostJobs, AnUploadChunkIsCopiedOnTheWorkerThreadWhileThePreviousChunksDmaRuns) {
   constexpr std::size_t kChunk = 4096;
   constexpr std::size_t kChunks = 7;
   std::vector<std::uint8_t> src(kChunk * kChunks);
