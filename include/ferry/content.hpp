@@ -32,7 +32,8 @@
 // copies, swapped or shifted pieces and flipped bits. A change confined to one
 // 8-byte word is always detected (hash_word is a bijection of the word for a fixed
 // position, hash_finish of the sum for a fixed length); any other change is missed
-// with probability about 2^-64. It is no defence against a chosen collision.
+// only by coincidence (about 2^-64, if mix64 behaves as a random function). It is
+// no defence against a collision chosen on purpose.
 //
 // The functions marked FERRY_HOST_DEVICE are compiled by nvcc for the device too
 // (src/cuda/kernels.cu), so host and device share one definition.
@@ -54,7 +55,6 @@
 namespace ferry FERRY_API {
 
 inline constexpr std::uint64_t kMixStart = 0x6a09e667f3bcc908ull;
-inline constexpr std::uint64_t kHashWordBytes = 8;
 inline constexpr std::uint64_t kHashPositionKey = 0x9e3779b97f4a7c15ull;  // odd
 inline constexpr std::uint64_t kHashLengthKey = 0xd1b54a32d192ed03ull;
 
