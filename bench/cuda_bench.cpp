@@ -25,6 +25,15 @@
 //   BM_VerifyOverhead            the BM_H2DArena upload under off, probe and verify in
 //                                turn on the same blocks; counters: each policy's GB/s and
 //                                probe_ratio / verify_ratio = time under it / time under off
+//   BM_DeviceHash                the content-hash kernel (HashOp) over `bytes` of device
+//                                memory, `depth` hashes back to back on one stream, then a
+//                                wait for the last; counters: GBps, hbm_fraction (of the
+//                                device's nominal memory bandwidth). depth 16 is the
+//                                kernel's rate, depth 1 adds one round trip. The first
+//                                hash is checked against the host's content_hash: a
+//                                mismatch skips the benchmark with the two values.
+//   BM_WaitDepth1                one 4 KiB fill, then Backend::wait for it: the time from
+//                                enqueue to the waiting thread noticing completion
 //   BM_FragmentationCuda*        pool_bench's min capacity ratio (smallest capacity with
 //                                no OOM / peak live, to 1 %) on the same traces
 //                                (replay/synthetic_traces.hpp), replayed with the cuda backend
@@ -233,6 +242,110 @@ BENCHMARK(BM_CudaMallocAllocFree)
     ->Arg(64 << 20)
     ->MinTime(kMinSeconds)
     ->UseRealTime();
+
+// --- device hash and wait latency ----------------------------------------------------
+
+// A mapped device range of at least `bytes` straight from the backend, and a
+// pinned word for hash results. False after skipping the benchmark.
+struct DeviceRig {
+  bool open(benchmark::State& state, std::uint64_t bytes) {
+    backend = open_cuda(state);
+    if (!backend) return false;
+    const std::uint64_t g = backend->info().granularity;
+    size = (bytes + g - 1) / g * g;
+    auto b = backend->reserve_address(size);
+    if (!b.ok()) {
+      skip(state, "reserve_address", b.error());
+      return false;
+    }
+    base = *b;
+    if (auto m = backend->map(base, size); !m.ok()) {
+      (void)backend->release_address(base, size);
+      base = 0;
+      skip(state, "map", m.error());
+      return false;
+    }
+    auto p = backend->allocate_pinned(sizeof(std::uint64_t));
+    if (!p.ok()) {
+      skip(state, "allocate_pinned", p.error());
+      return false;
+    }
+    pinned = *p;
+    return true;
+  }
+  std::uint64_t* result() const { return reinterpret_cast<std::uint64_t*>(pinned); }
+  // Enqueues `op` on stream 0 and waits for it. False after skipping the benchmark.
+  bool run(benchmark::State& state, Op op) {
+    auto t = backend->enqueue(0, std::move(op));
+    if (!t.ok()) {
+      skip(state, "enqueue", t.error());
+      return false;
+    }
+    if (auto w = backend->wait({0, *t}, std::chrono::seconds(10)); !w.ok()) {
+      skip(state, "wait", w.error());
+      return false;
+    }
+    return true;
+  }
+  ~DeviceRig() {
+    if (!backend) return;
+    (void)backend->synchronize();
+    if (pinned != nullptr) (void)backend->free_pinned(pinned);
+    if (base != 0) {
+      (void)backend->unmap(base, size);
+      (void)backend->release_address(base, size);
+    }
+  }
+
+  std::unique_ptr<Backend> backend;
+  std::uint64_t base = 0;
+  std::uint64_t size = 0;
+  std::byte* pinned = nullptr;
+};
+
+void BM_DeviceHash(benchmark::State& state) {
+  const auto bytes = static_cast<std::uint64_t>(state.range(0));
+  const auto depth = state.range(1);
+  DeviceRig rig;
+  if (!rig.open(state, bytes)) return;
+  const DeviceRange range{rig.base, bytes};
+  if (!rig.run(state, FillOp{range, 3}) || !rig.run(state, HashOp{range, rig.result()})) return;
+  std::vector<std::byte> expected(bytes);
+  fill_pattern(3, 0, expected);
+  if (const std::uint64_t want = content_hash(expected); *rig.result() != want) {
+    state.SkipWithError(("device hash " + std::to_string(*rig.result()) + " differs from content_hash " +
+                         std::to_string(want))
+                            .c_str());
+    return;
+  }
+  for (auto _ : state) {
+    Result<Ticket> t = make_error(ErrorCode::invalid_argument, "depth 0");
+    for (std::int64_t k = 0; k < depth; ++k) t = rig.backend->enqueue(0, HashOp{range, rig.result()});
+    if (!t.ok()) return skip(state, "enqueue", t.error());
+    if (auto w = rig.backend->wait({0, *t}, std::chrono::seconds(10)); !w.ok()) return skip(state, "wait", w.error());
+  }
+  const double hashed = double(state.iterations()) * double(depth) * double(bytes);
+  state.SetBytesProcessed(static_cast<std::int64_t>(hashed));
+  state.counters["GBps"] = benchmark::Counter(hashed / 1e9, benchmark::Counter::kIsRate);
+  const double nominal = rig.backend->info().mem_bytes_per_s;
+  if (nominal > 0) state.counters["hbm_fraction"] = benchmark::Counter(hashed / nominal, benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_DeviceHash)
+    ->ArgNames({"bytes", "depth"})
+    ->ArgsProduct({{1 << 20, 8 << 20, 64 << 20}, {1, 16}})
+    ->MinTime(kMinSeconds)
+    ->UseRealTime();
+
+void BM_WaitDepth1(benchmark::State& state) {
+  DeviceRig rig;
+  if (!rig.open(state, 4096)) return;
+  for (auto _ : state) {
+    if (!rig.run(state, FillOp{{rig.base, 4096}, 5})) return;
+  }
+  state.counters["us_per_wait"] =
+      benchmark::Counter(double(state.iterations()) / 1e6, benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+}
+BENCHMARK(BM_WaitDepth1)->MinTime(kMinSeconds)->UseRealTime();
 
 // --- host -> device ------------------------------------------------------------------
 

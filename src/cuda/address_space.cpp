@@ -174,16 +174,17 @@ Result<CUmemGenericAllocationHandle> CudaAddressSpace::map_granule(std::uint64_t
     (void)driver_->mem_release(handle);
     return driver_error(res, "cuMemMap at " + hex(addr));
   }
+  return handle;
+}
+
+Result<void> CudaAddressSpace::set_access(std::uint64_t addr, std::uint64_t bytes) const {
   CUmemAccessDesc access{};
   access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
   access.location.id = device_;
   access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-  res = driver_->mem_set_access(static_cast<CUdeviceptr>(addr), granularity_, &access, 1);
-  if (res != CUDA_SUCCESS) {
-    unmap_granule(addr, handle);
-    return driver_error(res, "cuMemSetAccess at " + hex(addr));
-  }
-  return handle;
+  const CUresult res = driver_->mem_set_access(static_cast<CUdeviceptr>(addr), bytes, &access, 1);
+  if (res != CUDA_SUCCESS) return driver_error(res, "cuMemSetAccess " + range(addr, bytes));
+  return {};
 }
 
 void CudaAddressSpace::unmap_granule(std::uint64_t addr, CUmemGenericAllocationHandle handle) const {
@@ -220,7 +221,8 @@ Result<void> CudaAddressSpace::map(std::uint64_t addr, std::uint64_t bytes) {
     for (std::size_t i = first; i < first + count; ++i) r->state[i] = Granule::busy;
   }
 
-  // Physical memory, one allocation per granule, so each can later be unmapped alone.
+  // Physical memory, one allocation per granule, so each can later be unmapped
+  // alone; access is set once over the whole run (one call, not one per granule).
   std::vector<CUmemGenericAllocationHandle> handles;
   handles.reserve(count);
   std::optional<Error> failure;
@@ -238,7 +240,10 @@ Result<void> CudaAddressSpace::map(std::uint64_t addr, std::uint64_t bytes) {
     }
     handles.push_back(*h);
   }
-  if (failure) {
+  if (!failure) {
+    if (auto access = set_access(addr, bytes); !access.ok()) failure = std::move(access).error();
+  }
+  if (failure) {  // all or nothing: every granule mapped so far goes back
     for (std::size_t i = 0; i < handles.size(); ++i) {
       unmap_granule(addr + i * granularity_, handles[i]);
     }

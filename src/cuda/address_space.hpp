@@ -75,7 +75,11 @@ class CudaAddressSpace {
   Result<void> check_range(std::uint64_t addr, std::uint64_t bytes, const char* what) const;
 
   // Driver calls, no lock held.
+  // Creates one granule's physical memory and maps it at addr; nothing left on failure.
   Result<CUmemGenericAllocationHandle> map_granule(std::uint64_t addr) const;
+  // Read-write access for this device over mapped [addr, addr + bytes), which may
+  // span many granules.
+  Result<void> set_access(std::uint64_t addr, std::uint64_t bytes) const;
   void unmap_granule(std::uint64_t addr, CUmemGenericAllocationHandle handle) const;
   Error driver_error(CUresult result, const std::string& what) const;
 

@@ -18,11 +18,14 @@
 // Host memory the device does not own. Copies whose host side lies in a pinned
 // block or a registered range of this backend go straight to cudaMemcpyAsync. Any
 // other host pointer is pageable: cudaMemcpyAsync would block the caller on device
-// work there, so the bytes travel through the stream's two pinned staging buffers
-// and host functions enqueued on the stream copy them between the staging buffer
-// and the caller's memory, in stream order, when the device reaches them. The same
-// mechanism writes a HashOp's result to a pageable pointer. Hence every host pointer
-// in an operation has been read or written by the time its ticket completes.
+// work there, so the bytes travel through the stream's two pinned staging buffers.
+// An upload's chunks are copied into them by a worker thread, each behind the DMA
+// that last read its buffer, while a host function on the stream holds the DMA of
+// the chunk until its copy is done (host_jobs.hpp); so chunk k's DMA overlaps chunk
+// k + 1's copy. A download's chunks are copied out by host functions enqueued after
+// their DMAs. Host functions also write a HashOp's result to a pageable pointer.
+// Hence every host pointer in an operation has been read or written by the time
+// its ticket completes.
 //
 // GEMMs. The core has no GEMM op: the GEMM is a user operation of the backends
 // layer (ferry/gemm.hpp) whose kernel enqueues cublasGemmEx on the op's native
@@ -181,6 +184,7 @@ class CudaBackend final : public HoldingBackend<Backend> {
     std::uint64_t scratch_bytes = 0;
     std::array<std::byte*, 2> staging{};  // pinned, for pageable host memory
     unsigned next_staging = 0;
+    HostJobs::Lane lane;  // uses of `staging`, for host_jobs_'s worker
     bool adopted = false;   // `handle` is the program's: never destroyed or synchronized here
     StreamFault fault;      // a user kernel that failed (user_kernel.hpp)
   };

@@ -1,6 +1,7 @@
 // ferry — the CUDA backend's host memory: pinned blocks, registered ranges, and the
 // copies between the device and host memory, straight from pinned memory or staged
-// through a stream's pinned buffers (with host functions) for pageable memory.
+// through a stream's pinned buffers for pageable memory (host_jobs.hpp: a worker
+// fills them for uploads, host functions empty them for downloads).
 #include "cuda/cuda_backend.hpp"
 
 #include <cuda_runtime_api.h>
@@ -26,7 +27,7 @@ constexpr std::uint64_t kStagingBytes = 4ull << 20;  // per buffer, two per stre
 
 cudaError_t CudaBackend::launch_host_copy(cudaStream_t stream, void* dst, const void* src,
                                           std::size_t bytes) {
-  HostJobs::Job* job = host_jobs_.add(dst, src, bytes);
+  HostJobs::Job* job = host_jobs_.add_copy(dst, src, bytes);
   const cudaError_t err = cudaLaunchHostFunc(stream, &HostJobs::run, job);
   if (err != cudaSuccess) host_jobs_.cancel(job);
   return err;
@@ -177,14 +178,27 @@ Result<void> CudaBackend::copy_to_device(StreamId s, Stream& st, std::uint64_t d
     return check(cudaMemcpyAsync(device_ptr(dst), src, bytes, cudaMemcpyHostToDevice, st.handle),
                  "cudaMemcpyAsync host->device");
   }
+  // Chunk k: the worker copies it into staging buffer k % 2 while the DMA of chunk
+  // k - 1 runs; the gate holds the stream until the copy is done (host_jobs.hpp).
   for (std::uint64_t off = 0; off < bytes; off += kStagingBytes) {
     const std::uint64_t n = std::min(kStagingBytes, bytes - off);
+    const unsigned b = st.next_staging;
     auto buf = staging_buffer(st, s);
     if (!buf.ok()) return std::move(buf).error();
-    FERRY_TRY(check(launch_host_copy(st.handle, *buf, src + off, n), "cudaLaunchHostFunc"));
-    FERRY_TRY(check(cudaMemcpyAsync(device_ptr(dst + off), *buf, n, cudaMemcpyHostToDevice,
-                                    st.handle),
-                    "cudaMemcpyAsync host->device (staged)"));
+    HostJobs::Job* job = host_jobs_.add_upload(st.lane, b, *buf, src + off, n);
+    if (const cudaError_t err = cudaLaunchHostFunc(st.handle, &HostJobs::gate, job); err != cudaSuccess) {
+      host_jobs_.cancel(job);
+      return check(err, "cudaLaunchHostFunc (staging gate)");
+    }
+    cudaError_t err = cudaMemcpyAsync(device_ptr(dst + off), *buf, n, cudaMemcpyHostToDevice, st.handle);
+    const char* what = "cudaMemcpyAsync host->device (staged)";
+    if (err == cudaSuccess) {
+      err = cudaLaunchHostFunc(st.handle, &HostJobs::finish, job);
+      what = "cudaLaunchHostFunc (staging release)";
+    }
+    if (err != cudaSuccess) host_jobs_.finish_on_copy(job);  // the gate is on the stream: it must open
+    host_jobs_.submit(job);
+    FERRY_TRY(check(err, what));
   }
   return {};
 }
@@ -198,12 +212,21 @@ Result<void> CudaBackend::copy_to_host(StreamId s, Stream& st, std::byte* dst, s
   }
   for (std::uint64_t off = 0; off < bytes; off += kStagingBytes) {
     const std::uint64_t n = std::min(kStagingBytes, bytes - off);
+    const unsigned b = st.next_staging;
     auto buf = staging_buffer(st, s);
     if (!buf.ok()) return std::move(buf).error();
-    FERRY_TRY(check(cudaMemcpyAsync(*buf, device_ptr(src + off), n, cudaMemcpyDeviceToHost,
-                                    st.handle),
-                    "cudaMemcpyAsync device->host (staged)"));
-    FERRY_TRY(check(launch_host_copy(st.handle, dst + off, *buf, n), "cudaLaunchHostFunc"));
+    // A use of the staging buffer, so no upload's worker copy overwrites it first.
+    HostJobs::Job* job = host_jobs_.add_copy(dst + off, *buf, n, &st.lane, b);
+    if (const cudaError_t err = cudaMemcpyAsync(*buf, device_ptr(src + off), n, cudaMemcpyDeviceToHost,
+                                                st.handle);
+        err != cudaSuccess) {
+      host_jobs_.cancel(job);
+      return check(err, "cudaMemcpyAsync device->host (staged)");
+    }
+    if (const cudaError_t err = cudaLaunchHostFunc(st.handle, &HostJobs::run, job); err != cudaSuccess) {
+      host_jobs_.cancel(job);
+      return check(err, "cudaLaunchHostFunc");
+    }
   }
   return {};
 }

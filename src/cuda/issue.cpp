@@ -16,6 +16,7 @@
 
 #include "core/text.hpp"
 #include "cuda/cuda_error.hpp"
+#include "cuda/hash_grid.hpp"
 #include "cuda/kernels.hpp"
 #include "ferry/op_contract.hpp"
 
@@ -195,8 +196,7 @@ Result<void> CudaBackend::batch_to_device(StreamId s, Stream& st, const BatchCop
 }
 
 Result<void> CudaBackend::hash(StreamId s, Stream& st, const HashOp& op) {
-  const std::uint64_t chunks = hash_chunk_count(op.src.bytes);
-  auto buf = scratch(st, 8 * (1 + chunks));
+  auto buf = scratch(st, 8 * (1 + hash_block_count(op.src.bytes)));
   if (!buf.ok()) return std::move(buf).error();
   std::uint64_t* result = *buf;
   FERRY_TRY(check(launch_content_hash(device_ptr(op.src.addr), op.src.bytes, result + 1, result,
@@ -221,17 +221,17 @@ Result<void> CudaBackend::hash(StreamId s, Stream& st, const HashOp& op) {
 // Every hash is enqueued before the fill, so an output that overlaps an input (an
 // in-place epilogue) is read in full before it is written.
 Result<void> CudaBackend::compute(Stream& st, const ComputeOp& op) {
-  std::uint64_t max_chunks = 0;
-  for (const DeviceRange& in : op.inputs) max_chunks = std::max(max_chunks, hash_chunk_count(in.bytes));
+  std::uint64_t max_blocks = 0;
+  for (const DeviceRange& in : op.inputs) max_blocks = std::max(max_blocks, hash_block_count(in.bytes));
   const std::uint64_t k = op.inputs.size();
-  auto buf = scratch(st, 8 * (1 + k + max_chunks));
+  auto buf = scratch(st, 8 * (1 + k + max_blocks));
   if (!buf.ok()) return std::move(buf).error();
   std::uint64_t* seed = *buf;
   std::uint64_t* hashes = seed + 1;
-  std::uint64_t* chunk_hashes = hashes + k;
+  std::uint64_t* partials = hashes + k;
   for (std::uint64_t i = 0; i < k; ++i) {
     FERRY_TRY(check(launch_content_hash(device_ptr(op.inputs[i].addr), op.inputs[i].bytes,
-                                        chunk_hashes, hashes + i, st.handle),
+                                        partials, hashes + i, st.handle),
                     "launching the hash kernel"));
   }
   FERRY_TRY(check(launch_mix_seed(hashes, k, seed, st.handle), "launching the mix kernel"));

@@ -1,11 +1,12 @@
-// ferry — fill, content-hash and mix kernels; bit-identical to src/content.cpp.
+// ferry — fill, content-hash and mix kernels; bit-identical to the definitions in
+// ferry/content.hpp, whose word functions they call.
 #include "cuda/kernels.hpp"
 
 #include <cuda_runtime.h>
 
 #include <algorithm>
 
-#include "cuda/xxh64_core.hpp"
+#include "cuda/hash_grid.hpp"
 #include "ferry/content.hpp"
 
 namespace ferry::cuda_detail {
@@ -13,8 +14,7 @@ namespace {
 
 constexpr unsigned kFillBlock = 256;
 constexpr std::uint64_t kFillMaxBlocks = 4096;  // grid-stride beyond this; saturates any GPU
-constexpr unsigned kHashBlock = 128;            // 32 chunks per block, 4 threads each
-constexpr unsigned kLanes = 4;
+constexpr unsigned kWarp = 32;
 constexpr unsigned kFullWarp = 0xffffffffu;
 
 // Both patterns are made of 8-byte words, word w a function of splitmix64(seed + w).
@@ -26,8 +26,8 @@ __global__ void fill_kernel(unsigned char* dst, std::uint64_t bytes, std::uint64
   const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
   for (std::uint64_t w = static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
        w < words; w += stride) {
-    std::uint64_t v = xxh64::splitmix64(seed + w);
-    if constexpr (kPattern == Pattern::small_bf16) v = xxh64::small_bf16_word(v);
+    std::uint64_t v = splitmix64(seed + w);
+    if constexpr (kPattern == Pattern::small_bf16) v = small_bf16_word(v);
     const std::uint64_t off = w * 8;
     if (aligned && off + 8 <= bytes) {
       *reinterpret_cast<unsigned long long*>(dst + off) = v;
@@ -39,70 +39,66 @@ __global__ void fill_kernel(unsigned char* dst, std::uint64_t bytes, std::uint64
   }
 }
 
-// The XXH64 of [p, p + len) with `seed`, computed by the four consecutive threads of
-// a lane group; lane 0 of the group returns the hash (the others return garbage).
-// Every thread of the warp must call it (the shuffles name the full warp); threads
-// without a buffer pass len 0.
-__device__ std::uint64_t group_hash(const unsigned char* p, std::uint64_t len, std::uint64_t seed,
-                                    bool aligned) {
-  const unsigned lane = threadIdx.x % kLanes;
-  const std::uint64_t mine = xxh64::lane_accumulate(p, len / xxh64::kStripe, seed, lane, aligned);
-  std::uint64_t v[4];
-#pragma unroll
-  for (unsigned t = 0; t < kLanes; ++t) {
-    v[t] = __shfl_sync(kFullWarp, static_cast<unsigned long long>(mine), static_cast<int>(t),
-                       static_cast<int>(kLanes));
+// The block's sum, in thread 0. Every thread of the block must call it.
+__device__ std::uint64_t block_sum(std::uint64_t v) {
+  __shared__ std::uint64_t warp_sums[kHashBlock / kWarp];
+  for (unsigned d = kWarp / 2; d > 0; d /= 2) {
+    v += __shfl_down_sync(kFullWarp, static_cast<unsigned long long>(v), d);
   }
-  return xxh64::from_lanes(v, p, len, seed);
+  if (threadIdx.x % kWarp == 0) warp_sums[threadIdx.x / kWarp] = v;
+  __syncthreads();
+  std::uint64_t total = 0;
+  if (threadIdx.x == 0) {
+    for (unsigned w = 0; w < kHashBlock / kWarp; ++w) total += warp_sums[w];
+  }
+  return total;
 }
 
-__global__ void chunk_hash_kernel(const unsigned char* src, std::uint64_t bytes,
-                                  std::uint64_t chunks, std::uint64_t* chunk_hashes,
-                                  bool aligned) {
-  const std::uint64_t chunk =
-      (static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / kLanes;
-  const bool active = chunk < chunks;
-  const unsigned char* p = src;
-  std::uint64_t len = 0;
-  if (active) {
-    p = src + chunk * kHashChunk;
-    const std::uint64_t left = bytes - chunk * kHashChunk;
-    len = left < kHashChunk ? left : kHashChunk;
+// 16-byte vector p of a 16-byte aligned source, through the read-only cache.
+struct LdgVector {
+  const ulonglong2* v;
+  __device__ WordPair operator()(std::uint64_t p) const {
+    const ulonglong2 x = __ldg(v + p);
+    return WordPair{x.x, x.y};
   }
-  const std::uint64_t h = group_hash(p, len, chunk, aligned);
-  if (active && threadIdx.x % kLanes == 0) chunk_hashes[chunk] = h;
+};
+
+// partials[blockIdx.x] = this block's share of the content_hash sum; which thread
+// takes which word is hash_grid.hpp's.
+__global__ void hash_sum_kernel(const unsigned char* src, std::uint64_t bytes, bool aligned16,
+                                std::uint64_t* partials) {
+  const std::uint64_t first = static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
+  const LdgVector load{reinterpret_cast<const ulonglong2*>(src)};
+  const std::uint64_t total = block_sum(grid_thread_sum(src, bytes, aligned16, first, stride, load));
+  if (threadIdx.x == 0) partials[blockIdx.x] = total;
 }
 
-// One warp; its first lane group hashes the array of chunk hashes.
-__global__ void combine_kernel(const std::uint64_t* chunk_hashes, std::uint64_t chunks,
-                               std::uint64_t total_bytes, std::uint64_t* out) {
-  const bool first_group = threadIdx.x < kLanes;
-  const std::uint64_t len = first_group ? chunks * 8 : 0;
-  const auto* p = reinterpret_cast<const unsigned char*>(chunk_hashes);
-  const std::uint64_t h = group_hash(p, len, total_bytes, true);
-  if (threadIdx.x == 0) *out = h;
+// *out = hash_finish(sum of partials[0, count), bytes). One block.
+__global__ void hash_finish_kernel(const std::uint64_t* partials, unsigned count,
+                                   std::uint64_t bytes, std::uint64_t* out) {
+  std::uint64_t sum = 0;
+  for (unsigned i = threadIdx.x; i < count; i += blockDim.x) sum += partials[i];
+  const std::uint64_t total = block_sum(sum);
+  if (threadIdx.x == 0) *out = hash_finish(total, bytes);
 }
 
 __global__ void mix_seed_kernel(const std::uint64_t* hashes, std::uint64_t count,
                                 std::uint64_t* seed_out) {
   std::uint64_t acc = kMixStart;
-  for (std::uint64_t k = 0; k < count; ++k) acc = xxh64::mix_step(acc, k, hashes[k]);
+  for (std::uint64_t k = 0; k < count; ++k) acc = mix_step(acc, k, hashes[k]);
   *seed_out = acc;
 }
 
-bool aligned8(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 8 == 0; }
+bool aligned_to(const void* p, std::uintptr_t n) { return reinterpret_cast<std::uintptr_t>(p) % n == 0; }
 
 }  // namespace
-
-std::uint64_t hash_chunk_count(std::uint64_t bytes) noexcept {
-  return (bytes + kHashChunk - 1) / kHashChunk;
-}
 
 cudaError_t launch_fill(void* dst, std::uint64_t bytes, Pattern pattern, std::uint64_t seed,
                         const std::uint64_t* device_seed, cudaStream_t stream) noexcept {
   if (bytes == 0) return cudaSuccess;
   auto* out = static_cast<unsigned char*>(dst);
-  bool aligned = aligned8(dst);
+  bool aligned = aligned_to(dst, 8);
   const std::uint64_t words = (bytes + 7) / 8;
   const auto blocks =
       static_cast<unsigned>(std::min<std::uint64_t>((words + kFillBlock - 1) / kFillBlock,
@@ -119,25 +115,19 @@ cudaError_t launch_fill(void* dst, std::uint64_t bytes, Pattern pattern, std::ui
   return cudaLaunchKernel(kernel, dim3(blocks), dim3(kFillBlock), args, 0, stream);
 }
 
-cudaError_t launch_content_hash(const void* src, std::uint64_t bytes, std::uint64_t* chunk_hashes,
+cudaError_t launch_content_hash(const void* src, std::uint64_t bytes, std::uint64_t* partials,
                                 std::uint64_t* device_out, cudaStream_t stream) noexcept {
-  std::uint64_t chunks = hash_chunk_count(bytes);
-  if (chunks > 0) {
-    const auto* in = static_cast<const unsigned char*>(src);
-    bool aligned = aligned8(src);
-    const std::uint64_t threads = chunks * kLanes;
-    const std::uint64_t blocks = (threads + kHashBlock - 1) / kHashBlock;
-    if (blocks > 0x7fffffffu) return cudaErrorInvalidValue;  // > 2^31 blocks: 2^44 bytes
-    void* args[] = {&in, &bytes, &chunks, &chunk_hashes, &aligned};
-    const cudaError_t e =
-        cudaLaunchKernel(reinterpret_cast<const void*>(&chunk_hash_kernel),
-                         dim3(static_cast<unsigned>(blocks)), dim3(kHashBlock), args, 0, stream);
-    if (e != cudaSuccess) return e;
-  }
-  const std::uint64_t* hashes = chunk_hashes;
-  void* args[] = {&hashes, &chunks, &bytes, &device_out};
-  return cudaLaunchKernel(reinterpret_cast<const void*>(&combine_kernel), dim3(1), dim3(32), args,
-                          0, stream);
+  const auto* in = static_cast<const unsigned char*>(src);
+  auto blocks = static_cast<unsigned>(hash_block_count(bytes));
+  bool aligned16 = aligned_to(src, 16);
+  void* sum_args[] = {&in, &bytes, &aligned16, &partials};
+  const cudaError_t e = cudaLaunchKernel(reinterpret_cast<const void*>(&hash_sum_kernel), dim3(blocks),
+                                         dim3(kHashBlock), sum_args, 0, stream);
+  if (e != cudaSuccess) return e;
+  const std::uint64_t* sums = partials;
+  void* finish_args[] = {&sums, &blocks, &bytes, &device_out};
+  return cudaLaunchKernel(reinterpret_cast<const void*>(&hash_finish_kernel), dim3(1), dim3(kHashBlock),
+                          finish_args, 0, stream);
 }
 
 cudaError_t launch_mix_seed(const std::uint64_t* hashes, std::uint64_t count,

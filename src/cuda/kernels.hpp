@@ -12,8 +12,6 @@
 
 namespace ferry::cuda_detail {
 
-// Device scratch words (u64) that content_hash of `bytes` needs: one per 64 KiB chunk.
-std::uint64_t hash_chunk_count(std::uint64_t bytes) noexcept;
 
 // dst[0, bytes) = bytes [0, bytes) of the pattern for seed: fill_pattern(seed) or
 // small_bf16(seed). When device_seed is not null the seed is read from device
@@ -21,10 +19,11 @@ std::uint64_t hash_chunk_count(std::uint64_t bytes) noexcept;
 cudaError_t launch_fill(void* dst, std::uint64_t bytes, Pattern pattern, std::uint64_t seed,
                         const std::uint64_t* device_seed, cudaStream_t stream) noexcept;
 
-// *device_out = content_hash(src[0, bytes)). chunk_hashes is device scratch of
-// hash_chunk_count(bytes) words (may be null when bytes == 0); device_out is device
-// memory. Two launches: one group of four threads per chunk, then the combine.
-cudaError_t launch_content_hash(const void* src, std::uint64_t bytes, std::uint64_t* chunk_hashes,
+// *device_out = content_hash(src[0, bytes)). partials is device scratch of
+// hash_block_count(bytes) words (hash_grid.hpp); device_out is device memory. Two launches: a
+// grid-stride pass whose blocks each write one partial sum, then one block that
+// adds them and applies hash_finish.
+cudaError_t launch_content_hash(const void* src, std::uint64_t bytes, std::uint64_t* partials,
                                 std::uint64_t* device_out, cudaStream_t stream) noexcept;
 
 // *device_seed = fold of mix_step(acc, k, hashes[k]) for k < count from kMixStart.

@@ -213,6 +213,7 @@ CudaBackend::CudaBackend(Setup setup)
 CudaBackend::~CudaBackend() {
   bind();
   (void)synchronize();
+  host_jobs_.stop_worker();  // before the staging buffers go
   // Before the streams they are bound to.
   if (!cublas_handles_.empty() || !retired_cublas_.empty()) {
     std::string unused;  // a handle exists, so cuBLAS is loaded: no load happens here

@@ -18,6 +18,12 @@
 #include "cuda/cuda_error.hpp"
 
 namespace ferry::cuda_detail {
+namespace {
+
+constexpr auto kWaitSpin = std::chrono::microseconds(200);
+constexpr auto kWaitNap = std::chrono::microseconds(20);  // the OS adds its timer slack (~50 us on Linux)
+
+}  // namespace
 
 Ticket CudaBackend::issued_completed(StreamId stream) {
   if (stream >= kMaxStreams) return 0;
@@ -32,7 +38,7 @@ Result<void> CudaBackend::wait_issued(StreamPoint point, std::chrono::nanosecond
   const auto budget = std::chrono::duration_cast<std::chrono::steady_clock::duration>(
       std::min(timeout, std::chrono::nanoseconds(std::chrono::hours(24 * 365))));
   // Poll with backoff; no lock is held while sleeping.
-  for (unsigned round = 0;; ++round) {
+  for (;;) {
     {
       std::lock_guard lock(mu_);
       Stream& st = streams_[point.stream];
@@ -47,11 +53,13 @@ Result<void> CudaBackend::wait_issued(StreamPoint point, std::chrono::nanosecond
                             std::to_string(std::chrono::duration_cast<std::chrono::microseconds>(
                                                waited).count()) + " us");
     }
-    if (round < 64) {
+    // Yield-polled for the first kWaitSpin, so a wait for a short op (depth 1)
+    // returns within microseconds of its completion; then naps of at most
+    // kWaitNap, bounded by what is left of the budget.
+    if (waited < kWaitSpin) {
       std::this_thread::yield();
     } else {
-      const auto nap = std::chrono::microseconds(std::min(200u, 1u << std::min(round - 64u, 8u)));
-      std::this_thread::sleep_for(std::min<std::chrono::steady_clock::duration>(nap, budget - waited));
+      std::this_thread::sleep_for(std::min<std::chrono::steady_clock::duration>(kWaitNap, budget - waited));
     }
   }
 }

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <memory>
 #include <vector>
 
 #include "ferry/content.hpp"
@@ -21,16 +20,16 @@ ExpectedBytes ExpectedBytes::mixed(std::span<ExpectedBytes* const> inputs, std::
 
 std::uint64_t ExpectedBytes::hash() {
   if (!hash_) {
-    // ContentHasher is large (one chunk inline); keep it off the stack.
-    auto hasher = std::make_unique<ContentHasher>();
-    std::vector<std::byte> piece(static_cast<std::size_t>(std::min(bytes_, kHashChunk)));
-    for (std::uint64_t off = 0; off < bytes_; off += kHashChunk) {
-      const std::uint64_t n = std::min(kHashChunk, bytes_ - off);
+    constexpr std::uint64_t kPiece = 64 * 1024;  // a large buffer is never materialized whole
+    ContentHasher hasher;
+    std::vector<std::byte> piece(static_cast<std::size_t>(std::min(bytes_, kPiece)));
+    for (std::uint64_t off = 0; off < bytes_; off += kPiece) {
+      const std::uint64_t n = std::min(kPiece, bytes_ - off);
       std::span<std::byte> part(piece.data(), static_cast<std::size_t>(n));
       fill_pattern(*seed_, off, part);
-      hasher->update(part);
+      hasher.update(part);
     }
-    hash_ = hasher->finish();
+    hash_ = hasher.finish();
   }
   return *hash_;
 }

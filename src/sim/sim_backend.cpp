@@ -72,7 +72,6 @@ SimGpu::SimGpu(const SimOptions& options)
       streams_(kMaxStreams),
       compute_(1),
       copy_(profile_.copy_engines),
-      hasher_(std::make_unique<ContentHasher>()),
       races_(options.race_check ? std::make_unique<RaceChecker>(options.races_kept) : nullptr) {
   info_.backend = BackendKind::sim;
   info_.device = profile_.name;
@@ -404,8 +403,8 @@ void SimGpu::apply(StreamId stream, const PendingOp& pending) {
     return memory_.write(c.dst.addr, std::span<const std::byte>(c.src, c.dst.bytes));
   };
   const auto hash = [&](const DeviceRange& r) {
-    memory_.hash(r.addr, r.bytes, *hasher_);
-    return hasher_->finish();
+    memory_.hash(r.addr, r.bytes, hasher_);
+    return hasher_.finish();
   };
   Result<void> done = std::visit(
       Overloaded{

@@ -170,7 +170,7 @@ class SimGpu final : public HoldingBackend<SimBackend> {
   // Owner of each direction of the host link: a stream whose started front op
   // is a copy in that direction, which also owns a copy engine.
   std::array<std::optional<StreamId>, 2> link_;
-  std::unique_ptr<ContentHasher> hasher_;          // 64 KiB of state: kept off the stack
+  ContentHasher hasher_;
   std::uint64_t map_calls_ = 0;
   std::uint64_t illegal_accesses_ = 0;
   std::uint64_t swallowed_copies_ = 0;

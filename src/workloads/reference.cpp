@@ -50,14 +50,14 @@ std::uint64_t Reference::fill_hash(std::uint64_t seed, std::uint64_t bytes) {
     fill_with(kPattern, seed, 0, buffer_);
     return content_hash(buffer_);
   }
-  auto hasher = std::make_unique<ContentHasher>();
+  ContentHasher hasher;
   buffer_.resize(kPiece);
   for (std::uint64_t off = 0; off < bytes; off += kPiece) {
     const std::uint64_t n = std::min(kPiece, bytes - off);
     fill_with(kPattern, seed, off, {buffer_.data(), n});
-    hasher->update({buffer_.data(), n});
+    hasher.update({buffer_.data(), n});
   }
-  return hasher->finish();
+  return hasher.finish();
 }
 
 HostValue Reference::fill(std::uint64_t seed, std::uint64_t bytes) {

@@ -1,9 +1,10 @@
 #include "ferry/content.hpp"
 
 #include <gtest/gtest.h>
-#include <xxhash.h>
 
 #include <algorithm>
+#include <initializer_list>
+#include <random>
 #include <span>
 #include <vector>
 
@@ -28,135 +29,190 @@ TEST(Content, FillPatternAtAnOffsetMatchesTheWhole) {
   EXPECT_TRUE(std::equal(part.begin(), part.end(), whole.begin() + 101));
 }
 
-TEST(Content, HashFollowsTheChunkedDefinition) {
-  auto v = pattern(3, kHashChunk * 2 + 123);
-  std::vector<std::uint64_t> h;
-  for (std::uint64_t off = 0; off < v.size(); off += kHashChunk) {
-    h.push_back(XXH64(v.data() + off, std::min<std::uint64_t>(kHashChunk, v.size() - off), h.size()));
+// content_hash straight from its definition in content.hpp, word by word.
+std::uint64_t defined_hash(std::span<const std::byte> b) {
+  std::uint64_t sum = 0;
+  for (std::uint64_t j = 0; 8 * j < b.size(); ++j) {
+    std::uint64_t w = 0;
+    for (std::uint64_t i = 0; i < 8 && 8 * j + i < b.size(); ++i) {
+      w |= static_cast<std::uint64_t>(b[8 * j + i]) << (8 * i);
+    }
+    sum += hash_word(w, j);
   }
-  EXPECT_EQ(content_hash(v), XXH64(h.data(), h.size() * 8, v.size()));
+  return hash_finish(sum, b.size());
 }
 
-TEST(Content, IncrementalHashEqualsOneShotForAnySplit) {
-  auto v = pattern(5, kHashChunk * 3 + 7);
-  for (std::uint64_t piece : {1ull, 4096ull, 65535ull, 100000ull}) {
+TEST(ContentHash, FollowsTheDefinitionForEveryLengthAndAlignment) {
+  const auto v = pattern(3, 4096 + 64);
+  for (std::uint64_t offset : {0u, 1u, 3u, 8u}) {
+    for (std::uint64_t n = 0; n <= 300; ++n) {
+      const auto b = std::span(v).subspan(offset, n);
+      ASSERT_EQ(content_hash(b), defined_hash(b)) << offset << " " << n;
+    }
+    const auto b = std::span(v).subspan(offset, 4096 + 17);
+    EXPECT_EQ(content_hash(b), defined_hash(b)) << offset;
+  }
+}
+
+TEST(ContentHash, PinnedValuesOfTheDefinition) {
+  // The definition's own numbers: a change to mix64, the keys or the padding shows
+  // here (and everything stored with an old hash would stop matching).
+  EXPECT_EQ(mix64(0), 0u);
+  EXPECT_EQ(splitmix64(0), 0xe220a8397b1dcdafull);  // SplitMix64's first output for state 0
+  EXPECT_EQ(content_hash({}), mix64(mix64(kHashLengthKey)));
+  const std::byte one[1] = {std::byte{1}};
+  EXPECT_EQ(content_hash(one), mix64(mix64(1 ^ kHashPositionKey) ^ mix64(1 + kHashLengthKey)));
+}
+
+TEST(ContentHash, IncrementalEqualsOneShotForAnySplit) {
+  auto v = pattern(5, 3 * 65536 + 7);
+  for (std::uint64_t piece : {1ull, 3ull, 7ull, 8ull, 9ull, 4096ull, 65535ull, 100000ull}) {
     ContentHasher hasher;
     for (std::uint64_t off = 0; off < v.size(); off += piece) {
       hasher.update(std::span<const std::byte>(v).subspan(off, std::min(piece, v.size() - off)));
     }
     EXPECT_EQ(hasher.finish(), content_hash(v)) << piece;
   }
-  ContentHasher empty;
-  EXPECT_EQ(empty.finish(), content_hash({}));
+  ContentHasher hasher;
+  EXPECT_EQ(hasher.finish(), content_hash({}));
+  hasher.update(std::span<const std::byte>(v).first(5));
+  (void)hasher.finish();  // starts over
+  hasher.update(v);
+  EXPECT_EQ(hasher.finish(), content_hash(v));
 }
 
-TEST(Content, HashSeesEveryByte) {
-  auto v = pattern(11, 5000);
-  const std::uint64_t h = content_hash(v);
-  for (std::uint64_t i : {0ull, 1ull, 2499ull, 4999ull}) {
-    auto w = v;
-    w[i] ^= std::byte{1};
-    EXPECT_NE(content_hash(w), h) << i;
+TEST(ContentHash, PartialSumsOverAnySplitInAnyOrderGiveTheHash) {
+  // The device's way: pieces at word boundaries hashed apart (each knowing its
+  // first word), summed in whatever order they finish.
+  const auto v = pattern(7, 1000003);
+  const std::uint64_t words = (v.size() + 7) / 8;
+  std::mt19937_64 rng(11);
+  for (int trial = 0; trial < 20; ++trial) {
+    std::vector<std::uint64_t> cuts{0, words};
+    const int pieces = 1 + static_cast<int>(rng() % 40);
+    for (int k = 0; k < pieces; ++k) cuts.push_back(rng() % words);
+    std::sort(cuts.begin(), cuts.end());
+    std::vector<std::uint64_t> sums;
+    for (std::size_t k = 0; k + 1 < cuts.size(); ++k) {
+      const std::uint64_t begin = 8 * cuts[k];
+      const std::uint64_t end = std::min<std::uint64_t>(v.size(), 8 * cuts[k + 1]);
+      sums.push_back(content_hash_sum(std::span(v).subspan(begin, end - begin), cuts[k]));
+    }
+    std::shuffle(sums.begin(), sums.end(), rng);
+    std::uint64_t sum = 0;
+    for (const std::uint64_t s : sums) sum += s;
+    EXPECT_EQ(hash_finish(sum, v.size()), content_hash(v)) << trial;
+  }
+  // Strided, as a grid of threads takes words t, t + T, ...
+  for (const std::uint64_t threads : {2ull, 5ull, 256ull}) {
+    std::uint64_t sum = 0;
+    for (std::uint64_t t = 0; t < threads; ++t) {
+      for (std::uint64_t j = t; j < words; j += threads) {
+        const std::uint64_t n = std::min<std::uint64_t>(8, v.size() - 8 * j);
+        sum += content_hash_sum(std::span(v).subspan(8 * j, n), j);
+      }
+    }
+    EXPECT_EQ(hash_finish(sum, v.size()), content_hash(v)) << threads;
   }
 }
 
-}  // namespace
-}  // namespace ferry
-
-namespace ferry {
-namespace {
-
-TEST(Content, LargeInputsHashedInParallelMatchTheDefinition) {
+TEST(ContentHash, LargeInputsHashedInParallelMatchTheDefinition) {
   std::vector<std::byte> v(kParallelHashMin * 3 + 12345);
   fill_pattern(17, 0, v);
-  std::vector<std::uint64_t> h;
-  for (std::uint64_t off = 0; off < v.size(); off += kHashChunk) {
-    h.push_back(XXH64(v.data() + off, std::min<std::uint64_t>(kHashChunk, v.size() - off), h.size()));
-  }
-  EXPECT_EQ(content_hash(v), XXH64(h.data(), h.size() * 8, v.size()));
+  EXPECT_EQ(content_hash(v), defined_hash(v));
+  EXPECT_EQ(content_hash(std::span(v).subspan(3)), defined_hash(std::span(v).subspan(3)));
 }
 
-}  // namespace
-}  // namespace ferry
+// What verify exists to catch, each as the destination it would leave behind.
+constexpr std::uint64_t kPiece = 64 * 1024;
+std::vector<std::byte> source() { return pattern(21, 8 * kPiece + 40); }
 
-namespace ferry {
-namespace {
+TEST(ContentHash, DetectsACopyThatDidNotHappen) {
+  const auto src = source();
+  const auto stale = pattern(20, src.size());  // the destination's previous bytes
+  EXPECT_NE(content_hash(stale), content_hash(src));
+  const std::vector<std::byte> fresh(src.size());  // never written: zeros
+  EXPECT_NE(content_hash(fresh), content_hash(src));
+}
 
-// small_bf16 written out from its definition, independently of content.cpp.
-std::uint16_t small_bf16_element(std::uint64_t seed, std::uint64_t j) {
-  const int v = static_cast<int>(((splitmix64(seed + j / 4) >> (16 * (j % 4))) & 0xffff) % 5) - 2;
-  switch (v) {
-    case -2: return 0xC000;
-    case -1: return 0xBF80;
-    case 0: return 0x0000;
-    case 1: return 0x3F80;
-    default: return 0x4000;
+TEST(ContentHash, DetectsZeroedAndPartialCopies) {
+  const auto src = source();
+  const std::uint64_t h = content_hash(src);
+  for (const std::uint64_t done : std::initializer_list<std::uint64_t>{0, 1, 8, kPiece, 5 * kPiece + 3, src.size() - 1}) {
+    auto zero_rest = src;
+    std::fill(zero_rest.begin() + static_cast<std::ptrdiff_t>(done), zero_rest.end(), std::byte{0});
+    EXPECT_NE(content_hash(zero_rest), h) << "zeroed after " << done;
+    auto stale_rest = pattern(20, src.size());
+    std::copy(src.begin(), src.begin() + static_cast<std::ptrdiff_t>(done), stale_rest.begin());
+    EXPECT_NE(content_hash(stale_rest), h) << "stale after " << done;
+  }
+  // A zeroed 64 KiB piece in the middle, and a short copy (fewer bytes).
+  auto hole = src;
+  std::fill(hole.begin() + 3 * kPiece, hole.begin() + 4 * kPiece, std::byte{0});
+  EXPECT_NE(content_hash(hole), h);
+  EXPECT_NE(content_hash(std::span(src).first(src.size() - 1)), h);
+  auto padded = src;
+  padded.push_back(std::byte{0});  // a trailing zero is a different input
+  EXPECT_NE(content_hash(padded), h);
+}
+
+TEST(ContentHash, DetectsSwappedAndShiftedPieces) {
+  const auto src = source();
+  const std::uint64_t h = content_hash(src);
+  auto swapped = src;  // two 64 KiB pieces exchanged (a DMA of the wrong chunk)
+  std::swap_ranges(swapped.begin() + kPiece, swapped.begin() + 2 * kPiece, swapped.begin() + 5 * kPiece);
+  EXPECT_NE(content_hash(swapped), h);
+  auto words = src;  // two words exchanged
+  std::swap_ranges(words.begin(), words.begin() + 8, words.begin() + 8);
+  EXPECT_NE(content_hash(words), h);
+  for (const std::uint64_t by : std::initializer_list<std::uint64_t>{1, 8, 16, kPiece}) {  // copied to the wrong offset
+    auto shifted = src;
+    std::copy(src.begin(), src.end() - static_cast<std::ptrdiff_t>(by),
+              shifted.begin() + static_cast<std::ptrdiff_t>(by));
+    EXPECT_NE(content_hash(shifted), h) << by;
+    auto rotated = src;
+    std::rotate(rotated.begin(), rotated.begin() + static_cast<std::ptrdiff_t>(by), rotated.end());
+    EXPECT_NE(content_hash(rotated), h) << by;
   }
 }
 
-TEST(Content, SmallBf16IsDefinedElementByElement) {
-  const std::uint64_t n = 2 * 41;
-  const auto v = small_bf16(42, n);
-  for (std::uint64_t j = 0; j < n / 2; ++j) {
-    const std::uint16_t want = small_bf16_element(42, j);
-    EXPECT_EQ(v[2 * j], static_cast<std::byte>(want & 0xff)) << j;
-    EXPECT_EQ(v[2 * j + 1], static_cast<std::byte>(want >> 8)) << j;
-  }
-  // Golden bytes, computed from the definition outside ferry (integers -2 0 -2 1 -2 2 -1 -2).
-  const auto golden = small_bf16(0, 16);
-  const unsigned char want[16] = {0x00, 0xc0, 0x00, 0x00, 0x00, 0xc0, 0x80, 0x3f,
-                                  0x00, 0xc0, 0x00, 0x40, 0x80, 0xbf, 0x00, 0xc0};
-  for (int i = 0; i < 16; ++i) EXPECT_EQ(golden[i], std::byte{want[i]}) << i;
-}
-
-TEST(Content, SmallBf16ValuesLieInMinusTwoToTwoAndAllOccur) {
-  const auto v = small_bf16(7, 2 * 4000);
-  int seen[5] = {};
-  for (std::size_t e = 0; e < v.size(); e += 2) {
-    const auto bits = static_cast<std::uint16_t>(std::to_integer<unsigned>(v[e]) |
-                                                 std::to_integer<unsigned>(v[e + 1]) << 8);
-    switch (bits) {
-      case 0xC000: ++seen[0]; break;
-      case 0xBF80: ++seen[1]; break;
-      case 0x0000: ++seen[2]; break;
-      case 0x3F80: ++seen[3]; break;
-      case 0x4000: ++seen[4]; break;
-      default: ADD_FAILURE() << "element " << e / 2 << " is 0x" << std::hex << bits;
+TEST(ContentHash, DetectsEverySingleFlippedBit) {
+  // Guaranteed, not likely: hash_word is a bijection of the word and hash_finish
+  // of the sum. Every bit of the first, a middle and the partial last word.
+  auto v = pattern(23, 8 * 100 + 5);
+  const std::uint64_t h = content_hash(v);
+  for (const std::uint64_t word : {0ull, 50ull, 100ull}) {
+    for (std::uint64_t bit = 0; bit < 64; ++bit) {
+      const std::uint64_t byte = 8 * word + bit / 8;
+      if (byte >= v.size()) continue;
+      v[byte] ^= std::byte{static_cast<unsigned char>(1u << (bit % 8))};
+      EXPECT_NE(content_hash(v), h) << word << ":" << bit;
+      v[byte] ^= std::byte{static_cast<unsigned char>(1u << (bit % 8))};
     }
   }
-  for (int c : seen) EXPECT_GT(c, 600);  // ~800 each
+  const std::vector<std::byte> zeros(4096);  // and on zeros, where a sum of terms could cancel
+  const std::uint64_t z = content_hash(zeros);
+  for (std::uint64_t i = 0; i < zeros.size(); i += 97) {
+    auto w = zeros;
+    w[i] = std::byte{0x80};
+    EXPECT_NE(content_hash(w), z) << i;
+  }
 }
 
-TEST(Content, SmallBf16AtOddOffsetsAndLengthsJoinsUp) {
-  const auto whole = small_bf16(9, 1001);
-  for (std::uint64_t offset : {0ull, 1ull, 3ull, 7ull, 8ull, 9ull, 15ull, 100ull, 333ull}) {
-    for (std::uint64_t len : {0ull, 1ull, 2ull, 5ull, 8ull, 9ull, 17ull, 500ull}) {
-      if (offset + len > whole.size()) continue;
-      std::vector<std::byte> part(len);
-      fill_small_bf16(9, offset, part);
-      EXPECT_TRUE(std::equal(part.begin(), part.end(), whole.begin() + static_cast<std::ptrdiff_t>(offset)))
-          << offset << " +" << len;
+TEST(ContentHash, TwoFlippedTopBitsDoNotCancel) {
+  // The weakness of a sum of weak terms: the same change in two words (here the top
+  // bit, whose change is +-2^63 in any linear term) must not cancel.
+  auto v = pattern(29, 8 * 64);
+  const std::uint64_t h = content_hash(v);
+  for (std::uint64_t a = 0; a < 64; ++a) {
+    for (std::uint64_t b = a + 1; b < 64; ++b) {
+      v[8 * a + 7] ^= std::byte{0x80};
+      v[8 * b + 7] ^= std::byte{0x80};
+      EXPECT_NE(content_hash(v), h) << a << " " << b;
+      v[8 * a + 7] ^= std::byte{0x80};
+      v[8 * b + 7] ^= std::byte{0x80};
     }
   }
-  // Pieces of odd sizes laid end to end give the whole.
-  std::vector<std::byte> pieced(whole.size());
-  for (std::uint64_t off = 0, piece = 1; off < pieced.size(); off += piece, piece += 2) {
-    const std::uint64_t len = std::min(piece, pieced.size() - off);
-    fill_small_bf16(9, off, std::span<std::byte>(pieced).subspan(off, len));
-  }
-  EXPECT_EQ(pieced, whole);
-}
-
-TEST(Content, FillWithPicksThePattern) {
-  std::vector<std::byte> a(77), b(77);
-  fill_with(Pattern::bytes, 5, 3, a);
-  fill_pattern(5, 3, b);
-  EXPECT_EQ(a, b);
-  fill_with(Pattern::small_bf16, 5, 3, a);
-  fill_small_bf16(5, 3, b);
-  EXPECT_EQ(a, b);
-  fill_pattern(5, 3, b);
-  EXPECT_NE(a, b);
 }
 
 }  // namespace
