@@ -6,6 +6,7 @@
 //                            modeled_GBps = bytes / virtual seconds (the device model),
 //                            host_GBps = bytes / host seconds (the engine's own cost)
 //   BM_ContentHash           real host-side content_hash throughput on this CPU
+//   BM_ContentHashWordLoop   its word loop alone, portable and AVX-512, one thread
 //   BM_VerifyOverhead        modeled upload time under verify / under off, as a ratio
 //
 // Run: build/release/bench/transfer_bench --benchmark_format=json
@@ -16,6 +17,7 @@
 #include <memory>
 #include <vector>
 
+#include "core/content_words.hpp"
 #include "ferry/content.hpp"
 #include "ferry/device_pool.hpp"
 #include "ferry/host_arena.hpp"
@@ -143,6 +145,22 @@ void BM_ContentHash(benchmark::State& state) {
   state.SetBytesProcessed(state.iterations() * state.range(0));
 }
 BENCHMARK(BM_ContentHash)->Arg(64 << 10)->Arg(8 << 20)->Arg(64 << 20);
+
+// The word loop a CPU without AVX-512 runs (one thread), and the AVX-512 one.
+void BM_ContentHashWordLoop(benchmark::State& state) {
+  const bool avx512 = state.range(1) != 0;
+  const detail::SumWords loop = avx512 ? detail::sum_words_avx512() : &detail::sum_words_portable;
+  if (loop == nullptr) {
+    state.SkipWithError("this CPU has no AVX-512");
+    return;
+  }
+  state.SetLabel(avx512 ? "avx512" : "portable");
+  std::vector<std::byte> data(static_cast<std::size_t>(state.range(0)));
+  fill_pattern(7, 0, data);
+  for (auto _ : state) benchmark::DoNotOptimize(loop(data.data(), data.size() / 8, 0));
+  state.SetBytesProcessed(state.iterations() * state.range(0));
+}
+BENCHMARK(BM_ContentHashWordLoop)->Args({8 << 20, 0})->Args({8 << 20, 1});
 
 void BM_VerifyOverhead(benchmark::State& state) {
   const int ranges = 8;

@@ -128,6 +128,9 @@ std::uint64_t content_hash_sum(std::span<const std::byte> bytes, std::uint64_t f
 class ContentHasher {
  public:
   void update(std::span<const std::byte> bytes) noexcept;
+  // update() with bytes [offset, offset + bytes) of fill_with(pattern, seed),
+  // generated a few KiB at a time: no buffer of their size.
+  void update_pattern(Pattern pattern, std::uint64_t seed, std::uint64_t offset, std::uint64_t bytes) noexcept;
   std::uint64_t finish() noexcept;  // and starts over
 
  private:
@@ -135,6 +138,10 @@ class ContentHasher {
   std::uint64_t total_ = 0;      // bytes fed so far
   std::byte partial_[8] = {};    // the bytes of an unfinished word: total_ % 8 of them
 };
+
+// content_hash of bytes [offset, offset + bytes) of fill_with(pattern, seed),
+// without a buffer of their size (ContentHasher::update_pattern).
+std::uint64_t pattern_hash(Pattern pattern, std::uint64_t seed, std::uint64_t offset, std::uint64_t bytes) noexcept;
 
 // mix_seed folds one input hash at a time: acc = mix_step(acc, k, content_hash(input_k)).
 FERRY_HOST_DEVICE constexpr std::uint64_t mix_step(std::uint64_t acc, std::uint64_t k, std::uint64_t h) noexcept {

@@ -148,7 +148,7 @@ struct ReplayReport {
   std::uint64_t ops = 0;               // operations in the trace
   std::uint64_t skipped = 0;           // ops on an id whose alloc failed
   std::uint64_t checks = 0;            // checks that compared bytes
-  std::uint64_t unwritten_checks = 0;  // checks of never-written buffers
+  std::uint64_t unwritten_checks = 0;  // checks that compared nothing: bytes not modeled
   std::uint64_t corrupt = 0;           // checks whose bytes differed
   std::map<std::string, std::uint64_t> errors;  // every error returned, by code
   std::uint64_t expected_errors = 0;

@@ -252,7 +252,8 @@ class TransferEngine {
   // Errors: those of register_host. Never blocks on the device.
   Result<RegionId> register_generated(std::byte* ptr, std::uint64_t bytes);
   // Precomputes and caches the hash of a sub-range of an immutable region (e.g.
-  // one expert of a bank). Errors: invalid_argument (not inside one).
+  // one expert of a bank). Errors: invalid_argument (not inside one; a
+  // register_generated region is not immutable: its bytes come and go).
   Result<void> precompute_hash(const std::byte* ptr, std::uint64_t bytes);
   // Forgets the cached hashes and unregisters (blocks until no copy reads it).
   Result<void> unregister(RegionId region);

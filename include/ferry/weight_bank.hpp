@@ -196,9 +196,12 @@ class WeightBank {
   // The source of one upload of bytes [offset, offset + bytes) of the tensor:
   // the placed bytes in place (id 0), or, for a lazy registered bank, the range
   // generated in place now (already present when another staging holds it).
-  // Keep it until the upload finished, then release() it.
-  // Errors: invalid_argument (not placed, range outside the tensor or empty).
-  // Never blocks.
+  // Keep it until the upload finished, then release() it, once: a staging shared
+  // by several stage() calls counts its holders, so a second release of one
+  // result takes another holder's away.
+  // Errors: invalid_argument (not placed, no such tensor, range outside the
+  // tensor or empty). Never blocks on the device; generates the range under the
+  // bank's staging mutex (time proportional to it), so stagers take turns.
   Result<StagedRange> stage(std::size_t index, std::uint64_t offset, std::uint64_t bytes) const;
   // Ends a staging: its pages are dropped once `done` (the point after which
   // every transfer that read it completed, e.g. TransferReceipt::done) has

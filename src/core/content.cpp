@@ -1,10 +1,13 @@
 #include "ferry/content.hpp"
 
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <cstring>
 #include <thread>
 #include <vector>
+
+#include "core/content_words.hpp"
 
 namespace ferry {
 
@@ -30,11 +33,41 @@ void fill_words(std::uint64_t offset, std::span<std::byte> out, Word&& word) noe
   for (; i < n; ++i) out[i] = byte_at(offset + i);
 }
 
-// The word loop of content_hash_sum, over `words` full words from p. Compiled
-// twice: for the baseline ISA and, where the CPU has it, AVX-512 (eight words a
-// step, with a 64-bit vector multiply); the sum is the same either way.
-[[gnu::always_inline]] inline std::uint64_t sum_full_words(const std::byte* p, std::uint64_t words,
-                                                          std::uint64_t first_word) noexcept {
+}  // namespace
+
+namespace detail {
+
+// Four sums over interleaved words and the position key stepped by addition:
+// scalar multiplies from independent chains, which beat the compiler's vectorised
+// form of the plain loop (without AVX-512 a 64-bit vector multiply is emulated).
+std::uint64_t sum_words_portable(const std::byte* p, std::uint64_t words,
+                                 std::uint64_t first_word) noexcept {
+  std::uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+  std::uint64_t key = (first_word + 1) * kHashPositionKey;  // word j's: key + j * kHashPositionKey
+  std::uint64_t j = 0;
+  for (; j + 4 <= words; j += 4) {
+    std::uint64_t w[4];
+    std::memcpy(w, p + 8 * j, sizeof w);
+    s0 += mix64(w[0] ^ key);
+    s1 += mix64(w[1] ^ (key + kHashPositionKey));
+    s2 += mix64(w[2] ^ (key + 2 * kHashPositionKey));
+    s3 += mix64(w[3] ^ (key + 3 * kHashPositionKey));
+    key += 4 * kHashPositionKey;
+  }
+  for (; j < words; ++j, key += kHashPositionKey) {
+    std::uint64_t w;
+    std::memcpy(&w, p + 8 * j, 8);
+    s0 += mix64(w ^ key);
+  }
+  return s0 + s1 + s2 + s3;
+}
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+namespace {
+// The definition's loop as written; the compiler vectorises it eight words a step
+// with AVX-512's 64-bit multiply.
+[[gnu::target("avx512f,avx512dq")]] std::uint64_t sum_words_avx512_loop(
+    const std::byte* p, std::uint64_t words, std::uint64_t first_word) noexcept {
   std::uint64_t sum = 0;
   for (std::uint64_t j = 0; j < words; ++j) {
     std::uint64_t w;
@@ -43,33 +76,31 @@ void fill_words(std::uint64_t offset, std::span<std::byte> out, Word&& word) noe
   }
   return sum;
 }
+}  // namespace
 
-std::uint64_t sum_full_words_baseline(const std::byte* p, std::uint64_t words,
-                                      std::uint64_t first_word) noexcept {
-  return sum_full_words(p, words, first_word);
-}
-
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-[[gnu::target("avx512f,avx512dq")]] std::uint64_t sum_full_words_avx512(
-    const std::byte* p, std::uint64_t words, std::uint64_t first_word) noexcept {
-  return sum_full_words(p, words, first_word);
-}
-
-std::uint64_t sum_words(const std::byte* p, std::uint64_t words, std::uint64_t first_word) noexcept {
-  using SumWords = std::uint64_t (*)(const std::byte*, std::uint64_t, std::uint64_t) noexcept;
-  // Chosen once, on first use (a static initializer elsewhere may hash too).
-  static const SumWords chosen = [] {
+SumWords sum_words_avx512() noexcept {
+  static const bool has = [] {
     __builtin_cpu_init();
-    const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq");
-    return avx512 ? &sum_full_words_avx512 : &sum_full_words_baseline;
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq");
+  }();
+  return has ? &sum_words_avx512_loop : nullptr;
+}
+#else
+SumWords sum_words_avx512() noexcept { return nullptr; }
+#endif
+
+}  // namespace detail
+
+namespace {
+
+// Chosen once, on first use (a static initializer elsewhere may hash too).
+std::uint64_t sum_words(const std::byte* p, std::uint64_t words, std::uint64_t first_word) noexcept {
+  static const detail::SumWords chosen = [] {
+    const detail::SumWords fast = detail::sum_words_avx512();
+    return fast != nullptr ? fast : &detail::sum_words_portable;
   }();
   return chosen(p, words, first_word);
 }
-#else
-std::uint64_t sum_words(const std::byte* p, std::uint64_t words, std::uint64_t first_word) noexcept {
-  return sum_full_words_baseline(p, words, first_word);
-}
-#endif
 
 std::uint64_t load_partial_word(const std::byte* p, std::uint64_t n) noexcept {
   std::uint64_t w = 0;  // zero-padded: the definition of the last word
@@ -154,6 +185,23 @@ void ContentHasher::update(std::span<const std::byte> bytes) noexcept {
   have = bytes.size() - whole;
   if (have != 0) std::memcpy(partial_, bytes.data() + whole, have);
   total_ += have;
+}
+
+void ContentHasher::update_pattern(Pattern pattern, std::uint64_t seed, std::uint64_t offset,
+                                   std::uint64_t bytes) noexcept {
+  std::array<std::byte, 4096> piece;
+  for (std::uint64_t done = 0; done < bytes;) {
+    const std::span<std::byte> part(piece.data(), std::min<std::uint64_t>(piece.size(), bytes - done));
+    fill_with(pattern, seed, offset + done, part);
+    update(part);
+    done += part.size();
+  }
+}
+
+std::uint64_t pattern_hash(Pattern pattern, std::uint64_t seed, std::uint64_t offset, std::uint64_t bytes) noexcept {
+  ContentHasher hasher;
+  hasher.update_pattern(pattern, seed, offset, bytes);
+  return hasher.finish();
 }
 
 std::uint64_t ContentHasher::finish() noexcept {

@@ -19,18 +19,7 @@ ExpectedBytes ExpectedBytes::mixed(std::span<ExpectedBytes* const> inputs, std::
 }
 
 std::uint64_t ExpectedBytes::hash() {
-  if (!hash_) {
-    constexpr std::uint64_t kPiece = 64 * 1024;  // a large buffer is never materialized whole
-    ContentHasher hasher;
-    std::vector<std::byte> piece(static_cast<std::size_t>(std::min(bytes_, kPiece)));
-    for (std::uint64_t off = 0; off < bytes_; off += kPiece) {
-      const std::uint64_t n = std::min(kPiece, bytes_ - off);
-      std::span<std::byte> part(piece.data(), static_cast<std::size_t>(n));
-      fill_pattern(*seed_, off, part);
-      hasher.update(part);
-    }
-    hash_ = hasher.finish();
-  }
+  if (!hash_) hash_ = pattern_hash(Pattern::bytes, *seed_, 0, bytes_);
   return *hash_;
 }
 

@@ -14,10 +14,8 @@
 namespace ferry::sim {
 namespace {
 
-// Zeros to hash for granules that were mapped but never written; a symbol's
-// bytes are generated for a hash in pieces of the same size.
+// Zeros to hash for granules that were mapped but never written.
 constexpr std::size_t kZeroBlock = 64 * 1024;
-constexpr std::size_t kScratch = kZeroBlock;
 const std::array<std::byte, kZeroBlock> kZeros{};
 
 // Precondition: bytes + granularity does not overflow (callers bound bytes first).
@@ -30,8 +28,7 @@ std::uint64_t round_up(std::uint64_t bytes, std::uint64_t granularity) {
 DeviceMemory::DeviceMemory(std::uint64_t capacity, std::uint64_t granularity, std::uint64_t storage_limit)
     : capacity_(capacity),
       granularity_(granularity),
-      storage_limit_(storage_limit == 0 ? UINT64_MAX : storage_limit),
-      scratch_(std::make_unique<std::byte[]>(kScratch)) {}
+      storage_limit_(storage_limit == 0 ? UINT64_MAX : storage_limit) {}
 
 DeviceMemory::Storage& DeviceMemory::Storage::operator=(Storage&& other) noexcept {
   if (this != &other) {
@@ -316,15 +313,12 @@ void DeviceMemory::hash(std::uint64_t addr, std::uint64_t bytes, ContentHasher& 
       hasher.update(std::span<const std::byte>(granule.storage.get() + off, len));
       return;
     }
+    if (granule.symbol) {
+      return hasher.update_pattern(granule.symbol->pattern, granule.symbol->seed, granule.symbol->origin + off, len);
+    }
     for (std::uint64_t done = 0; done < len;) {
       const std::uint64_t take = std::min<std::uint64_t>(kZeroBlock, len - done);
-      if (granule.symbol) {
-        const std::span<std::byte> piece(scratch_.get(), take);
-        generate(granule, off + done, piece);
-        hasher.update(piece);
-      } else {
-        hasher.update(std::span<const std::byte>(kZeros.data(), take));
-      }
+      hasher.update(std::span<const std::byte>(kZeros.data(), take));
       done += take;
     }
   });

@@ -160,7 +160,6 @@ class DeviceMemory {
   std::uint64_t next_base_ = kFirstAddress;
   std::uint64_t mapped_bytes_ = 0;
   std::uint64_t stored_bytes_ = 0;
-  std::unique_ptr<std::byte[]> scratch_;  // kScratch bytes: a symbol's bytes on their way to a hash
   std::map<std::uint64_t, Reservation> reservations_;     // by base address
   std::unordered_map<std::uint64_t, Granule> granules_;  // by address / granularity
 };

@@ -11,11 +11,11 @@
 namespace ferry {
 namespace detail {
 
-bool SourceHashCache::in_region(std::uintptr_t start, std::uint64_t bytes) const {
+const SourceHashCache::Region* SourceHashCache::region_of(std::uintptr_t start, std::uint64_t bytes) const {
   auto it = regions_.upper_bound(start);
-  if (it == regions_.begin()) return false;
+  if (it == regions_.begin()) return nullptr;
   --it;
-  return fits(start - it->first, bytes, it->second.first);
+  return fits(start - it->first, bytes, it->second.bytes) ? &it->second : nullptr;
 }
 
 std::uint64_t SourceHashCache::hash(const std::byte* ptr, std::uint64_t bytes) {
@@ -24,7 +24,7 @@ std::uint64_t SourceHashCache::hash(const std::byte* ptr, std::uint64_t bytes) {
   {
     std::lock_guard lock(mu_);
     if (auto it = hashes_.find(key); it != hashes_.end()) return it->second;
-    cacheable = in_region(key.first, bytes);
+    cacheable = region_of(key.first, bytes) != nullptr;
   }
   // Hash without the lock: it costs host time proportional to the bytes.
   const std::uint64_t h = content_hash({ptr, bytes});
@@ -39,20 +39,21 @@ void SourceHashCache::add_region(const std::byte* ptr, std::uint64_t bytes, Regi
                                  std::optional<std::uint64_t> hash) {
   const auto start = reinterpret_cast<std::uintptr_t>(ptr);
   std::lock_guard lock(mu_);
-  regions_[start] = {bytes, id};
+  regions_[start] = Region{bytes, id, !hash.has_value()};
   if (hash) hashes_[{start, bytes}] = *hash;
 }
 
-bool SourceHashCache::inside_region(const std::byte* ptr, std::uint64_t bytes) const {
+bool SourceHashCache::inside_region(const std::byte* ptr, std::uint64_t bytes, bool immutable) const {
   std::lock_guard lock(mu_);
-  return bytes > 0 && in_region(reinterpret_cast<std::uintptr_t>(ptr), bytes);
+  const Region* r = bytes > 0 ? region_of(reinterpret_cast<std::uintptr_t>(ptr), bytes) : nullptr;
+  return r != nullptr && !(immutable && r->generated);
 }
 
 void SourceHashCache::forget_region(RegionId id) {
   std::lock_guard lock(mu_);
   for (auto it = regions_.begin(); it != regions_.end(); ++it) {
-    if (it->second.second != id) continue;
-    const std::uintptr_t start = it->first, end = start + it->second.first;
+    if (it->second.id != id) continue;
+    const std::uintptr_t start = it->first, end = start + it->second.bytes;
     for (auto h = hashes_.lower_bound({start, 0}); h != hashes_.end() && h->first.first < end;) {
       h = hashes_.erase(h);
     }
@@ -78,7 +79,8 @@ Result<RegionId> TransferEngine::register_generated(std::byte* ptr, std::uint64_
 }
 
 Result<void> TransferEngine::precompute_hash(const std::byte* ptr, std::uint64_t bytes) {
-  if (!state_->source_hashes.inside_region(ptr, bytes)) {
+  // A generated region's bytes are present only while staged: a hash taken now could be of zeros.
+  if (!state_->source_hashes.inside_region(ptr, bytes, /*immutable=*/true)) {
     return make_error(ErrorCode::invalid_argument,
                       "precompute_hash(" + std::to_string(bytes) +
                           " bytes): not inside a region registered with register_immutable");

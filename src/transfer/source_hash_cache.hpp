@@ -29,20 +29,26 @@ class SourceHashCache {
   // (nullopt: the whole region's bytes are never present at once, so no hash of it
   // is cached; its sub-ranges are hashed on first use).
   void add_region(const std::byte* ptr, std::uint64_t bytes, RegionId id, std::optional<std::uint64_t> hash);
-  // Whether [ptr, ptr + bytes) is non-empty and lies inside one registered region.
-  bool inside_region(const std::byte* ptr, std::uint64_t bytes) const;
+  // Whether [ptr, ptr + bytes) is non-empty and lies inside one registered region
+  // (`immutable`: one registered with a hash, whose bytes are always present).
+  bool inside_region(const std::byte* ptr, std::uint64_t bytes, bool immutable = false) const;
   // Forgets region `id` and every hash cached inside it (nothing if unknown).
   void forget_region(RegionId id);
 
  private:
   using Key = std::pair<std::uintptr_t, std::uint64_t>;  // (start, bytes)
 
-  // Whether [start, start + bytes) lies inside one registered region. Under mu_.
-  bool in_region(std::uintptr_t start, std::uint64_t bytes) const;
+  struct Region {
+    std::uint64_t bytes = 0;
+    RegionId id = 0;
+    bool generated = false;  // registered without a hash: bytes present only while staged
+  };
+  // The registered region [start, start + bytes) lies inside, or null. Under mu_.
+  const Region* region_of(std::uintptr_t start, std::uint64_t bytes) const;
 
   mutable std::mutex mu_;  // guards everything below
   std::map<Key, std::uint64_t> hashes_;
-  std::map<std::uintptr_t, std::pair<std::uint64_t, RegionId>> regions_;  // start -> (bytes, id)
+  std::map<std::uintptr_t, Region> regions_;  // by start
 };
 
 }  // namespace ferry::detail

@@ -249,8 +249,21 @@ Result<std::vector<TensorInfo>> WeightBank::parse_safetensors(
   return tensors;
 }
 
-Result<void> write_safetensors(const std::string& path, std::span<const TensorToWrite> tensors,
-                               const std::map<std::string, std::string>& metadata) {
+namespace {
+
+// What the header says of one tensor, and how many bytes write_data must write.
+struct TensorHead {
+  std::string_view name;
+  DType dtype;
+  std::span<const std::uint64_t> shape;
+  std::uint64_t bytes;
+};
+
+// Writes the header of `tensors`, then the data of each in order through
+// write_data(i, out), which must write exactly tensors[i].bytes bytes.
+template <class WriteData>
+Result<void> write_file(const std::string& path, std::span<const TensorHead> tensors,
+                        const std::map<std::string, std::string>& metadata, WriteData&& write_data) {
   const auto bad = [&](const std::string& what) {
     return make_error(ErrorCode::invalid_argument, "write_safetensors(" + path + "): " + what);
   };
@@ -262,21 +275,21 @@ Result<void> write_safetensors(const std::string& path, std::span<const TensorTo
   }
   std::set<std::string_view> names;
   std::uint64_t offset = 0;
-  for (const TensorToWrite& t : tensors) {
+  for (const TensorHead& t : tensors) {
     if (t.name.empty() || t.name == "__metadata__") return bad("tensor name " + printable(t.name) + " is not allowed");
     if (!names.insert(t.name).second) return bad("duplicate tensor name " + printable(t.name));
     std::uint64_t expected = dtype_size(t.dtype);
     for (std::uint64_t d : t.shape) {
       if (mul_overflows(expected, d, &expected)) return bad("tensor " + printable(t.name) + ": shape overflows");
     }
-    if (expected != t.data.size()) {
+    if (expected != t.bytes) {
       return bad("tensor " + printable(t.name) + ": shape " + shape_text(t.shape) + " of " +
                  std::string(to_string(t.dtype)) + " needs " + std::to_string(expected) + " bytes, got " +
-                 std::to_string(t.data.size()));
+                 std::to_string(t.bytes));
     }
-    header[t.name] = {{"dtype", std::string(to_string(t.dtype))},
-                      {"shape", t.shape},
-                      {"data_offsets", {offset, offset + expected}}};
+    header[std::string(t.name)] = {{"dtype", std::string(to_string(t.dtype))},
+                                   {"shape", std::vector<std::uint64_t>(t.shape.begin(), t.shape.end())},
+                                   {"data_offsets", {offset, offset + expected}}};
     offset += expected;
   }
   std::string text = header.dump();
@@ -287,29 +300,44 @@ Result<void> write_safetensors(const std::string& path, std::span<const TensorTo
   for (int i = 0; i < 8; ++i) len[i] = static_cast<char>((text.size() >> (8 * i)) & 0xff);
   out.write(len.data(), 8);
   out.write(text.data(), static_cast<std::streamsize>(text.size()));
-  for (const TensorToWrite& t : tensors) {
-    out.write(reinterpret_cast<const char*>(t.data.data()), static_cast<std::streamsize>(t.data.size()));
-  }
+  for (std::size_t i = 0; i < tensors.size() && out; ++i) write_data(i, out);
   out.flush();
   if (!out) return bad("write failed");
   return {};
 }
 
+void write_bytes(std::ostream& out, std::span<const std::byte> bytes) {
+  out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+}
+
+}  // namespace
+
+Result<void> write_safetensors(const std::string& path, std::span<const TensorToWrite> tensors,
+                               const std::map<std::string, std::string>& metadata) {
+  std::vector<TensorHead> heads;
+  heads.reserve(tensors.size());
+  for (const TensorToWrite& t : tensors) heads.push_back({t.name, t.dtype, t.shape, t.data.size()});
+  return write_file(path, heads, metadata,
+                    [&](std::size_t i, std::ostream& out) { write_bytes(out, tensors[i].data); });
+}
+
 Result<void> write_safetensors(const std::string& path, const WeightBank& bank) {
-  std::vector<TensorToWrite> list;
-  std::vector<std::vector<std::byte>> generated;  // a lazy bank's tensors, for the write
-  if (bank.lazy()) generated.resize(bank.tensors().size());
-  for (std::size_t i = 0; i < bank.tensors().size(); ++i) {
-    const TensorInfo& t = bank.tensors()[i];
-    std::span<const std::byte> data = bank.bytes(i);
-    if (bank.lazy()) {
-      generated[i].resize(t.bytes);
-      bank.read(i, 0, generated[i]);
-      data = generated[i];
+  std::vector<TensorHead> heads;
+  heads.reserve(bank.tensors().size());
+  for (const TensorInfo& t : bank.tensors()) heads.push_back({t.name, t.dtype, t.shape, t.bytes});
+  // A lazy bank's tensors are generated a piece at a time: a bank larger than
+  // host memory still writes.
+  constexpr std::uint64_t kPiece = std::uint64_t{1} << 20;
+  std::vector<std::byte> piece(bank.lazy() ? kPiece : 0);
+  return write_file(path, heads, bank.metadata(), [&](std::size_t i, std::ostream& out) {
+    if (!bank.lazy()) return write_bytes(out, bank.bytes(i));
+    const std::uint64_t n = bank.tensors()[i].bytes;
+    for (std::uint64_t off = 0; off < n && out; off += kPiece) {
+      const std::span<std::byte> part(piece.data(), std::min(kPiece, n - off));
+      bank.read(i, off, part);
+      write_bytes(out, part);
     }
-    list.push_back(TensorToWrite{t.name, t.dtype, t.shape, data});
-  }
-  return write_safetensors(path, list, bank.metadata());
+  });
 }
 
 }  // namespace ferry

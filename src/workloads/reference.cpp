@@ -42,23 +42,6 @@ HostValue Reference::weight(const WeightBank& bank, std::size_t tensor, std::uin
   return owned(std::move(out));
 }
 
-std::uint64_t Reference::fill_hash(std::uint64_t seed, std::uint64_t bytes) {
-  // In pieces, so a large output never needs a buffer of its size.
-  constexpr std::uint64_t kPiece = std::uint64_t{1} << 20;
-  if (bytes <= kPiece) {
-    buffer_.resize(bytes);
-    fill_with(kPattern, seed, 0, buffer_);
-    return content_hash(buffer_);
-  }
-  ContentHasher hasher;
-  buffer_.resize(kPiece);
-  for (std::uint64_t off = 0; off < bytes; off += kPiece) {
-    const std::uint64_t n = std::min(kPiece, bytes - off);
-    fill_with(kPattern, seed, off, {buffer_.data(), n});
-    hasher.update({buffer_.data(), n});
-  }
-  return hasher.finish();
-}
 
 HostValue Reference::fill(std::uint64_t seed, std::uint64_t bytes) {
   if (materialize_) {
@@ -66,7 +49,7 @@ HostValue Reference::fill(std::uint64_t seed, std::uint64_t bytes) {
     fill_with(kPattern, seed, 0, out);
     return owned(std::move(out));
   }
-  return HostValue{fill_hash(seed, bytes), bytes, {}, nullptr};
+  return HostValue{pattern_hash(kPattern, seed, 0, bytes), bytes, {}, nullptr};
 }
 
 HostValue Reference::kernel(const std::vector<HostValue>& inputs, std::uint64_t bytes) {

@@ -59,11 +59,9 @@ class Reference {
   const std::string& error() const noexcept { return error_; }
 
  private:
-  std::uint64_t fill_hash(std::uint64_t seed, std::uint64_t bytes);
   HostValue owned(std::vector<std::byte> bytes) const;
 
   bool gemm_, materialize_;
-  std::vector<std::byte> buffer_;
   std::string error_;
 };
 

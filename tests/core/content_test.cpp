@@ -8,6 +8,7 @@
 #include <span>
 #include <vector>
 
+#include "core/content_words.hpp"
 #include "expected_bytes.hpp"
 
 namespace ferry {
@@ -51,6 +52,51 @@ TEST(ContentHash, FollowsTheDefinitionForEveryLengthAndAlignment) {
     }
     const auto b = std::span(v).subspan(offset, 4096 + 17);
     EXPECT_EQ(content_hash(b), defined_hash(b)) << offset;
+  }
+}
+
+// The sum of hash_word over words [0, n) of b from its definition.
+std::uint64_t defined_sum(const std::byte* p, std::uint64_t words, std::uint64_t first_word) {
+  std::uint64_t sum = 0;
+  for (std::uint64_t j = 0; j < words; ++j) {
+    std::uint64_t w = 0;
+    for (std::uint64_t i = 0; i < 8; ++i) w |= static_cast<std::uint64_t>(p[8 * j + i]) << (8 * i);
+    sum += hash_word(w, first_word + j);
+  }
+  return sum;
+}
+
+// Both word loops the CPU may pick follow the definition, at every length the
+// unrolled loop's tail can see and at first words near the key's wrap (the
+// AVX-512 one where this CPU has it).
+TEST(ContentHash, BothWordLoopsFollowTheDefinition) {
+  const auto v = pattern(21, 8 * 200 + 8);
+  for (const std::uint64_t first : {std::uint64_t{0}, std::uint64_t{5}, ~std::uint64_t{0} - 3}) {
+    for (std::uint64_t words = 0; words <= 200; ++words) {
+      const std::uint64_t want = defined_sum(v.data() + 8, words, first);
+      ASSERT_EQ(detail::sum_words_portable(v.data() + 8, words, first), want) << words << " " << first;
+      if (detail::SumWords fast = detail::sum_words_avx512()) {
+        ASSERT_EQ(fast(v.data() + 8, words, first), want) << words << " " << first;
+      }
+    }
+  }
+}
+
+// The hash of a pattern's range, taken without a buffer of its size, is the hash
+// of its bytes, for both patterns, any offset and lengths across the piece size.
+TEST(ContentHash, APatternsHashIsTheHashOfItsBytes) {
+  for (const Pattern p : {Pattern::bytes, Pattern::small_bf16}) {
+    for (const std::uint64_t offset : {0u, 3u, 8u, 4097u}) {
+      for (const std::uint64_t n : {0u, 1u, 7u, 4096u, 4099u, 3u * 4096u + 5u}) {
+        std::vector<std::byte> bytes(n);
+        fill_with(p, 77, offset, bytes);
+        EXPECT_EQ(pattern_hash(p, 77, offset, n), content_hash(bytes)) << offset << " " << n;
+        ContentHasher h;
+        h.update(std::span(bytes).first(n / 3));
+        h.update_pattern(p, 77, offset + n / 3, n - n / 3);
+        EXPECT_EQ(h.finish(), content_hash(bytes)) << "after bytes " << offset << " " << n;
+      }
+    }
   }
 }
 

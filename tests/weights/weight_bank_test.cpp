@@ -6,6 +6,8 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <array>
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -449,6 +451,105 @@ TEST(LazyBank, StageNeedsAPlacementAndARangeInsideTheTensor) {
   bank->release(*whole);
   bank->release(*again);
   EXPECT_EQ(bank->stats().dropped, 1u);
+  ASSERT_TRUE(bank->unplace().ok());
+}
+
+// A device whose streams stop completing while `stuck`: every wait times out.
+class Stalls final : public ForwardingBackend {
+ public:
+  explicit Stalls(Backend& inner) : ForwardingBackend(inner), inner_(inner) {}
+  void stall(bool on) {
+    for (StreamId s = 0; s < kMaxStreams; ++s) frozen_[s] = inner_.completed(s);
+    stuck_ = on;
+  }
+  Ticket completed(StreamId stream) override {
+    const Ticket t = inner_.completed(stream);
+    return stuck_ ? std::min(t, frozen_[stream]) : t;
+  }
+  Result<void> wait(StreamPoint point, std::chrono::nanoseconds timeout) override {
+    if (stuck_ && point.ticket > frozen_[point.stream]) return make_error(ErrorCode::timeout, "stalled");
+    return inner_.wait(point, timeout);
+  }
+
+ private:
+  Backend& inner_;
+  bool stuck_ = false;
+  std::array<Ticket, kMaxStreams> frozen_{};
+};
+
+// An unplace whose wait for the bank's transfers times out fails and leaves the
+// bank placed with its bytes in place: the upload still in flight reads them.
+// (Dropping them there would hand the copy zeros, and the destructor would unmap
+// memory the device still reads.)
+TEST(LazyBank, AnUnplaceThatTimesOutKeepsTheBankAndItsBytes) {
+  auto bank = WeightBank::synthetic(synthetic_spec(), "lazy", SyntheticStorage::lazy);
+  ASSERT_TRUE(bank.ok());
+  auto sim = make_sim_backend({*find_profile("tiny"), 7, {}});
+  Stalls device(*sim);
+  StreamOrder order(device);
+  DevicePool pool(order);
+  HostArena arena(order);
+  EngineOptions eo;
+  eo.policy = IntegrityPolicy::off;
+  TransferEngine engine(pool, arena, eo);
+  ASSERT_TRUE(bank->place(engine, BankPlacement::registered).ok());
+  const std::uint64_t n = bank->tensors()[0].bytes;
+  auto range = bank->stage(0, 0, n);
+  ASSERT_TRUE(range.ok());
+  auto dst = pool.allocate(n, 1);
+  ASSERT_TRUE(dst.ok());
+  TransferPlan plan;
+  plan.add(range->bytes.data(), *dst, 0, n);
+  device.stall(true);
+  auto pending = engine.begin_upload(1, plan);
+  ASSERT_TRUE(pending.ok()) << pending.error().message;
+
+  auto unplaced = bank->unplace();
+  ASSERT_FALSE(unplaced.ok()) << "the copy in flight still reads the bank";
+  EXPECT_EQ(unplaced.error().code, ErrorCode::timeout);
+  EXPECT_TRUE(bank->placed());
+  EXPECT_EQ(content_hash(range->bytes), bank->hash(0)) << "the staged bytes are still there";
+
+  device.stall(false);
+  auto receipt = engine.finish(std::move(*pending));
+  ASSERT_TRUE(receipt.ok()) << receipt.error().message;
+  bank->release(*range, receipt->done);
+  ASSERT_TRUE(order.wait(receipt->done).ok());
+  std::vector<std::byte> got(n);
+  ASSERT_TRUE(sim->peek(pool.resolve(*dst)->addr, got).ok());
+  EXPECT_EQ(content_hash(got), bank->hash(0)) << "the copy read the tensor, not zeros";
+  ASSERT_TRUE(bank->unplace().ok());
+  EXPECT_FALSE(bank->placed());
+}
+
+// With registered pieces of any size (here not a multiple of the page), the
+// bytes canaries read at the start of each piece stay generated after every
+// staging was dropped, including a canary that straddles two pages.
+TEST(LazyBank, CanaryBytesStayForAnyPieceSize) {
+  const std::vector<SyntheticTensor> spec = {{"big", DType::bf16, {5, 4096}, 9}};
+  auto bank = WeightBank::synthetic(spec, "lazy", SyntheticStorage::lazy);
+  auto resident = WeightBank::synthetic(spec);
+  ASSERT_TRUE(bank.ok() && resident.ok());
+  auto sim = make_sim_backend({*find_profile("tiny"), 7, {}});
+  StreamOrder order(*sim);
+  DevicePool pool(order);
+  ArenaOptions ao;
+  ao.register_piece_bytes = 4096 + 4000;  // piece 1 starts 96 bytes before a page ends
+  HostArena arena(order, ao);
+  TransferEngine engine(pool, arena, {});
+  ASSERT_TRUE(bank->place(engine, BankPlacement::registered).ok());
+  const std::uint64_t n = bank->tensors()[0].bytes;
+  auto range = bank->stage(0, 0, n);
+  ASSERT_TRUE(range.ok());
+  const std::byte* base = range->bytes.data() - bank->tensors()[0].offset;
+  bank->release(*range);  // no transfer read it: dropped at once
+  EXPECT_EQ(bank->stats().dropped, 1u);
+  const std::byte* want = resident->bytes(0).data() - resident->tensors()[0].offset;
+  const std::uint64_t end = bank->tensors()[0].offset + n;
+  for (std::uint64_t at = 0; at < end; at += ao.register_piece_bytes) {
+    const std::uint64_t len = std::min<std::uint64_t>(kCanaryBytes, end - at);
+    EXPECT_EQ(std::memcmp(base + at, want + at, len), 0) << "the canary bytes of the piece at " << at;
+  }
   ASSERT_TRUE(bank->unplace().ok());
 }
 
