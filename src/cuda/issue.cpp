@@ -87,14 +87,23 @@ Result<Ticket> CudaBackend::issue(StreamId stream, Op op) {
     // layer's is held (Device::issue runs under it): a failed issue is rare, and
     // other streams' enqueues stall until the drain (docs/architecture.md notes it).
     cudaEvent_t drained = nullptr;
-    if (cudaEventCreateWithFlags(&drained, cudaEventDisableTiming) == cudaSuccess) {
-      if (cudaEventRecord(drained, st.handle) == cudaSuccess) {
+    cudaError_t err = cudaEventCreateWithFlags(&drained, cudaEventDisableTiming);
+    if (err == cudaSuccess) {
+      err = cudaEventRecord(drained, st.handle);
+      if (err == cudaSuccess) {
         lock.unlock();
-        (void)cudaEventSynchronize(drained);
+        err = cudaEventSynchronize(drained);
       }
       (void)cudaEventDestroy(drained);
     }
     (void)cudaGetLastError();
+    if (err != cudaSuccess) {
+      // Not drained: the stream may still run this op's jobs. The backend refuses
+      // everything from now on, and the worker stops before the error is returned.
+      if (!lock.owns_lock()) lock.lock();
+      if (!fault_) fault_ = cuda_error(err, "the device (draining a failed issue)");
+      host_jobs_.abandon();
+    }
     return std::move(issued).error();
   }
   FERRY_TRY(record(stream, st, ticket));
