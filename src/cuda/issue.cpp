@@ -87,20 +87,22 @@ Result<Ticket> CudaBackend::issue(StreamId stream, Op op) {
     // layer's is held (Device::issue runs under it): a failed issue is rare, and
     // other streams' enqueues stall until the drain (docs/architecture.md notes it).
     cudaEvent_t drained = nullptr;
-    cudaError_t err = cudaEventCreateWithFlags(&drained, cudaEventDisableTiming);
-    if (err == cudaSuccess) {
-      err = cudaEventRecord(drained, st.handle);
-      if (err == cudaSuccess) {
-        lock.unlock();
-        err = cudaEventSynchronize(drained);
-      }
-      (void)cudaEventDestroy(drained);
+    bool recorded = false;
+    if (cudaEventCreateWithFlags(&drained, cudaEventDisableTiming) == cudaSuccess) {
+      recorded = cudaEventRecord(drained, st.handle) == cudaSuccess;
+    } else {
+      drained = nullptr;
     }
+    const cudaStream_t handle = st.handle;
+    lock.unlock();
+    // No event to wait for: the whole stream, rather than not drain at all.
+    const cudaError_t err = recorded ? cudaEventSynchronize(drained) : cudaStreamSynchronize(handle);
+    if (drained != nullptr) (void)cudaEventDestroy(drained);
     (void)cudaGetLastError();
     if (err != cudaSuccess) {
       // Not drained: the stream may still run this op's jobs. The backend refuses
       // everything from now on, and the worker stops before the error is returned.
-      if (!lock.owns_lock()) lock.lock();
+      lock.lock();
       if (!fault_) fault_ = cuda_error(err, "the device (draining a failed issue)");
       host_jobs_.abandon();
     }

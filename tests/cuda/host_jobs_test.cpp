@@ -130,7 +130,7 @@ TEST(CudaHostJobs, AnUploadWhoseDmaNeverGotOnTheStreamStillOpensItsGate) {
   EXPECT_EQ(jobs.pending(), 0u);
 }
 
-TEST(CudaHostJobs, AnUploadCopiedAndGatedBeforeItsDmaFailedEndsWhenToldSo) {
+TEST(CudaHostJobs, AnUploadCopiedOnTheWorkerThreadBeforeItsDmaFailedEndsWhenToldSo) {
   // submit() comes right after the gate is enqueued, so the worker may copy and the
   // stream pass the gate before the DMA's enqueue fails.
   std::array<std::uint8_t, 16> staging{}, src{}, more{};
@@ -155,7 +155,7 @@ TEST(CudaHostJobs, AnUploadCopiedAndGatedBeforeItsDmaFailedEndsWhenToldSo) {
   EXPECT_EQ(jobs.pending(), 0u);
 }
 
-TEST(CudaHostJobs, AfterAbandonTheWorkerReadsNoSourceAgain) {
+TEST(CudaHostJobs, AfterAbandonTheWorkerThreadReadsNoSourceAgain) {
   std::array<std::uint8_t, 16> staging{}, first_src{};
   first_src.fill(4);
   auto second_src = std::make_unique<std::array<std::uint8_t, 16>>();
