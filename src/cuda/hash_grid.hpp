@@ -7,8 +7,9 @@
 // content_hash is a sum of hash_word terms (ferry/content.hpp), so the kernel is
 // right when every word is summed by exactly one thread: thread t of T takes the
 // 16-byte vectors t, t + T, ... (two words each) when the source is 16-byte
-// aligned, thread 0 also the words past the last whole vector; unaligned, thread t
-// takes words t, t + T, ... read byte by byte.
+// aligned, thread 0 also the words past the last whole vector; otherwise thread t
+// takes words t, t + T, ..., as 8-byte loads when the source is 8-byte aligned
+// (the last, partial word byte by byte), else byte by byte.
 //
 // This header includes no CUDA header.
 #pragma once
@@ -47,24 +48,40 @@ FERRY_HOST_DEVICE inline std::uint64_t word_by_bytes(const unsigned char* src, s
   return w;
 }
 
+// How the kernel reads a source, by its alignment.
+enum class HashLoads { bytes, words, vectors };
+
+FERRY_HOST_DEVICE inline HashLoads hash_loads_for(const void* src) noexcept {
+  const auto at = reinterpret_cast<std::uintptr_t>(src);
+  return at % 16 == 0 ? HashLoads::vectors : (at % 8 == 0 ? HashLoads::words : HashLoads::bytes);
+}
+
 struct WordPair {
   std::uint64_t lo;  // word 2p
   std::uint64_t hi;  // word 2p + 1
 };
 
-// Thread `first`'s share of the sum, in a grid of `stride` threads. load_vector(p)
-// returns 16-byte vector p of src (used only when `vectors`: src 16-byte aligned).
+// Thread `first`'s share of the sum, in a grid of `stride` threads, reading src as
+// `loads` says (hash_loads_for(src)). load_vector(p) returns 16-byte vector p of src
+// (used only for HashLoads::vectors), load_word(j) whole word j (only for words).
 #if defined(__CUDACC__)
 #pragma nv_exec_check_disable
 #endif
-template <class LoadVector>
-FERRY_HOST_DEVICE std::uint64_t grid_thread_sum(const unsigned char* src, std::uint64_t bytes, bool vectors,
+template <class LoadVector, class LoadWord>
+FERRY_HOST_DEVICE std::uint64_t grid_thread_sum(const unsigned char* src, std::uint64_t bytes, HashLoads loads,
                                                 std::uint64_t first, std::uint64_t stride,
-                                                const LoadVector& load_vector) {
+                                                const LoadVector& load_vector, const LoadWord& load_word) {
   const std::uint64_t words = (bytes + 7) / 8;
   std::uint64_t sum = 0;
-  if (!vectors) {
+  if (loads == HashLoads::bytes) {
     for (std::uint64_t j = first; j < words; j += stride) sum += hash_word(word_by_bytes(src, bytes, j), j);
+    return sum;
+  }
+  if (loads == HashLoads::words) {
+    const std::uint64_t whole = bytes / 8;
+    std::uint64_t j = first;
+    for (; j < whole; j += stride) sum += hash_word(load_word(j), j);
+    if (j < words) sum += hash_word(word_by_bytes(src, bytes, j), j);  // the partial last word
     return sum;
   }
   const std::uint64_t count = bytes / 16;  // whole vectors

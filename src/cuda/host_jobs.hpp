@@ -12,19 +12,25 @@
 // host function copying it out) is a use of staging[b] too, finished by that host
 // function.
 //
-// No deadlock, whatever the driver's callback threads: a gate waits only for the
-// worker, and the worker only for finish() of uses that precede the gate on the
-// same stream (so they ran already, in stream order), never for another stream:
-// it takes whichever upload can start, not the oldest.
+// No deadlock, whatever the driver's callback threads: a gate waits for the worker
+// and for submit(), which the issuing thread calls right after enqueuing the gate
+// and before any other CUDA call (an enqueue may block until the stream moves);
+// the worker waits only for finish() of uses that precede the gate on the same
+// stream (so they ran already, in stream order), never for another stream: it
+// takes the oldest upload that can start.
+//
+// The caller's memory: once abandon() has returned (the device faulted, or a failed
+// issue could not be drained) the worker reads no source again, so the error can be
+// reported and the caller may free it.
 //
 // Ownership. The registry owns every job until its last host function has run,
 // and frees the rest at teardown (release_all), after synchronizing: after a sticky
 // device error the driver never calls the host functions still queued.
 //
-// Thread safety: add_*, submit, cancel and finish_on_copy on the issuing thread;
-// run, gate and finish on the driver's callback threads; work on the worker. They
-// take only this registry's lock (a leaf) and make no CUDA call. stop_worker and
-// release_all at teardown, when no host function can still run.
+// Thread safety: start_worker, add_*, submit, cancel and end_on_copy on the issuing
+// thread; abandon on any; run, gate and finish on the driver's callback threads;
+// work on the worker. They take only this registry's lock (a leaf) and make no CUDA
+// call. stop_worker and release_all at teardown, when no host function can still run.
 #pragma once
 
 #include <array>
@@ -35,6 +41,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <system_error>
 #include <thread>
 #include <unordered_map>
 #include <utility>
@@ -61,11 +68,12 @@ class HostJobs {
     unsigned buffer = 0;
     std::uint64_t use = 0;        // an upload starts once lane->finished[buffer] == use
     bool copied = false;          // an upload's bytes are in the staging buffer
+    bool gated = false;           // an upload's gate has run
     bool finish_on_copy = false;  // an upload whose DMA or finish() never got onto the stream:
-                                  // its use ends when copied, the job when its gate has run
+                                  // its use ends when copied, the job when also gated
   };
 
-  HostJobs() : worker_([this] { work(); }) {}
+  HostJobs() = default;
   ~HostJobs() { release_all(); }
   HostJobs(const HostJobs&) = delete;
   HostJobs& operator=(const HostJobs&) = delete;
@@ -78,8 +86,20 @@ class HostJobs {
     if (lane != nullptr) claim(*job, *lane, buffer);
     return job;
   }
+  // Starts the worker if it is not running: false if the thread could not be made
+  // (std::thread throws; the backend's API returns errors). Before the first submit().
+  bool start_worker() {
+    std::lock_guard lock(mu_);
+    if (worker_.joinable()) return true;
+    try {
+      worker_ = std::thread([this] { work(); });  // it blocks on mu_ until this returns
+    } catch (const std::system_error&) {
+      return false;
+    }
+    return true;
+  }
   // A staged upload of [src, src + bytes) into `staging`, buffer `buffer` of
-  // `lane`: enqueue gate() before its DMA and finish() after it, then submit().
+  // `lane`: enqueue gate(), submit(), then enqueue its DMA and finish().
   Job* add_upload(Lane& lane, unsigned buffer, void* staging, const void* src, std::size_t bytes) {
     std::lock_guard lock(mu_);
     Job* job = insert(Job{staging, src, bytes, this});
@@ -90,24 +110,49 @@ class HostJobs {
   void submit(Job* job) {
     {
       std::lock_guard lock(mu_);
+      if (abandoned_) return;  // never copied: its gate opens, release_all frees it
       pending_.push_back(job);
     }
     changed_.notify_all();
   }
-  // The first host function of the job could not be enqueued: nothing of it will
-  // run, and its use of a staging buffer (the newest one) is given back.
+  // The job's first host function could not be enqueued, so it never runs: the job
+  // goes and its use of a staging buffer (the newest one) is given back. A download's
+  // DMA into that buffer may be on the stream already; no use can follow before it
+  // is done, since the failed issue drains the stream (or, failing, faults the
+  // backend, which then issues nothing) before the error is returned.
   void cancel(Job* job) {
     std::unique_ptr<Job> gone;  // freed outside the lock
     std::lock_guard lock(mu_);
     if (job->lane != nullptr) --job->lane->issued[job->buffer];
     gone = take(job);
   }
-  // An upload whose gate is on the stream but whose DMA or finish() is not: its
-  // use ends when the worker has copied (the failed issue drains the stream before
-  // anything can reuse the buffer). Call before submit().
-  void finish_on_copy(Job* job) {
-    std::lock_guard lock(mu_);
-    job->finish_on_copy = true;
+  // An upload submitted with its gate on the stream but whose DMA or finish() is
+  // not: its use ends once the worker has copied (now, if it has), the job once its
+  // gate has run too (the failed issue drains the stream before anything can reuse
+  // the buffer).
+  void end_on_copy(Job* job) {
+    std::unique_ptr<Job> gone;  // freed outside the lock
+    {
+      std::lock_guard lock(mu_);
+      job->finish_on_copy = true;
+      if (!job->copied) return;  // the worker ends the use, the gate frees the job
+      ++job->lane->finished[job->buffer];
+      if (job->gated) gone = take(job);
+    }
+    changed_.notify_all();  // an upload waiting for this buffer may start
+  }
+  // The device faulted or a failed issue could not be drained: the worker starts no
+  // copy from now on and the one in flight, if any, is done when this returns, so
+  // nothing reads the caller's memory after the error is returned. Gates open
+  // without their bytes (their stream is lost). The jobs go at release_all.
+  void abandon() {
+    {
+      std::unique_lock lock(mu_);
+      abandoned_ = true;
+      pending_.clear();
+      changed_.wait(lock, [&] { return !copying_; });
+    }
+    changed_.notify_all();
   }
 
   // Host function of add_copy: copies, finishes its use, frees the job.
@@ -123,7 +168,8 @@ class HostJobs {
     HostJobs& self = *job->owner;
     std::unique_ptr<Job> gone;  // freed after the lock is released
     std::unique_lock lock(self.mu_);
-    self.changed_.wait(lock, [&] { return job->copied || self.stopping_; });
+    self.changed_.wait(lock, [&] { return job->copied || self.stopping_ || self.abandoned_; });
+    job->gated = true;
     if (job->copied && job->finish_on_copy) gone = self.take(job);  // no finish() follows
   }
   // Host function after an upload's DMA: the staging buffer is free again.
@@ -191,11 +237,11 @@ class HostJobs {
     changed_.notify_all();  // an upload waiting for this buffer may start
   }
 
-  // The worker: copies every upload whose buffer is free, oldest first.
+  // The worker: copies, oldest first, every upload whose buffer is free.
   void work() {
     std::unique_lock lock(mu_);
     while (!stopping_) {
-      Job* next = nullptr;
+      Job* next = nullptr;  // abandon() emptied pending_, and submit() adds nothing after it
       for (auto it = pending_.begin(); it != pending_.end(); ++it) {
         if ((*it)->lane->finished[(*it)->buffer] == (*it)->use) {
           next = *it;
@@ -207,9 +253,11 @@ class HostJobs {
         changed_.wait(lock);
         continue;
       }
+      copying_ = true;  // abandon() waits for it to clear
       lock.unlock();
       std::memcpy(next->dst, next->src, next->bytes);  // the job lives until its finish()
       lock.lock();
+      copying_ = false;
       next->copied = true;
       // Its use ends here; the job itself is its gate's to free (the gate may not have run).
       if (next->finish_on_copy) ++next->lane->finished[next->buffer];
@@ -221,7 +269,9 @@ class HostJobs {
   std::unordered_map<Job*, std::unique_ptr<Job>> jobs_;
   std::deque<Job*> pending_;  // submitted uploads not yet copied
   bool stopping_ = false;
-  std::thread worker_;  // last: started once everything above exists
+  bool abandoned_ = false;
+  bool copying_ = false;  // the worker is copying a job it took off pending_
+  std::thread worker_;    // started by start_worker, once everything above exists
 };
 
 }  // namespace ferry::cuda_detail

@@ -178,6 +178,10 @@ Result<void> CudaBackend::copy_to_device(StreamId s, Stream& st, std::uint64_t d
     return check(cudaMemcpyAsync(device_ptr(dst), src, bytes, cudaMemcpyHostToDevice, st.handle),
                  "cudaMemcpyAsync host->device");
   }
+  if (!host_jobs_.start_worker()) {
+    return make_error(ErrorCode::backend_error,
+                      "copy to device from pageable memory: the staging worker thread could not be started");
+  }
   // Chunk k: the worker copies it into staging buffer k % 2 while the DMA of chunk
   // k - 1 runs; the gate holds the stream until the copy is done (host_jobs.hpp).
   for (std::uint64_t off = 0; off < bytes; off += kStagingBytes) {
@@ -190,15 +194,18 @@ Result<void> CudaBackend::copy_to_device(StreamId s, Stream& st, std::uint64_t d
       host_jobs_.cancel(job);
       return check(err, "cudaLaunchHostFunc (staging gate)");
     }
+    // Before any other enqueue, which may block until the stream reaches the gate.
+    host_jobs_.submit(job);
     cudaError_t err = cudaMemcpyAsync(device_ptr(dst + off), *buf, n, cudaMemcpyHostToDevice, st.handle);
     const char* what = "cudaMemcpyAsync host->device (staged)";
     if (err == cudaSuccess) {
       err = cudaLaunchHostFunc(st.handle, &HostJobs::finish, job);
       what = "cudaLaunchHostFunc (staging release)";
     }
-    if (err != cudaSuccess) host_jobs_.finish_on_copy(job);  // the gate is on the stream: it must open
-    host_jobs_.submit(job);
-    FERRY_TRY(check(err, what));
+    if (err != cudaSuccess) {
+      host_jobs_.end_on_copy(job);  // the gate is on the stream, and no finish() follows it
+      return check(err, what);
+    }
   }
   return {};
 }

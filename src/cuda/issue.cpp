@@ -87,14 +87,25 @@ Result<Ticket> CudaBackend::issue(StreamId stream, Op op) {
     // layer's is held (Device::issue runs under it): a failed issue is rare, and
     // other streams' enqueues stall until the drain (docs/architecture.md notes it).
     cudaEvent_t drained = nullptr;
+    bool recorded = false;
     if (cudaEventCreateWithFlags(&drained, cudaEventDisableTiming) == cudaSuccess) {
-      if (cudaEventRecord(drained, st.handle) == cudaSuccess) {
-        lock.unlock();
-        (void)cudaEventSynchronize(drained);
-      }
-      (void)cudaEventDestroy(drained);
+      recorded = cudaEventRecord(drained, st.handle) == cudaSuccess;
+    } else {
+      drained = nullptr;
     }
+    const cudaStream_t handle = st.handle;
+    lock.unlock();
+    // No event to wait for: the whole stream, rather than not drain at all.
+    const cudaError_t err = recorded ? cudaEventSynchronize(drained) : cudaStreamSynchronize(handle);
+    if (drained != nullptr) (void)cudaEventDestroy(drained);
     (void)cudaGetLastError();
+    if (err != cudaSuccess) {
+      // Not drained: the stream may still run this op's jobs. The backend refuses
+      // everything from now on, and the worker stops before the error is returned.
+      lock.lock();
+      if (!fault_) fault_ = cuda_error(err, "the device (draining a failed issue)");
+      host_jobs_.abandon();
+    }
     return std::move(issued).error();
   }
   FERRY_TRY(record(stream, st, ticket));

@@ -39,7 +39,8 @@ __global__ void fill_kernel(unsigned char* dst, std::uint64_t bytes, std::uint64
   }
 }
 
-// The block's sum, in thread 0. Every thread of the block must call it.
+// The block's sum, in thread 0. Every thread of the block must call it, and the
+// block must have kHashBlock threads (the kernels' __launch_bounds__).
 __device__ std::uint64_t block_sum(std::uint64_t v) {
   __shared__ std::uint64_t warp_sums[kHashBlock / kWarp];
   for (unsigned d = kWarp / 2; d > 0; d /= 2) {
@@ -63,19 +64,27 @@ struct LdgVector {
   }
 };
 
+// 8-byte word j of an 8-byte aligned source, through the read-only cache.
+struct LdgWord {
+  const unsigned long long* w;
+  __device__ std::uint64_t operator()(std::uint64_t j) const { return __ldg(w + j); }
+};
+
 // partials[blockIdx.x] = this block's share of the content_hash sum; which thread
-// takes which word is hash_grid.hpp's.
-__global__ void hash_sum_kernel(const unsigned char* src, std::uint64_t bytes, bool aligned16,
-                                std::uint64_t* partials) {
+// takes which word is hash_grid.hpp's. Launched with kHashBlock threads (block_sum).
+__global__ void __launch_bounds__(kHashBlock)
+    hash_sum_kernel(const unsigned char* src, std::uint64_t bytes, HashLoads loads, std::uint64_t* partials) {
   const std::uint64_t first = static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
-  const LdgVector load{reinterpret_cast<const ulonglong2*>(src)};
-  const std::uint64_t total = block_sum(grid_thread_sum(src, bytes, aligned16, first, stride, load));
+  const LdgVector load_vector{reinterpret_cast<const ulonglong2*>(src)};
+  const LdgWord load_word{reinterpret_cast<const unsigned long long*>(src)};
+  const std::uint64_t total =
+      block_sum(grid_thread_sum(src, bytes, loads, first, stride, load_vector, load_word));
   if (threadIdx.x == 0) partials[blockIdx.x] = total;
 }
 
-// *out = hash_finish(sum of partials[0, count), bytes). One block.
-__global__ void hash_finish_kernel(const std::uint64_t* partials, unsigned count,
+// *out = hash_finish(sum of partials[0, count), bytes). One block of kHashBlock threads.
+__global__ void __launch_bounds__(kHashBlock) hash_finish_kernel(const std::uint64_t* partials, unsigned count,
                                    std::uint64_t bytes, std::uint64_t* out) {
   std::uint64_t sum = 0;
   for (unsigned i = threadIdx.x; i < count; i += blockDim.x) sum += partials[i];
@@ -119,8 +128,8 @@ cudaError_t launch_content_hash(const void* src, std::uint64_t bytes, std::uint6
                                 std::uint64_t* device_out, cudaStream_t stream) noexcept {
   const auto* in = static_cast<const unsigned char*>(src);
   auto blocks = static_cast<unsigned>(hash_block_count(bytes));
-  bool aligned16 = aligned_to(src, 16);
-  void* sum_args[] = {&in, &bytes, &aligned16, &partials};
+  HashLoads loads = hash_loads_for(src);
+  void* sum_args[] = {&in, &bytes, &loads, &partials};
   const cudaError_t e = cudaLaunchKernel(reinterpret_cast<const void*>(&hash_sum_kernel), dim3(blocks),
                                          dim3(kHashBlock), sum_args, 0, stream);
   if (e != cudaSuccess) return e;

@@ -12,7 +12,6 @@
 
 namespace ferry::cuda_detail {
 
-
 // dst[0, bytes) = bytes [0, bytes) of the pattern for seed: fill_pattern(seed) or
 // small_bf16(seed). When device_seed is not null the seed is read from device
 // memory when the kernel runs instead (the ComputeOp output).

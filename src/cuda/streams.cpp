@@ -22,6 +22,8 @@ namespace {
 
 constexpr auto kWaitSpin = std::chrono::microseconds(200);
 constexpr auto kWaitNap = std::chrono::microseconds(20);  // the OS adds its timer slack (~50 us on Linux)
+constexpr auto kWaitShortNaps = std::chrono::milliseconds(2);  // naps of kWaitNap until then
+constexpr auto kWaitMaxNap = std::chrono::microseconds(500);
 
 }  // namespace
 
@@ -38,6 +40,7 @@ Result<void> CudaBackend::wait_issued(StreamPoint point, std::chrono::nanosecond
   const auto budget = std::chrono::duration_cast<std::chrono::steady_clock::duration>(
       std::min(timeout, std::chrono::nanoseconds(std::chrono::hours(24 * 365))));
   // Poll with backoff; no lock is held while sleeping.
+  std::chrono::steady_clock::duration nap = kWaitNap;
   for (;;) {
     {
       std::lock_guard lock(mu_);
@@ -54,12 +57,16 @@ Result<void> CudaBackend::wait_issued(StreamPoint point, std::chrono::nanosecond
                                                waited).count()) + " us");
     }
     // Yield-polled for the first kWaitSpin, so a wait for a short op (depth 1)
-    // returns within microseconds of its completion; then naps of at most
-    // kWaitNap, bounded by what is left of the budget.
+    // returns within microseconds of its completion; then naps of kWaitNap up to
+    // kWaitShortNaps, then doubling to kWaitMaxNap, so a long wait does not take the
+    // lock and query the event every few microseconds; never past the budget.
     if (waited < kWaitSpin) {
       std::this_thread::yield();
     } else {
-      std::this_thread::sleep_for(std::min<std::chrono::steady_clock::duration>(kWaitNap, budget - waited));
+      std::this_thread::sleep_for(std::min(nap, budget - waited));
+      if (waited >= kWaitShortNaps) {
+        nap = std::min<std::chrono::steady_clock::duration>(2 * nap, kWaitMaxNap);
+      }
     }
   }
 }
@@ -116,8 +123,12 @@ void CudaBackend::poll(Stream& st) {
     const cudaError_t err = cudaEventQuery(st.inflight.front().event);
     if (err == cudaErrorNotReady) return;
     if (err != cudaSuccess) {
-      // A device fault is sticky: every later operation would fail too.
-      if (!fault_) fault_ = cuda_error(err, "the device (cudaEventQuery)");
+      // A device fault is sticky: every later operation would fail too, and the
+      // host functions still queued never run.
+      if (!fault_) {
+        fault_ = cuda_error(err, "the device (cudaEventQuery)");
+        host_jobs_.abandon();  // before the error is reported: no copy reads the caller's memory after
+      }
       return;
     }
     st.completed = st.inflight.front().ticket;

@@ -20,16 +20,34 @@ namespace ferry::cuda_detail {
 namespace {
 
 // What the kernel computes for [src, src + bytes) on a grid of `threads` threads.
-std::uint64_t grid_hash(const unsigned char* src, std::uint64_t bytes, std::uint64_t threads) {
-  const bool vectors = reinterpret_cast<std::uintptr_t>(src) % 16 == 0;
-  const auto load = [src](std::uint64_t p) {
+// Every load is counted, so a test can see which path ran.
+struct Loads {
+  std::uint64_t vectors = 0;
+  std::uint64_t words = 0;
+};
+
+std::uint64_t grid_hash(const unsigned char* src, std::uint64_t bytes, std::uint64_t threads,
+                        Loads* loads = nullptr) {
+  Loads counted;
+  const auto load_vector = [src, &counted](std::uint64_t p) {
+    ++counted.vectors;
     WordPair x{};
     std::memcpy(&x.lo, src + 16 * p, 8);
     std::memcpy(&x.hi, src + 16 * p + 8, 8);
     return x;
   };
+  const auto load_word = [src, &counted](std::uint64_t j) {
+    ++counted.words;
+    std::uint64_t w = 0;
+    std::memcpy(&w, src + 8 * j, 8);
+    return w;
+  };
+  const HashLoads path = hash_loads_for(src);
   std::uint64_t sum = 0;
-  for (std::uint64_t t = 0; t < threads; ++t) sum += grid_thread_sum(src, bytes, vectors, t, threads, load);
+  for (std::uint64_t t = 0; t < threads; ++t) {
+    sum += grid_thread_sum(src, bytes, path, t, threads, load_vector, load_word);
+  }
+  if (loads != nullptr) *loads = counted;
   return hash_finish(sum, bytes);
 }
 
@@ -41,8 +59,8 @@ std::vector<unsigned char> data(std::size_t n) {
 
 TEST(CudaHashGrid, EveryGridShapeAndAlignmentGivesContentHash) {
   const auto buffer = data((1u << 20) + 64);
-  // The vector start is 16-byte aligned (the vector path) or 1, 8 bytes past it
-  // (the byte path); lengths cover empty, tails of every size and whole vectors.
+  // The vector start is 16-byte aligned (the vector path), 8 bytes past it (the word
+  // path) or 1 (the byte path); lengths cover empty, tails of every size and whole vectors.
   const auto* base = buffer.data() + (16 - reinterpret_cast<std::uintptr_t>(buffer.data()) % 16) % 16;
   for (const std::uint64_t shift : {0u, 1u, 8u}) {
     const unsigned char* src = base + shift;
@@ -56,6 +74,22 @@ TEST(CudaHashGrid, EveryGridShapeAndAlignmentGivesContentHash) {
                                                      << threads << " threads";
       }
     }
+  }
+}
+
+TEST(CudaHashGrid, AnEightByteAlignedSourceIsReadInWholeWords) {
+  const auto buffer = data(4096 + 64);
+  const auto* base = buffer.data() + (16 - reinterpret_cast<std::uintptr_t>(buffer.data()) % 16) % 16;
+  EXPECT_EQ(hash_loads_for(base), HashLoads::vectors);
+  EXPECT_EQ(hash_loads_for(base + 8), HashLoads::words);
+  EXPECT_EQ(hash_loads_for(base + 4), HashLoads::bytes);
+  for (const std::uint64_t n : {4096ull, 4096ull + 5}) {
+    Loads loads;
+    const std::uint64_t want =
+        content_hash(std::span(reinterpret_cast<const std::byte*>(base + 8), static_cast<std::size_t>(n)));
+    EXPECT_EQ(grid_hash(base + 8, n, 1000, &loads), want) << n << " bytes";
+    EXPECT_EQ(loads.words, n / 8) << "every whole word one 8-byte load, the partial one by bytes";
+    EXPECT_EQ(loads.vectors, 0u);
   }
 }
 

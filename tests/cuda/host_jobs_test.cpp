@@ -11,6 +11,7 @@
 #include <array>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <vector>
 
 namespace ferry {
@@ -53,6 +54,7 @@ TEST(CudaHostJobs, AnUploadChunkIsCopiedOnTheWorkerThreadWhileThePreviousChunksD
   std::array<std::vector<std::uint8_t>, 2> staging{std::vector<std::uint8_t>(kChunk),
                                                    std::vector<std::uint8_t>(kChunk)};
   HostJobs jobs;
+  ASSERT_TRUE(jobs.start_worker());
   HostJobs::Lane lane;
   std::vector<HostJobs::Job*> chunk;
   for (std::size_t k = 0; k < kChunks; ++k) {  // the issue: every chunk enqueued at once
@@ -79,6 +81,7 @@ TEST(CudaHostJobs, AnUploadWaitsForTheDownloadThatLastUsedItsBuffer) {
   up0.fill(2);
   up1.fill(3);
   HostJobs jobs;
+  ASSERT_TRUE(jobs.start_worker());
   HostJobs::Lane lane;
   HostJobs::Job* download = jobs.add_copy(downloaded.data(), staging0.data(), 32, &lane, 0);
   HostJobs::Job* first = jobs.add_upload(lane, 0, staging0.data(), up0.data(), 32);  // after the download
@@ -104,10 +107,11 @@ TEST(CudaHostJobs, AnUploadWhoseDmaNeverGotOnTheStreamStillOpensItsGate) {
   src.fill(5);
   more.fill(6);
   HostJobs jobs;
+  ASSERT_TRUE(jobs.start_worker());
   HostJobs::Lane lane;
   HostJobs::Job* failed = jobs.add_upload(lane, 0, staging.data(), src.data(), 16);
-  jobs.finish_on_copy(failed);  // its gate is on the stream, its DMA is not
-  jobs.submit(failed);
+  jobs.submit(failed);          // right after its gate was enqueued
+  jobs.end_on_copy(failed);     // its DMA could not be: perhaps before the worker copied
   HostJobs::gate(failed);
   // Its use of the buffer ended with the copy: the next upload of that buffer runs.
   HostJobs::Job* next = jobs.add_upload(lane, 0, staging.data(), more.data(), 16);
@@ -124,6 +128,57 @@ TEST(CudaHostJobs, AnUploadWhoseDmaNeverGotOnTheStreamStillOpensItsGate) {
   HostJobs::gate(after);
   HostJobs::finish(after);
   EXPECT_EQ(jobs.pending(), 0u);
+}
+
+TEST(CudaHostJobs, AnUploadCopiedOnTheWorkerThreadBeforeItsDmaFailedEndsWhenToldSo) {
+  // submit() comes right after the gate is enqueued, so the worker may copy and the
+  // stream pass the gate before the DMA's enqueue fails.
+  std::array<std::uint8_t, 16> staging{}, src{}, more{};
+  src.fill(5);
+  more.fill(6);
+  HostJobs jobs;
+  ASSERT_TRUE(jobs.start_worker());
+  HostJobs::Lane lane;
+  HostJobs::Job* failed = jobs.add_upload(lane, 0, staging.data(), src.data(), 16);
+  jobs.submit(failed);
+  HostJobs::gate(failed);  // returns once copied
+  EXPECT_EQ(staging[0], 5);
+  EXPECT_EQ(lane.finished[0], 0u);  // no finish() and no end_on_copy yet: the buffer is still in use
+  jobs.end_on_copy(failed);
+  EXPECT_EQ(lane.finished[0], 1u);
+  EXPECT_EQ(jobs.pending(), 0u);  // copied and gated: nothing else will free it
+  HostJobs::Job* next = jobs.add_upload(lane, 0, staging.data(), more.data(), 16);
+  jobs.submit(next);
+  HostJobs::gate(next);
+  EXPECT_EQ(staging[0], 6);
+  HostJobs::finish(next);
+  EXPECT_EQ(jobs.pending(), 0u);
+}
+
+TEST(CudaHostJobs, AfterAbandonTheWorkerThreadReadsNoSourceAgain) {
+  std::array<std::uint8_t, 16> staging{}, first_src{};
+  first_src.fill(4);
+  auto second_src = std::make_unique<std::array<std::uint8_t, 16>>();
+  second_src->fill(9);
+  HostJobs jobs;
+  ASSERT_TRUE(jobs.start_worker());
+  HostJobs::Lane lane;
+  HostJobs::Job* first = jobs.add_upload(lane, 0, staging.data(), first_src.data(), 16);
+  HostJobs::Job* second = jobs.add_upload(lane, 0, staging.data(), second_src->data(), 16);
+  jobs.submit(first);
+  jobs.submit(second);  // waits for first's finish()
+  HostJobs::gate(first);
+  EXPECT_EQ(staging[0], 4);
+  jobs.abandon();       // the device faulted: the error is about to be returned
+  second_src.reset();   // the caller frees its memory (AddressSanitizer: a read after this fails)
+  HostJobs::finish(first);  // the buffer is free: a worker that still ran would copy `second` now
+  HostJobs::gate(second);   // opens without its bytes instead of waiting for a copy
+  EXPECT_EQ(staging[0], 4) << "the worker copied from the caller's memory after abandon()";
+  // Abandoned jobs are not submitted again, and go at teardown.
+  HostJobs::Job* late = jobs.add_upload(lane, 1, staging.data(), first_src.data(), 16);
+  jobs.submit(late);
+  HostJobs::gate(late);
+  EXPECT_EQ(jobs.release_all(), 2u);
 }
 
 }  // namespace
