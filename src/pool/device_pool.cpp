@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <bit>
 #include <atomic>
+#include <map>
 #include <cinttypes>
 #include <cstdio>
 #include <mutex>
@@ -30,13 +31,17 @@ std::string bytes_str(std::uint64_t b) { return text::human_bytes(b, 2); }
 struct DevicePool::Impl {
   enum class BlockState : std::uint8_t { live, pending };
 
+  // A live block owns its allocator node. A pending block is a freed range whose
+  // leases have not retired: its address range is free space already (node kNone),
+  // and the block only keeps its granules mapped and names the work a later
+  // block placed over it must be ordered after.
   struct Block {
     std::uint8_t region = 0;
     BlockState state = BlockState::live;
     StreamId stream = 0;
     std::uint32_t node = detail::OffsetAllocator::kNone;
     std::uint32_t slot = kNoBlock;
-    std::uint32_t heap_pos = kNoBlock;  // index in pending_on[s] while pending on one stream
+    std::uint32_t heap_pos = kNoBlock;  // index in pending_on[s], or in pending_multi
     std::uint64_t addr = 0;
     std::uint64_t size = 0;       // rounded to kAlign
     std::uint64_t requested = 0;  // as asked (live blocks)
@@ -63,17 +68,22 @@ struct DevicePool::Impl {
   // One reserved address range, carved by an offset allocator; physical granules
   // are mapped under it on demand. The per-granule arrays cover the granules used
   // so far (a prefix of the range) and grow with it.
-  //   granule g is mapped  <=>  refs[g] > 0  or  it is cached
-  //   a cached granule (mapped, refs 0) is on cached_list  (entries may be stale)
+  //   granule g is in use  <=>  refs[g] > 0  or  pending_refs[g] > 0
+  //   granule g is mapped  <=>  it is in use  or  it is cached
+  //   a cached granule (mapped, not in use) is on cached_list  (entries may be stale)
+  //   pending blocks are disjoint, lie in free space, and are all in pending_at
   struct Region {
     std::uint64_t base = 0;
     std::uint64_t bytes = 0;
     detail::OffsetAllocator space;
-    std::vector<std::uint32_t> refs;  // blocks (live or pending) touching each granule
+    std::vector<std::uint32_t> refs;          // live blocks touching each granule: placement reads these
+    std::vector<std::uint32_t> pending_refs;  // pending blocks touching each granule (I2: stays mapped)
     std::vector<std::uint8_t> flags;
     std::vector<std::uint32_t> cached_list;  // granules that became cached, for trim and eviction
+    std::map<std::uint64_t, std::uint32_t> pending_at;  // pending blocks by address
     Region(std::uint64_t b, std::uint64_t n) : base(b), bytes(n), space(n / kAlign) {}
     std::uint32_t ref(std::uint64_t g) const { return g < refs.size() ? refs[g] : 0; }
+    bool in_use(std::uint64_t g) const { return refs[g] > 0 || pending_refs[g] > 0; }
   };
 
   StreamOrder& order;
@@ -91,8 +101,8 @@ struct DevicePool::Impl {
   std::vector<std::uint32_t> spare_blocks;
   std::vector<Slot> slots;  // I1: a slot index never moves or gets renumbered
   std::vector<std::uint32_t> spare_slots;
-  // Freed blocks whose leases have not retired. pending_on[s]: every open lease is
-  // on stream s, so later work on s may reuse them at once (I3); a min-heap by that
+  // Freed blocks whose leases have not retired (their ranges are free space
+  // already). pending_on[s]: every open lease is on stream s; a min-heap by that
   // lease's ticket, so retiring them looks only at the ones that completed.
   std::array<std::vector<std::uint32_t>, kMaxStreams> pending_on;
   std::vector<std::uint32_t> pending_multi;  // leases on several streams
@@ -184,9 +194,11 @@ struct DevicePool::Impl {
     return {first, last};
   }
 
-  // Granules a block at [addr, addr+size) would be the first to touch, when the
-  // range lies in free space: a granule strictly inside a free extent is touched
-  // by no block, so only the two end granules can be in use already.
+  // Granules a block at [addr, addr+size) would be the first live block to touch,
+  // when the range lies in free space: a granule strictly inside a free extent is
+  // touched by no live block, so only the two end granules can be. Pending blocks
+  // do not count: when their work completes depends on timing, and placement
+  // must not (a trace that replays at C replays at every capacity above C).
   std::uint64_t new_granules(const Region& r, std::uint64_t addr, std::uint64_t size) const {
     auto [first, last] = granule_span(r, addr, size);
     std::uint64_t n = last - first + 1;
@@ -201,24 +213,27 @@ struct DevicePool::Impl {
     const std::uint64_t n = std::min<std::uint64_t>(std::max<std::uint64_t>(last + 1, 2 * r.refs.size()),
                                                     r.bytes >> granule_shift);
     r.refs.resize(n, 0);
+    r.pending_refs.resize(n, 0);
     r.flags.resize(n, 0);
   }
 
   // Takes references on the granules under [addr, addr+size), mapping the ones
-  // that are not mapped; `fresh` granules of them are touched by no block yet.
-  // Fails (out_of_memory, nothing changed) when the referenced granules would
-  // exceed the capacity; cached granules elsewhere are unmapped to make room, so
-  // whether a placement fits depends on the blocks alone, never on what is cached.
+  // that are not mapped; `fresh` granules of them are touched by no live block yet.
+  // Fails (out_of_memory, nothing changed) when the granules in use would exceed
+  // the capacity; cached granules elsewhere are unmapped to make room, so whether
+  // a placement fits depends on the blocks alone, never on what is cached.
   Result<void> reference_granules(Region& r, std::uint64_t addr, std::uint64_t size, std::uint64_t fresh) {
     auto [first, last] = granule_span(r, addr, size);
     if (fresh == 0) {  // the hot path: every granule is in use, so mapped already
       for (std::uint64_t g = first; g <= last; ++g) ++r.refs[g];
       return {};
     }
-    if (referenced_bytes() + fresh * granule > capacity) {
+    cover(r, last);
+    std::uint64_t unused = 0;  // granules no block, live or pending, touches
+    for (std::uint64_t g = first; g <= last; ++g) unused += r.in_use(g) ? 0 : 1;
+    if (referenced_bytes() + unused * granule > capacity) {
       return make_error(ErrorCode::out_of_memory, "physical capacity exhausted");
     }
-    cover(r, last);
     std::uint64_t unmapped = 0;
     for (std::uint64_t g = first; g <= last; ++g) unmapped += (r.flags[g] & kMapped) ? 0 : 1;
     if (unmapped > 0 && st.reserved_bytes + unmapped * granule > capacity) {
@@ -242,7 +257,7 @@ struct DevicePool::Impl {
       if (r.flags[g] & kFresh) {
         r.flags[g] &= static_cast<std::uint8_t>(~kFresh);
         st.reserved_bytes += granule;
-      } else if (r.refs[g] == 0) {
+      } else if (!r.in_use(g)) {
         st.cached_bytes -= granule;  // a cached granule is back in use
       }
       ++r.refs[g];
@@ -267,7 +282,7 @@ struct DevicePool::Impl {
       auto& list = r.cached_list;
       for (std::size_t i = list.size(); i-- > 0 && released < bytes;) {
         const std::uint32_t g = list[i];
-        const bool cached = (r.flags[g] & kMapped) && r.refs[g] == 0;
+        const bool cached = (r.flags[g] & kMapped) && !r.in_use(g);
         if (cached && &r == &keep && g >= keep_first && g <= keep_last) continue;
         if (cached && !unmap_granule(r, g)) continue;
         if (cached) released += granule;
@@ -278,13 +293,15 @@ struct DevicePool::Impl {
     }
   }
 
-  // Drops references; granules nobody touches become cached, and cached memory
+  // Drops the references of a block (live ones in refs, pending ones in
+  // pending_refs); granules nobody touches become cached, and cached memory
   // beyond the release threshold is unmapped. Only called for blocks whose
   // leases have all retired, so unmapping here never races queued work (I2).
-  void release_granules(Region& r, std::uint64_t addr, std::uint64_t size) {
+  void release_granules(Region& r, std::uint64_t addr, std::uint64_t size, bool pending) {
     auto [first, last] = granule_span(r, addr, size);
+    auto& counts = pending ? r.pending_refs : r.refs;
     for (std::uint64_t g = first; g <= last; ++g) {
-      if (--r.refs[g] == 0) {
+      if (--counts[g] == 0 && !r.in_use(g)) {
         st.cached_bytes += granule;
         if (!(r.flags[g] & kListed)) {
           r.flags[g] |= kListed;
@@ -294,7 +311,7 @@ struct DevicePool::Impl {
     }
     if (st.cached_bytes > options.release_threshold) {
       for (std::uint64_t g = first; g <= last && st.cached_bytes > options.release_threshold; ++g) {
-        if (r.refs[g] == 0 && (r.flags[g] & kMapped)) unmap_granule(r, g);
+        if (!r.in_use(g) && (r.flags[g] & kMapped)) unmap_granule(r, g);
       }
     }
   }
@@ -317,7 +334,7 @@ struct DevicePool::Impl {
       std::size_t kept = 0;
       for (std::size_t i = 0; i < list.size(); ++i) {
         const std::uint32_t g = list[i];
-        const bool cached = (r.flags[g] & kMapped) && r.refs[g] == 0;
+        const bool cached = (r.flags[g] & kMapped) && !r.in_use(g);
         const bool wanted = all || st.cached_bytes > options.release_threshold;
         if (cached && (!wanted || !unmap_granule(r, g))) {
           list[kept++] = g;  // stays cached, stays listed
@@ -337,6 +354,7 @@ struct DevicePool::Impl {
       spare_blocks.pop_back();
       Block& blk = blocks[b];
       blk.state = BlockState::live;
+      blk.node = detail::OffsetAllocator::kNone;
       blk.slot = kNoBlock;
       blk.heap_pos = kNoBlock;
       blk.requested = 0;
@@ -349,32 +367,74 @@ struct DevicePool::Impl {
     return static_cast<std::uint32_t>(blocks.size() - 1);
   }
 
-  // Returns a block whose leases have all retired to the free space.
-  void release_block(std::uint32_t b) {
-    Block& blk = blocks[b];
-    Region& r = regions[blk.region];
-    release_granules(r, blk.addr, blk.size);
-    r.space.free(blk.node);
-    blk.node = detail::OffsetAllocator::kNone;
-    spare_blocks.push_back(b);
-  }
-
-  // Files a freed block by its open leases: free now, pending on one stream, or
-  // pending on several.
+  // Files a freed block by its open leases: its range returns to the free space
+  // at once either way, so where later blocks land never depends on when work
+  // completes; with leases open it stays a pending block that keeps its granules
+  // mapped (I2) until they retire.
   void file_freed(std::uint32_t b) {
     Block& blk = blocks[b];
+    Region& r = regions[blk.region];
+    r.space.free(blk.node);
+    blk.node = detail::OffsetAllocator::kNone;
     if (blk.uses.empty() || blk.uses.retire(order)) {
-      release_block(b);
+      release_granules(r, blk.addr, blk.size, /*pending=*/false);
+      spare_blocks.push_back(b);
       return;
     }
+    // Its references move from the live count to the pending one: nothing unmaps.
+    auto [first, last] = granule_span(r, blk.addr, blk.size);
+    for (std::uint64_t g = first; g <= last; ++g) {
+      --r.refs[g];
+      ++r.pending_refs[g];
+    }
     blk.state = BlockState::pending;
+    file_pending(b);
+  }
+
+  // Enters pending block b in the address index and the retirement lists.
+  void file_pending(std::uint32_t b) {
+    Block& blk = blocks[b];
     st.pending_free_bytes += blk.size;
+    regions[blk.region].pending_at.emplace(blk.addr, b);
     if (auto s = blk.uses.single_stream()) {
       push_pending(*s, b);
       return;
     }
+    blk.heap_pos = static_cast<std::uint32_t>(pending_multi.size());
     pending_multi.push_back(b);
     for (const StreamPoint& p : blk.uses.points()) multi_streams |= std::uint64_t{1} << p.stream;
+  }
+
+  // Takes pending block b out of the retirement lists and the address index; the
+  // caller releases its granules or keeps them for what replaces it.
+  void unfile_pending(std::uint32_t b) {
+    Block& blk = blocks[b];
+    st.pending_free_bytes -= blk.size;
+    regions[blk.region].pending_at.erase(blk.addr);
+    if (blk.uses.points().size() == 1) {
+      remove_pending(blk.uses.points()[0].stream, b);
+    } else {
+      remove_multi(b);
+    }
+  }
+
+  // A pending block whose leases all retired: its granules may unmap now (I2).
+  void retire_block(std::uint32_t b) {
+    Block& blk = blocks[b];
+    st.pending_free_bytes -= blk.size;
+    regions[blk.region].pending_at.erase(blk.addr);
+    release_granules(regions[blk.region], blk.addr, blk.size, /*pending=*/true);
+    blk.uses.clear();
+    spare_blocks.push_back(b);
+  }
+
+  void remove_multi(std::uint32_t b) {
+    const std::uint32_t i = blocks[b].heap_pos;
+    const std::uint32_t last = pending_multi.back();
+    pending_multi[i] = last;
+    blocks[last].heap_pos = i;
+    pending_multi.pop_back();
+    blocks[b].heap_pos = kNoBlock;
   }
 
   // --- the per-stream heaps of pending blocks ----------------------------------
@@ -425,9 +485,9 @@ struct DevicePool::Impl {
     if (h.empty()) pending_streams &= ~(std::uint64_t{1} << s);
   }
 
-  // Moves pending blocks whose leases retired back to the free space. Looks only
-  // at the blocks whose lease completed (heap tops) and, when a stream advanced,
-  // at the blocks leased on several streams: O(work retired), not O(pending).
+  // Releases the granules of pending blocks whose leases retired. Looks only at
+  // the blocks whose lease completed (heap tops) and, when a stream advanced, at
+  // the blocks leased on several streams: O(work retired), not O(pending).
   void retire_pending() {
     if (pending_streams == 0 && pending_multi.empty()) return;  // the hot path
     if (!pending_multi.empty()) sweep_multi();
@@ -437,9 +497,7 @@ struct DevicePool::Impl {
       while (!h.empty() && order.is_complete({s, blocks[h.front()].pending_key})) {
         const std::uint32_t b = h.front();
         remove_pending(s, b);
-        blocks[b].uses.clear();
-        st.pending_free_bytes -= blocks[b].size;
-        release_block(b);
+        retire_block(b);
       }
     }
     // active_bytes follows pending_free_bytes, which the sweep lowered.
@@ -461,17 +519,14 @@ struct DevicePool::Impl {
       const std::uint32_t b = pending_multi[i];
       Block& blk = blocks[b];
       if (blk.uses.retire(order)) {
-        st.pending_free_bytes -= blk.size;
-        pending_multi[i] = pending_multi.back();
-        pending_multi.pop_back();
-        release_block(b);
+        remove_multi(b);
+        retire_block(b);
         continue;
       }
-      // A block whose remaining leases narrowed to one stream becomes reusable
-      // in that stream's order.
+      // A block whose remaining leases narrowed to one stream moves to that
+      // stream's heap.
       if (auto s = blk.uses.single_stream()) {
-        pending_multi[i] = pending_multi.back();
-        pending_multi.pop_back();
+        remove_multi(b);
         push_pending(*s, b);
         continue;
       }
@@ -480,48 +535,74 @@ struct DevicePool::Impl {
     }
   }
 
-  // Stream-ordered reuse: a block freed with open leases on `stream` only may
-  // serve later work on that stream at once; the FIFO orders it after them (I3).
-  std::optional<std::uint32_t> reuse_on_stream(std::uint64_t size, StreamId stream) {
-    auto& list = pending_on[stream];
-    if (list.empty()) return std::nullopt;
-    std::size_t best = list.size();
-    for (std::size_t i = 0; i < list.size(); ++i) {
-      const std::uint64_t s = blocks[list[i]].size;
-      if (s >= size && (best == list.size() || s < blocks[list[best]].size)) best = i;
+  // --- placement over freed ranges ---------------------------------------------
+
+  // A new block at [addr, addr+size) of region ri takes over the pending blocks
+  // it overlaps: it inherits their leases (I2: the old work still touches these
+  // bytes, and the new block's own free must keep them mapped until it is done),
+  // and what of them lies outside it stays pending. Placement never looks at
+  // them, so this is the one place a lease's timing meets the free space.
+  void inherit_pending(std::uint8_t ri, std::uint32_t nb, std::uint64_t addr, std::uint64_t size) {
+    auto& index = regions[ri].pending_at;
+    if (index.empty()) return;  // the hot path: nothing pending
+    const std::uint64_t end = addr + size;
+    auto it = index.upper_bound(addr);
+    if (it != index.begin()) {
+      auto prev = std::prev(it);
+      if (prev->first + blocks[prev->second].size > addr) it = prev;
     }
-    if (best == list.size()) return std::nullopt;
-    const std::uint32_t b = list[best];
-    remove_pending(stream, b);
-    st.pending_free_bytes -= blocks[b].size;
-    if (blocks[b].size > size) {
-      // The tail stays pending under the same leases.
-      Region& r = regions[blocks[b].region];
-      const std::uint32_t tail_node = r.space.split(blocks[b].node, size / kAlign);
-      const std::uint32_t t = new_block();  // may reallocate blocks: take references after
-      Block& tail = blocks[t];
-      Block& head = blocks[b];
-      tail.region = head.region;
-      tail.node = tail_node;
-      tail.addr = head.addr + size;
-      tail.size = head.size - size;
-      tail.stream = head.stream;
-      tail.state = BlockState::pending;
-      tail.uses = head.uses;
-      head.size = size;
-      // Both halves now touch the granule they share.
-      auto [hf, hl] = granule_span(r, head.addr, head.size);
-      auto [tf, tl] = granule_span(r, tail.addr, tail.size);
-      (void)hf;
-      (void)tl;
-      if (hl == tf) ++r.refs[hl];
-      st.pending_free_bytes += tail.size;
-      push_pending(stream, t);
+    while (it != index.end() && it->first < end) {
+      const std::uint32_t b = it->second;
+      ++it;  // unfile_pending erases b's entry
+      unfile_pending(b);
+      const std::uint64_t b_addr = blocks[b].addr, b_end = b_addr + blocks[b].size;
+      blocks[nb].uses.merge(blocks[b].uses);
+      // The parts outside the new block stay pending under the same leases; their
+      // references are taken before b's are dropped, so no granule unmaps between.
+      if (b_addr < addr) split_pending(b, b_addr, addr - b_addr);
+      if (b_end > end) split_pending(b, end, b_end - end);
+      release_granules(regions[ri], b_addr, b_end - b_addr, /*pending=*/true);
+      blocks[b].uses.clear();
+      spare_blocks.push_back(b);
     }
-    ++st.same_stream_reuses;
-    // The new owner inherits the old leases: they name work still queued on it.
-    blocks[b].ready_after = {stream, blocks[b].pending_key};
-    return b;
+  }
+
+  // A new pending block over [addr, addr+size), part of pending block `from`, with its leases.
+  void split_pending(std::uint32_t from, std::uint64_t addr, std::uint64_t size) {
+    const std::uint32_t p = new_block();  // may reallocate blocks: take references after
+    Block& part = blocks[p];
+    const Block& src = blocks[from];
+    part.region = src.region;
+    part.state = BlockState::pending;
+    part.stream = src.stream;
+    part.addr = addr;
+    part.size = size;
+    part.uses = src.uses;
+    Region& r = regions[part.region];
+    auto [first, last] = granule_span(r, addr, size);
+    for (std::uint64_t g = first; g <= last; ++g) ++r.pending_refs[g];
+    file_pending(p);
+  }
+
+  // Orders the new block after the work it inherited: later work on `stream`
+  // follows it by FIFO for its own points and by event waits for the others
+  // (enqueued by allocate, outside the lock); other streams wait for `stream`
+  // past that point (make_ready). Returns the points `stream` must wait for.
+  UseSet foreign_points(std::uint32_t b, StreamId stream) {
+    Block& blk = blocks[b];
+    UseSet foreign;
+    if (blk.uses.empty() || blk.uses.retire(order)) return foreign;
+    bool own = false;
+    for (const StreamPoint& p : blk.uses.points()) {
+      if (p.stream == stream) {
+        blk.ready_after = p;
+        own = true;
+      } else {
+        foreign.add(p);
+      }
+    }
+    if (own && foreign.empty()) ++st.same_stream_reuses;
+    return foreign;
   }
 
   std::uint8_t region_for(std::uint64_t size) const {
@@ -534,7 +615,7 @@ struct DevicePool::Impl {
   // granules instead of holding fresh ones. The choice reads the blocks and the
   // free space only, never the capacity or what is mapped: only whether it fits
   // depends on the capacity, which keeps the pool monotone in capacity.
-  std::optional<std::uint32_t> fit_fresh(std::uint64_t size) {
+  std::optional<std::uint32_t> try_fit(std::uint64_t size) {
     const std::uint64_t units = size / kAlign;
     std::uint8_t ri = region_for(size);
     auto a = regions[ri].space.allocate(units);
@@ -577,12 +658,18 @@ struct DevicePool::Impl {
     blk.node = a->node;
     blk.addr = addr;
     blk.size = size;
+    inherit_pending(ri, b, addr, size);
     return b;
   }
 
-  [[gnu::always_inline]] std::optional<std::uint32_t> try_fit(std::uint64_t size, StreamId stream) {
-    if (auto b = reuse_on_stream(size, stream)) return b;
-    return fit_fresh(size);
+  // Orders `stream` after `after` with an event wait (I3), or returns 0 when none
+  // is needed. Held work it names is dispatched first: the wait could never
+  // finish while that work sits in a held queue. Called with no pool lock held.
+  Result<Ticket> order_after(StreamId stream, StreamPoint after) {
+    if (after.ticket == 0 || after.stream == stream || order.is_complete(after)) return Ticket{0};
+    if (testing_hooks::dropped(testing_hooks::WaitSite::pool_reuse)) return Ticket{0};
+    FERRY_TRY(backend.flush(after.stream));
+    return order.order_after(stream, after);
   }
 
   // The one place where a block becomes an allocation: the handle exists from here.
@@ -689,18 +776,23 @@ struct DevicePool::Impl {
       return false;
     };
     std::uint64_t live = 0, requested = 0, pending = 0;
-    std::vector<std::vector<std::uint32_t>> refs;
+    std::vector<std::vector<std::uint32_t>> refs, pending_refs;
     for (const Region& r : regions) {
       std::string inner;
       if (!r.space.validate(&inner)) return fail("region allocator: " + inner);
-      if (r.refs.size() != r.flags.size()) return fail("granule arrays disagree in length");
+      if (r.refs.size() != r.flags.size() || r.pending_refs.size() != r.flags.size())
+        return fail("granule arrays disagree in length");
       refs.emplace_back(r.refs.size(), 0);
+      pending_refs.emplace_back(r.refs.size(), 0);
     }
     std::vector<std::uint8_t> is_spare(blocks.size(), 0);
     for (std::uint32_t b : spare_blocks) is_spare[b] = 1;
     std::vector<std::uint8_t> filed(blocks.size(), 0);
-    for (std::uint32_t b : pending_multi) {
+    for (std::size_t i = 0; i < pending_multi.size(); ++i) {
+      const std::uint32_t b = pending_multi[i];
       ++filed[b];
+      if (blocks[b].heap_pos != i) return fail("pending_multi position wrong");
+      if (blocks[b].uses.points().size() < 2) return fail("a block on pending_multi is leased on one stream");
       for (const StreamPoint& p : blocks[b].uses.points())
         if (!((multi_streams >> p.stream) & 1u)) return fail("multi_streams misses a lease's stream");
     }
@@ -722,8 +814,8 @@ struct DevicePool::Impl {
       const Block& blk = blocks[b];
       const Region& r = regions[blk.region];
       if (blk.addr % kAlign || blk.size % kAlign || blk.size == 0) return fail("misaligned block");
-      if (r.base + r.space.offset_of(blk.node) * kAlign != blk.addr ||
-          r.space.size_of(blk.node) * kAlign != blk.size)
+      if (blk.state == BlockState::live && (r.base + r.space.offset_of(blk.node) * kAlign != blk.addr ||
+                                            r.space.size_of(blk.node) * kAlign != blk.size))
         return fail("block disagrees with its allocator node");
       if (blk.state == BlockState::live) {
         if (blk.slot >= slots.size() || slots[blk.slot].block != b) return fail("live block's slot does not point back");
@@ -733,12 +825,38 @@ struct DevicePool::Impl {
       } else {
         if (filed[b] != 1) return fail("pending block not filed exactly once");
         if (blk.uses.empty()) return fail("pending block has no open lease");
+        if (blk.node != detail::OffsetAllocator::kNone) return fail("a pending block holds an allocator node");
+        auto at = r.pending_at.find(blk.addr);
+        if (at == r.pending_at.end() || at->second != b) return fail("a pending block is not in the address index");
         pending += blk.size;
       }
       auto [first, last] = granule_span(r, blk.addr, blk.size);
       if (last >= r.refs.size()) return fail("a block lies beyond the granule arrays");
-      for (std::uint64_t g = first; g <= last; ++g) ++refs[blk.region][g];
+      auto& counts = blk.state == BlockState::live ? refs : pending_refs;
+      for (std::uint64_t g = first; g <= last; ++g) ++counts[blk.region][g];
     }
+    // Pending blocks are disjoint from each other and from every live block: a
+    // live block's range overlapping one would mean placement skipped inheriting it.
+    std::uint64_t indexed = 0;
+    for (const Region& r : regions) {
+      std::uint64_t end = 0;
+      for (const auto& [addr, b] : r.pending_at) {
+        if (blocks[b].state != BlockState::pending || blocks[b].addr != addr) return fail("address index is stale");
+        if (addr < end) return fail("two pending blocks overlap");
+        end = addr + blocks[b].size;
+        ++indexed;
+      }
+    }
+    for (std::uint32_t b = 0; b < blocks.size(); ++b) {
+      if (is_spare[b] || blocks[b].state != BlockState::live) continue;
+      const auto& index = regions[blocks[b].region].pending_at;
+      auto it = index.lower_bound(blocks[b].addr + blocks[b].size);
+      if (it != index.begin() && std::prev(it)->first + blocks[std::prev(it)->second].size > blocks[b].addr)
+        return fail("a live block overlaps a pending one");
+    }
+    std::uint64_t pending_blocks = pending_multi.size();
+    for (const auto& h : pending_on) pending_blocks += h.size();
+    if (indexed != pending_blocks) return fail("address index and pending lists disagree");
     // live + pending_free <= reserved <= capacity
     if (live != st.allocated_bytes) return fail("allocated_bytes disagrees with live blocks");
     if (requested != st.requested_bytes) return fail("requested_bytes disagrees with live blocks");
@@ -750,11 +868,12 @@ struct DevicePool::Impl {
       for (std::uint64_t g = 0; g < r.refs.size(); ++g) {
         const bool is_mapped = r.flags[g] & kMapped;
         if (r.refs[g] != refs[ri][g]) return fail("granule reference count wrong");
-        if (r.refs[g] > 0 && !is_mapped) return fail("a block touches an unmapped granule");
+        if (r.pending_refs[g] != pending_refs[ri][g]) return fail("granule pending reference count wrong");
+        if (r.in_use(g) && !is_mapped) return fail("a block touches an unmapped granule");
         if (r.flags[g] & kFresh) return fail("a granule is left marked fresh");
         if (r.flags[g] & kListed) ++listed;
         if (is_mapped) mapped += granule;
-        if (is_mapped && r.refs[g] == 0) {
+        if (is_mapped && !r.in_use(g)) {
           cached += granule;
           if (!(r.flags[g] & kListed)) return fail("a cached granule is not on the cached list");
         }
@@ -809,20 +928,37 @@ Result<DeviceHandle> DevicePool::allocate(std::uint64_t bytes, StreamId stream) 
                       p.diagnostic(bytes, stream) + "; the request is larger than the whole capacity");
   }
   const std::uint64_t size = (bytes + kAlign - 1) / kAlign * kAlign;
-  p.retire_pending();
-  if (auto b = p.try_fit(size, stream)) {
-    DeviceHandle h = p.bind(*b, bytes, stream);
+  // The block is stream-ordered on `stream` from here (I3): work it inherited on
+  // other streams gets an event wait each, enqueued with no pool lock held
+  // (submit takes the stream's lock, then lease() takes the pool's).
+  auto bind_ordered = [&](std::uint32_t b) -> Result<DeviceHandle> {
+    const DeviceHandle h = p.bind(b, bytes, stream);
+    const UseSet foreign = p.foreign_points(b, stream);
     p.check();
+    if (foreign.empty()) return h;
+    lock.unlock();
+    Ticket last = 0;
+    for (const StreamPoint& point : foreign.points()) {
+      Result<Ticket> t = p.order_after(stream, point);
+      if (!t.ok()) {
+        (void)free(h);
+        return std::move(t).error();
+      }
+      last = std::max(last, *t);
+    }
+    lock.lock();
+    // Other streams wait for `stream` past these waits (make_ready).
+    if (last != 0) p.blocks[b].ready_after = {stream, last};
     return h;
-  }
+  };
+  p.retire_pending();
+  if (auto b = p.try_fit(size)) return bind_ordered(*b);
 
   // I4: survive pressure before reporting it.
   ++p.st.reclaims;
   auto succeed = [&](std::uint32_t b) {
     ++p.st.ooms_survived;
-    DeviceHandle h = p.bind(b, bytes, stream);
-    p.check();
-    return h;
+    return bind_ordered(b);
   };
   // 1. Dispatch held commands, so held work can complete and release its leases.
   //    No pool lock while the backend works.
@@ -832,7 +968,7 @@ Result<DeviceHandle> DevicePool::allocate(std::uint64_t bytes, StreamId stream) 
   if (!flushed.ok()) return std::move(flushed).error();
   // 2. Reuse frees whose work has completed.
   p.retire_pending();
-  if (auto b = p.try_fit(size, stream)) return succeed(*b);
+  if (auto b = p.try_fit(size)) return succeed(*b);
   // 3. Cached free memory is released by every fit as it needs the room
   //    (reference_granules), so no retry here could place differently.
   // 4. Wait (bounded) for in-flight frees, then retry.
@@ -846,7 +982,7 @@ Result<DeviceHandle> DevicePool::allocate(std::uint64_t bytes, StreamId stream) 
     Result<void> waited = p.order.wait(in_flight);
     lock.lock();
     p.retire_pending();
-    if (auto b = p.try_fit(size, stream)) return succeed(*b);
+    if (auto b = p.try_fit(size)) return succeed(*b);
     if (!waited.ok()) break;
   }
   ++p.st.ooms;
@@ -917,11 +1053,7 @@ Result<void> DevicePool::make_ready(DeviceHandle handle, StreamId stream) {
     if (!b.ok()) return std::move(b).error();
     after = impl_->blocks[*b].ready_after;
   }
-  if (after.ticket == 0 || after.stream == stream || impl_->order.is_complete(after)) return {};
-  if (testing_hooks::dropped(testing_hooks::WaitSite::pool_reuse)) return {};
-  // The wait could never finish while the work it names sits in a held queue.
-  FERRY_TRY(impl_->backend.flush(after.stream));
-  Result<Ticket> t = impl_->order.order_after(stream, after);
+  Result<Ticket> t = impl_->order_after(stream, after);
   if (!t.ok()) return std::move(t).error();
   return {};
 }
@@ -1009,7 +1141,7 @@ std::vector<SegmentInfo> DevicePool::segments() const {
       const std::uint64_t addr = r.base + g * p.granule;
       extend(seg.mapped, addr);
       seg.mapped_bytes += p.granule;
-      if (r.refs[g] == 0) {
+      if (!r.in_use(g)) {
         extend(seg.cached, addr);
         seg.cached_bytes += p.granule;
       }
