@@ -609,12 +609,52 @@ struct DevicePool::Impl {
     return (regions.size() > 1 && size > options.small_limit) ? 1 : 0;
   }
 
-  // Where a block of `size` goes: the offset allocator's quick fit when it lands
-  // in granules already in use; otherwise the place (in either region) that
-  // touches the fewest granules no block uses, so small blocks fill partly used
-  // granules instead of holding fresh ones. The choice reads the blocks and the
-  // free space only, never the capacity or what is mapped: only whether it fits
+  // A place for a block: free node `node` of `region`, at `offset` (units).
+  struct Placement {
+    std::uint8_t region = 0;
+    std::uint32_t node = detail::OffsetAllocator::kNone;
+    std::uint64_t offset = 0;
+    std::uint64_t fresh = UINT64_MAX;  // granules no live block touches yet
+    std::uint64_t span = UINT64_MAX;   // last granule - first granule
+  };
+
+  // The place, in either region, that touches the fewest granules no live block
+  // uses, so small blocks fill partly used granules instead of holding fresh
+  // ones; among those, the one spanning the fewest granules, so that a block
+  // that fits in one granule does not straddle two (a granule under two blocks
+  // stays mapped while either lives). Candidates: both ends of each free extent,
+  // and the first granule boundary in it and the last one a block can end on.
+  // The choice reads the live blocks and the free space only, never the
+  // capacity, what is mapped or what work completed: only whether the place fits
   // depends on the capacity, which keeps the pool monotone in capacity.
+  Placement scan_placement(std::uint8_t own, std::uint64_t size) const {
+    const std::uint64_t units = size / kAlign;
+    const std::uint64_t granule_units = granule / kAlign;
+    Placement best;
+    // The quick fit's own region first, so a tie keeps the block in its class.
+    for (std::uint8_t k = 0; k < regions.size() && best.fresh > 0; ++k) {
+      const auto rk = static_cast<std::uint8_t>(k == 0 ? own : (own == 0 ? k : k - 1));
+      const Region& r = regions[rk];
+      r.space.for_each_free_from(units, [&](std::uint32_t node, std::uint64_t off, std::uint64_t n) {
+        const std::uint64_t up = (off + granule_units - 1) / granule_units * granule_units;
+        const std::uint64_t down = (off + n) / granule_units * granule_units;
+        const std::uint64_t candidates[] = {off, off + n - units, up + units <= off + n ? up : off,
+                                            down >= off + units ? down - units : off};
+        for (std::uint64_t at : candidates) {
+          const std::uint64_t addr = r.base + at * kAlign;
+          const std::uint64_t fresh = new_granules(r, addr, size);
+          const auto [first, last] = granule_span(r, addr, size);
+          if (fresh < best.fresh || (fresh == best.fresh && last - first < best.span))
+            best = {rk, node, at, fresh, last - first};
+        }
+        return best.fresh > 0;
+      });
+    }
+    return best;
+  }
+
+  // Where a block of `size` goes: the offset allocator's quick fit when it lands
+  // in granules live blocks use already (the hot path), else scan_placement.
   std::optional<std::uint32_t> try_fit(std::uint64_t size) {
     const std::uint64_t units = size / kAlign;
     std::uint8_t ri = region_for(size);
@@ -622,24 +662,7 @@ struct DevicePool::Impl {
     std::uint64_t fresh = a ? new_granules(regions[ri], regions[ri].base + a->offset * kAlign, size) : UINT64_MAX;
     if (fresh > 0) {
       if (a) regions[ri].space.free(a->node);
-      struct {
-        std::uint8_t region = 0;
-        std::uint32_t node = detail::OffsetAllocator::kNone;
-        std::uint64_t offset = 0;  // units
-        std::uint64_t fresh = UINT64_MAX;
-      } best;
-      // The quick fit's own region first, so a tie keeps the block in its class.
-      for (std::uint8_t k = 0; k < regions.size() && best.fresh > 0; ++k) {
-        const auto rk = static_cast<std::uint8_t>(k == 0 ? ri : (ri == 0 ? k : k - 1));
-        const Region& r = regions[rk];
-        r.space.for_each_free_from(units, [&](std::uint32_t node, std::uint64_t off, std::uint64_t n) {
-          for (std::uint64_t at : {off, off + n - units}) {
-            const std::uint64_t f = new_granules(r, r.base + at * kAlign, size);
-            if (f < best.fresh) best = {rk, node, at, f};
-          }
-          return best.fresh > 0;
-        });
-      }
+      const Placement best = scan_placement(ri, size);
       if (best.node == detail::OffsetAllocator::kNone) return std::nullopt;
       ri = best.region;
       a = regions[ri].space.allocate_range(best.node, best.offset, units);
