@@ -956,6 +956,10 @@ Result<DeviceHandle> DevicePool::allocate(std::uint64_t bytes, StreamId stream) 
   // (submit takes the stream's lock, then lease() takes the pool's).
   auto bind_ordered = [&](std::uint32_t b) -> Result<DeviceHandle> {
     const DeviceHandle h = p.bind(b, bytes, stream);
+    if (p.blocks[b].uses.empty()) {  // the hot path: it inherited no work
+      p.check();
+      return h;
+    }
     const UseSet foreign = p.foreign_points(b, stream);
     p.check();
     if (foreign.empty()) return h;
