@@ -556,11 +556,13 @@ struct DevicePool::Impl {
       ++it;  // unfile_pending erases b's entry
       unfile_pending(b);
       const std::uint64_t b_addr = blocks[b].addr, b_end = b_addr + blocks[b].size;
-      blocks[nb].uses.merge(blocks[b].uses);
-      // The parts outside the new block stay pending under the same leases; their
-      // references are taken before b's are dropped, so no granule unmaps between.
-      if (b_addr < addr) split_pending(b, b_addr, addr - b_addr);
-      if (b_end > end) split_pending(b, end, b_end - end);
+      if (!blocks[b].uses.retire(order)) {
+        blocks[nb].uses.merge(blocks[b].uses);
+        // The parts outside the new block stay pending under the same leases; their
+        // references are taken before b's are dropped, so no granule unmaps between.
+        if (b_addr < addr) split_pending(b, b_addr, addr - b_addr);
+        if (b_end > end) split_pending(b, end, b_end - end);
+      }
       release_granules(regions[ri], b_addr, b_end - b_addr, /*pending=*/true);
       blocks[b].uses.clear();
       spare_blocks.push_back(b);
