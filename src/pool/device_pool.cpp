@@ -30,18 +30,26 @@ std::string bytes_str(std::uint64_t b) { return text::human_bytes(b, 2); }
 struct DevicePool::Impl {
   enum class BlockState : std::uint8_t { live, pending };
 
-  struct Block {
-    std::uint8_t region = 0;
-    BlockState state = BlockState::live;
-    StreamId stream = 0;
-    std::uint32_t node = detail::OffsetAllocator::kNone;
-    std::uint32_t slot = kNoBlock;
-    std::uint32_t heap_pos = kNoBlock;  // index in pending_on[s] while pending on one stream
+  // What every allocate and free touches, in one cache line; what only leased
+  // blocks need lives in `leases` beside it (the churn loop touches no lease).
+  struct alignas(64) Block {
     std::uint64_t addr = 0;
     std::uint64_t size = 0;       // rounded to kAlign
     std::uint64_t requested = 0;  // as asked (live blocks)
     Ticket pending_key = 0;       // its one lease's ticket, while pending on one stream
-    UseSet uses;                  // leases of enqueued work on this block (I2)
+    std::uint32_t node = detail::OffsetAllocator::kNone;
+    std::uint32_t slot = kNoBlock;
+    std::uint32_t heap_pos = kNoBlock;  // index in pending_on[s] while pending on one stream
+    StreamId stream = 0;
+    std::uint8_t region = 0;
+    BlockState state = BlockState::live;
+    bool leased = false;     // leases[b].uses may be non-empty  (!leased => uses empty)
+    bool ready_set = false;  // leases[b].ready_after is set  (!ready_set => it is {})
+  };
+  static_assert(sizeof(Block) == 64);
+
+  struct Leases {
+    UseSet uses;  // leases of enqueued work on this block (I2)
     // Set when the block was reused on its stream while older work there still
     // touches it: other streams must wait for this point before using it (I3).
     StreamPoint ready_after{};
@@ -88,6 +96,7 @@ struct DevicePool::Impl {
   mutable detail::FutexMutex mu;  // guards everything below; never held across a wait
   std::vector<Region> regions;  // [0] small, [1] large (one region without VMM)
   std::vector<Block> blocks;
+  std::vector<Leases> leases;  // parallel to blocks
   std::vector<std::uint32_t> spare_blocks;
   std::vector<Slot> slots;  // I1: a slot index never moves or gets renumbered
   std::vector<std::uint32_t> spare_slots;
@@ -153,7 +162,7 @@ struct DevicePool::Impl {
     std::vector<std::uint8_t> spare(blocks.size(), 0);
     for (std::uint32_t b : spare_blocks) spare[b] = 1;
     for (std::uint32_t b = 0; b < blocks.size(); ++b)
-      if (!spare[b]) in_flight.merge(blocks[b].uses);
+      if (!spare[b] && blocks[b].leased) in_flight.merge(leases[b].uses);
     (void)order.wait(in_flight);
     for (Region& r : regions) {
       for (std::uint64_t g = 0; g < r.flags.size(); ++g) {
@@ -242,6 +251,7 @@ struct DevicePool::Impl {
       if (r.flags[g] & kFresh) {
         r.flags[g] &= static_cast<std::uint8_t>(~kFresh);
         st.reserved_bytes += granule;
+        st.peak_reserved_bytes = std::max(st.peak_reserved_bytes, st.reserved_bytes);
       } else if (r.refs[g] == 0) {
         st.cached_bytes -= granule;  // a cached granule is back in use
       }
@@ -341,11 +351,16 @@ struct DevicePool::Impl {
       blk.heap_pos = kNoBlock;
       blk.requested = 0;
       blk.pending_key = 0;
-      blk.uses.clear();
-      blk.ready_after = {};
+      if (blk.leased || blk.ready_set) [[unlikely]] {
+        leases[b].uses.clear();  // keeps its capacity: steady state allocates nothing
+        leases[b].ready_after = {};
+      }
+      blk.leased = false;
+      blk.ready_set = false;
       return b;
     }
     blocks.emplace_back();
+    leases.emplace_back();
     return static_cast<std::uint32_t>(blocks.size() - 1);
   }
 
@@ -363,18 +378,27 @@ struct DevicePool::Impl {
   // pending on several.
   void file_freed(std::uint32_t b) {
     Block& blk = blocks[b];
-    if (blk.uses.empty() || blk.uses.retire(order)) {
+    if (!blk.leased) {  // the hot path: no work ever named the block
+      release_block(b);
+      return;
+    }
+    file_leased(b);
+  }
+  [[gnu::noinline]] void file_leased(std::uint32_t b) {
+    Block& blk = blocks[b];
+    UseSet& uses = leases[b].uses;
+    if (uses.empty() || uses.retire(order)) {
       release_block(b);
       return;
     }
     blk.state = BlockState::pending;
     st.pending_free_bytes += blk.size;
-    if (auto s = blk.uses.single_stream()) {
+    if (auto s = uses.single_stream()) {
       push_pending(*s, b);
       return;
     }
     pending_multi.push_back(b);
-    for (const StreamPoint& p : blk.uses.points()) multi_streams |= std::uint64_t{1} << p.stream;
+    for (const StreamPoint& p : uses.points()) multi_streams |= std::uint64_t{1} << p.stream;
   }
 
   // --- the per-stream heaps of pending blocks ----------------------------------
@@ -405,7 +429,7 @@ struct DevicePool::Impl {
     heap_put(h, i, b);
   }
   void push_pending(StreamId s, std::uint32_t b) {
-    blocks[b].pending_key = blocks[b].uses.points()[0].ticket;
+    blocks[b].pending_key = leases[b].uses.points()[0].ticket;
     auto& h = pending_on[s];
     h.push_back(b);
     sift_up(h, h.size() - 1);
@@ -430,6 +454,9 @@ struct DevicePool::Impl {
   // at the blocks leased on several streams: O(work retired), not O(pending).
   void retire_pending() {
     if (pending_streams == 0 && pending_multi.empty()) return;  // the hot path
+    retire_completed();
+  }
+  [[gnu::noinline]] void retire_completed() {
     if (!pending_multi.empty()) sweep_multi();
     for (std::uint64_t mask = pending_streams; mask != 0; mask &= mask - 1) {
       const auto s = static_cast<StreamId>(std::countr_zero(mask));
@@ -437,7 +464,7 @@ struct DevicePool::Impl {
       while (!h.empty() && order.is_complete({s, blocks[h.front()].pending_key})) {
         const std::uint32_t b = h.front();
         remove_pending(s, b);
-        blocks[b].uses.clear();
+        leases[b].uses.clear();
         st.pending_free_bytes -= blocks[b].size;
         release_block(b);
       }
@@ -460,7 +487,8 @@ struct DevicePool::Impl {
     for (std::size_t i = 0; i < pending_multi.size();) {
       const std::uint32_t b = pending_multi[i];
       Block& blk = blocks[b];
-      if (blk.uses.retire(order)) {
+      UseSet& uses = leases[b].uses;
+      if (uses.retire(order)) {
         st.pending_free_bytes -= blk.size;
         pending_multi[i] = pending_multi.back();
         pending_multi.pop_back();
@@ -469,13 +497,13 @@ struct DevicePool::Impl {
       }
       // A block whose remaining leases narrowed to one stream becomes reusable
       // in that stream's order.
-      if (auto s = blk.uses.single_stream()) {
+      if (auto s = uses.single_stream()) {
         pending_multi[i] = pending_multi.back();
         pending_multi.pop_back();
         push_pending(*s, b);
         continue;
       }
-      for (const StreamPoint& p : blk.uses.points()) multi_streams |= std::uint64_t{1} << p.stream;
+      for (const StreamPoint& p : uses.points()) multi_streams |= std::uint64_t{1} << p.stream;
       ++i;
     }
   }
@@ -483,8 +511,11 @@ struct DevicePool::Impl {
   // Stream-ordered reuse: a block freed with open leases on `stream` only may
   // serve later work on that stream at once; the FIFO orders it after them (I3).
   std::optional<std::uint32_t> reuse_on_stream(std::uint64_t size, StreamId stream) {
+    if (!((pending_streams >> stream) & 1u)) return std::nullopt;  // the hot path: none pending
+    return reuse_pending(size, stream);
+  }
+  [[gnu::noinline]] std::optional<std::uint32_t> reuse_pending(std::uint64_t size, StreamId stream) {
     auto& list = pending_on[stream];
-    if (list.empty()) return std::nullopt;
     std::size_t best = list.size();
     for (std::size_t i = 0; i < list.size(); ++i) {
       const std::uint64_t s = blocks[list[i]].size;
@@ -507,7 +538,8 @@ struct DevicePool::Impl {
       tail.size = head.size - size;
       tail.stream = head.stream;
       tail.state = BlockState::pending;
-      tail.uses = head.uses;
+      tail.leased = true;
+      leases[t].uses = leases[b].uses;
       head.size = size;
       // Both halves now touch the granule they share.
       auto [hf, hl] = granule_span(r, head.addr, head.size);
@@ -520,7 +552,8 @@ struct DevicePool::Impl {
     }
     ++st.same_stream_reuses;
     // The new owner inherits the old leases: they name work still queued on it.
-    blocks[b].ready_after = {stream, blocks[b].pending_key};
+    blocks[b].ready_set = true;
+    leases[b].ready_after = {stream, blocks[b].pending_key};
     return b;
   }
 
@@ -535,46 +568,65 @@ struct DevicePool::Impl {
   // free space only, never the capacity or what is mapped: only whether it fits
   // depends on the capacity, which keeps the pool monotone in capacity.
   std::optional<std::uint32_t> fit_fresh(std::uint64_t size) {
+    const std::uint8_t ri = region_for(size);
+    Region& r = regions[ri];
+    auto a = r.space.allocate(size / kAlign);
+    if (!a) [[unlikely]] return fit_scan(size, ri, a, UINT64_MAX);
+    const std::uint64_t addr = r.base + a->offset * kAlign;
+    const std::uint64_t fresh = new_granules(r, addr, size);
+    if (fresh > 0) return fit_scan(size, ri, a, fresh);
+    // The hot path: every granule under the block is in use, so mapped already.
+    auto [first, last] = granule_span(r, addr, size);
+    for (std::uint64_t g = first; g <= last; ++g) ++r.refs[g];
+    return place(ri, *a, addr, size);
+  }
+
+  // The quick fit `a` of region `ri` (if any) would touch `fresh` unused granules:
+  // look for the place that touches fewest.
+  [[gnu::noinline]] std::optional<std::uint32_t> fit_scan(std::uint64_t size, std::uint8_t ri,
+                                                          std::optional<detail::OffsetAllocator::Allocation> a,
+                                                          std::uint64_t fresh) {
     const std::uint64_t units = size / kAlign;
-    std::uint8_t ri = region_for(size);
-    auto a = regions[ri].space.allocate(units);
-    std::uint64_t fresh = a ? new_granules(regions[ri], regions[ri].base + a->offset * kAlign, size) : UINT64_MAX;
-    if (fresh > 0) {
-      if (a) regions[ri].space.free(a->node);
-      struct {
-        std::uint8_t region = 0;
-        std::uint32_t node = detail::OffsetAllocator::kNone;
-        std::uint64_t offset = 0;  // units
-        std::uint64_t fresh = UINT64_MAX;
-      } best;
-      // The quick fit's own region first, so a tie keeps the block in its class.
-      for (std::uint8_t k = 0; k < regions.size() && best.fresh > 0; ++k) {
-        const auto rk = static_cast<std::uint8_t>(k == 0 ? ri : (ri == 0 ? k : k - 1));
-        const Region& r = regions[rk];
-        r.space.for_each_free_from(units, [&](std::uint32_t node, std::uint64_t off, std::uint64_t n) {
-          for (std::uint64_t at : {off, off + n - units}) {
-            const std::uint64_t f = new_granules(r, r.base + at * kAlign, size);
-            if (f < best.fresh) best = {rk, node, at, f};
-          }
-          return best.fresh > 0;
-        });
-      }
-      if (best.node == detail::OffsetAllocator::kNone) return std::nullopt;
-      ri = best.region;
-      a = regions[ri].space.allocate_range(best.node, best.offset, units);
-      if (best.fresh < fresh) ++st.tight_fits;
-      fresh = best.fresh;
+    if (a) regions[ri].space.free(a->node);
+    struct {
+      std::uint8_t region = 0;
+      std::uint32_t node = detail::OffsetAllocator::kNone;
+      std::uint64_t offset = 0;  // units
+      std::uint64_t fresh = UINT64_MAX;
+    } best;
+    // The quick fit's own region first, so a tie keeps the block in its class.
+    for (std::uint8_t k = 0; k < regions.size() && best.fresh > 0; ++k) {
+      const auto rk = static_cast<std::uint8_t>(k == 0 ? ri : (ri == 0 ? k : k - 1));
+      const Region& r = regions[rk];
+      r.space.for_each_free_from(units, [&](std::uint32_t node, std::uint64_t off, std::uint64_t n) {
+        for (std::uint64_t at : {off, off + n - units}) {
+          const std::uint64_t f = new_granules(r, r.base + at * kAlign, size);
+          if (f < best.fresh) best = {rk, node, at, f};
+        }
+        return best.fresh > 0;
+      });
     }
+    if (best.node == detail::OffsetAllocator::kNone) return std::nullopt;
+    ri = best.region;
+    a = regions[ri].space.allocate_range(best.node, best.offset, units);
+    if (best.fresh < fresh) ++st.tight_fits;
+    fresh = best.fresh;
     Region& r = regions[ri];
     const std::uint64_t addr = r.base + a->offset * kAlign;
     if (!reference_granules(r, addr, size, fresh).ok()) {
       r.space.free(a->node);
       return std::nullopt;
     }
+    return place(ri, *a, addr, size);
+  }
+
+  // A block for the allocator node `a` of region `ri`, whose granules are referenced.
+  std::uint32_t place(std::uint8_t ri, detail::OffsetAllocator::Allocation a, std::uint64_t addr,
+                      std::uint64_t size) {
     const std::uint32_t b = new_block();
     Block& blk = blocks[b];
     blk.region = ri;
-    blk.node = a->node;
+    blk.node = a.node;
     blk.addr = addr;
     blk.size = size;
     return b;
@@ -604,7 +656,11 @@ struct DevicePool::Impl {
     st.allocated_bytes += blk.size;
     st.requested_bytes += requested;
     ++st.allocs;
-    note_peaks();
+    st.active_bytes = st.allocated_bytes + st.pending_free_bytes;
+    // Reserved bytes rise only where granules are mapped (reference_granules).
+    st.peak_allocated_bytes = std::max(st.peak_allocated_bytes, st.allocated_bytes);
+    st.peak_requested_bytes = std::max(st.peak_requested_bytes, st.requested_bytes);
+    st.peak_active_bytes = std::max(st.peak_active_bytes, st.active_bytes);
     const DeviceHandle h{id, slot, slots[slot].generation};
     backend.note_block(blk.addr, blk.size, h, {});
     return h;
@@ -696,12 +752,13 @@ struct DevicePool::Impl {
       if (r.refs.size() != r.flags.size()) return fail("granule arrays disagree in length");
       refs.emplace_back(r.refs.size(), 0);
     }
+    if (leases.size() != blocks.size()) return fail("lease records and blocks disagree in number");
     std::vector<std::uint8_t> is_spare(blocks.size(), 0);
     for (std::uint32_t b : spare_blocks) is_spare[b] = 1;
     std::vector<std::uint8_t> filed(blocks.size(), 0);
     for (std::uint32_t b : pending_multi) {
       ++filed[b];
-      for (const StreamPoint& p : blocks[b].uses.points())
+      for (const StreamPoint& p : leases[b].uses.points())
         if (!((multi_streams >> p.stream) & 1u)) return fail("multi_streams misses a lease's stream");
     }
     for (StreamId s = 0; s < kMaxStreams; ++s) {
@@ -711,8 +768,8 @@ struct DevicePool::Impl {
         ++filed[b];
         if (blocks[b].heap_pos != i) return fail("pending heap position wrong");
         if (i > 0 && earlier(b, h[(i - 1) / 2])) return fail("pending heap out of order");
-        if (blocks[b].uses.points().size() != 1 || blocks[b].uses.points()[0].stream != s ||
-            blocks[b].uses.points()[0].ticket != blocks[b].pending_key)
+        const auto points = leases[b].uses.points();
+        if (points.size() != 1 || points[0].stream != s || points[0].ticket != blocks[b].pending_key)
           return fail("block pending on one stream holds a lease on another, or its key is stale");
       }
       if (((pending_streams >> s) & 1u) != !h.empty()) return fail("pending_streams mask wrong");
@@ -722,6 +779,8 @@ struct DevicePool::Impl {
       const Block& blk = blocks[b];
       const Region& r = regions[blk.region];
       if (blk.addr % kAlign || blk.size % kAlign || blk.size == 0) return fail("misaligned block");
+      if (!blk.leased && !leases[b].uses.empty()) return fail("a block not marked leased holds a lease");
+      if (!blk.ready_set && leases[b].ready_after != StreamPoint{}) return fail("a ready point is set unmarked");
       if (r.base + r.space.offset_of(blk.node) * kAlign != blk.addr ||
           r.space.size_of(blk.node) * kAlign != blk.size)
         return fail("block disagrees with its allocator node");
@@ -732,7 +791,7 @@ struct DevicePool::Impl {
         requested += blk.requested;
       } else {
         if (filed[b] != 1) return fail("pending block not filed exactly once");
-        if (blk.uses.empty()) return fail("pending block has no open lease");
+        if (leases[b].uses.empty()) return fail("pending block has no open lease");
         pending += blk.size;
       }
       auto [first, last] = granule_span(r, blk.addr, blk.size);
@@ -838,9 +897,9 @@ Result<DeviceHandle> DevicePool::allocate(std::uint64_t bytes, StreamId stream) 
   // 4. Wait (bounded) for in-flight frees, then retry.
   for (int round = 0; round < 2; ++round) {
     UseSet in_flight;
-    for (std::uint32_t b : p.pending_multi) in_flight.merge(p.blocks[b].uses);
+    for (std::uint32_t b : p.pending_multi) in_flight.merge(p.leases[b].uses);
     for (auto& list : p.pending_on)
-      for (std::uint32_t b : list) in_flight.merge(p.blocks[b].uses);
+      for (std::uint32_t b : list) in_flight.merge(p.leases[b].uses);
     if (in_flight.empty()) break;
     lock.unlock();  // waiting holds no lock another caller needs
     Result<void> waited = p.order.wait(in_flight);
@@ -905,7 +964,8 @@ Result<DeviceSpan> DevicePool::lease(DeviceHandle handle, StreamPoint point) {
   if (!b.ok()) return std::move(b).error();
   Impl::Block& blk = p.blocks[*b];
   // I2: the block stays this operation's until `point` completes.
-  blk.uses.add(point);
+  blk.leased = true;
+  p.leases[*b].uses.add(point);
   return DeviceSpan{blk.addr, blk.requested};
 }
 
@@ -915,7 +975,7 @@ Result<void> DevicePool::make_ready(DeviceHandle handle, StreamId stream) {
     std::lock_guard lock(impl_->mu);
     Result<std::uint32_t> b = impl_->find(handle);
     if (!b.ok()) return std::move(b).error();
-    after = impl_->blocks[*b].ready_after;
+    if (impl_->blocks[*b].ready_set) after = impl_->leases[*b].ready_after;
   }
   if (after.ticket == 0 || after.stream == stream || impl_->order.is_complete(after)) return {};
   if (testing_hooks::dropped(testing_hooks::WaitSite::pool_reuse)) return {};
