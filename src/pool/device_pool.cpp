@@ -28,37 +28,39 @@ std::string bytes_str(std::uint64_t b) { return text::human_bytes(b, 2); }
 }  // namespace
 
 struct DevicePool::Impl {
-  enum class BlockState : std::uint8_t { live, pending };
+  // A block's index is its handle's slot: one record holds the slot's generation
+  // and the block, so a free touches one cache line for both. A record is spare
+  // (no block; its generation not handed out yet), live (its handle resolves),
+  // pending (freed, leases open: no handle resolves to it), or retired.
+  enum class BlockState : std::uint8_t { spare, live, pending, retired };
 
-  // What every allocate and free touches, in one cache line; what only leased
+  // What every allocate and free touches, in half a cache line; what only leased
   // blocks need lives in `leases` beside it (the churn loop touches no lease).
-  struct alignas(64) Block {
+  // A block's size is its allocator node's (size_of), so it is not kept twice.
+  struct alignas(32) Block {
     std::uint64_t addr = 0;
-    std::uint64_t size = 0;       // rounded to kAlign
     std::uint64_t requested = 0;  // as asked (live blocks)
-    Ticket pending_key = 0;       // its one lease's ticket, while pending on one stream
     std::uint32_t node = detail::OffsetAllocator::kNone;
-    std::uint32_t slot = kNoBlock;
+    std::uint32_t generation = 1;       // never 0, so {pool,slot,0} never resolves
     std::uint32_t heap_pos = kNoBlock;  // index in pending_on[s] while pending on one stream
-    StreamId stream = 0;
     std::uint8_t region = 0;
-    BlockState state = BlockState::live;
-    bool leased = false;     // leases[b].uses may be non-empty  (!leased => uses empty)
-    bool ready_set = false;  // leases[b].ready_after is set  (!ready_set => it is {})
+    BlockState state = BlockState::spare;
+    std::uint8_t stream = 0;
+    bool leased : 1 = false;        // leases[b].uses may be non-empty  (!leased => uses empty)
+    bool ready_set : 1 = false;     // leases[b].ready_after is set  (!ready_set => it is {})
+    bool slot_retired : 1 = false;  // freed at kLastGeneration: the slot retires with the block
   };
-  static_assert(sizeof(Block) == 64);
+  static_assert(sizeof(Block) == 32);
+  static_assert(kMaxStreams <= 256, "Block::stream is one byte");
 
   struct Leases {
-    UseSet uses;  // leases of enqueued work on this block (I2)
+    UseSet uses;              // leases of enqueued work on this block (I2)
+    Ticket pending_key = 0;   // its one lease's ticket, while pending on one stream
     // Set when the block was reused on its stream while older work there still
     // touches it: other streams must wait for this point before using it (I3).
     StreamPoint ready_after{};
   };
 
-  struct Slot {
-    std::uint32_t generation = 1;  // never 0, so {pool,slot,0} never resolves
-    std::uint32_t block = kNoBlock;  // kNoBlock while the slot is free
-  };
   // I1: a slot whose generation reached this is retired at its free, never reused,
   // so a generation never comes round again.
   static constexpr std::uint32_t kLastGeneration = UINT32_MAX;
@@ -95,11 +97,9 @@ struct DevicePool::Impl {
 
   mutable detail::FutexMutex mu;  // guards everything below; never held across a wait
   std::vector<Region> regions;  // [0] small, [1] large (one region without VMM)
-  std::vector<Block> blocks;
+  std::vector<Block> blocks;  // I1: indexed by slot; a slot index never moves or gets renumbered
   std::vector<Leases> leases;  // parallel to blocks
-  std::vector<std::uint32_t> spare_blocks;
-  std::vector<Slot> slots;  // I1: a slot index never moves or gets renumbered
-  std::vector<std::uint32_t> spare_slots;
+  std::vector<std::uint32_t> spare;  // the spare records
   // Freed blocks whose leases have not retired. pending_on[s]: every open lease is
   // on stream s, so later work on s may reuse them at once (I3); a min-heap by that
   // lease's ticket, so retiring them looks only at the ones that completed.
@@ -108,7 +108,7 @@ struct DevicePool::Impl {
   std::uint64_t pending_streams = 0;  // bit s set  <=>  !pending_on[s].empty()
   std::uint64_t multi_streams = 0;    // streams the leases of pending_multi name (a superset)
   std::array<Ticket, kMaxStreams> multi_seen{};  // completion seen at pending_multi's last sweep
-  std::uint64_t retired_slots = 0;
+  std::uint64_t retired_slots = 0;  // records in state retired
   PoolStats st;
 
   Impl(StreamOrder& o, PoolOptions opt)
@@ -159,10 +159,8 @@ struct DevicePool::Impl {
     // I2 holds at teardown too: nothing is unmapped while enqueued work may
     // still touch it (bounded waits; a failed wait cannot be reported here).
     UseSet in_flight;
-    std::vector<std::uint8_t> spare(blocks.size(), 0);
-    for (std::uint32_t b : spare_blocks) spare[b] = 1;
     for (std::uint32_t b = 0; b < blocks.size(); ++b)
-      if (!spare[b] && blocks[b].leased) in_flight.merge(leases[b].uses);
+      if (has_block(blocks[b]) && blocks[b].leased) in_flight.merge(leases[b].uses);
     (void)order.wait(in_flight);
     for (Region& r : regions) {
       for (std::uint64_t g = 0; g < r.flags.size(); ++g) {
@@ -182,6 +180,13 @@ struct DevicePool::Impl {
 
   // Mapped granules some block touches:  referenced == reserved - cached <= capacity.
   std::uint64_t referenced_bytes() const { return st.reserved_bytes - st.cached_bytes; }
+
+  static bool has_block(const Block& blk) {
+    return blk.state == BlockState::live || blk.state == BlockState::pending;
+  }
+  std::uint64_t size_of(const Block& blk) const {
+    return regions[blk.region].space.size_of(blk.node) * kAlign;
+  }
 
   // --- granules -------------------------------------------------------------
 
@@ -341,37 +346,50 @@ struct DevicePool::Impl {
 
   // --- blocks ---------------------------------------------------------------
 
+  // A spare record for a new block (state live until the caller says otherwise),
+  // at the generation its slot hands out next.
   std::uint32_t new_block() {
-    if (!spare_blocks.empty()) {
-      const std::uint32_t b = spare_blocks.back();
-      spare_blocks.pop_back();
+    if (!spare.empty()) {
+      const std::uint32_t b = spare.back();
+      spare.pop_back();
       Block& blk = blocks[b];
       blk.state = BlockState::live;
-      blk.slot = kNoBlock;
       blk.heap_pos = kNoBlock;
       blk.requested = 0;
-      blk.pending_key = 0;
       if (blk.leased || blk.ready_set) [[unlikely]] {
         leases[b].uses.clear();  // keeps its capacity: steady state allocates nothing
+        leases[b].pending_key = 0;
         leases[b].ready_after = {};
       }
       blk.leased = false;
       blk.ready_set = false;
       return b;
     }
-    blocks.emplace_back();
+    blocks.emplace_back().state = BlockState::live;
     leases.emplace_back();
     return static_cast<std::uint32_t>(blocks.size() - 1);
+  }
+
+  // The record's block is gone: the slot becomes spare, or retires with it (I1).
+  void drop_record(std::uint32_t b) {
+    Block& blk = blocks[b];
+    blk.node = detail::OffsetAllocator::kNone;
+    if (blk.slot_retired) [[unlikely]] {
+      blk.state = BlockState::retired;
+      ++retired_slots;
+      return;
+    }
+    blk.state = BlockState::spare;
+    spare.push_back(b);
   }
 
   // Returns a block whose leases have all retired to the free space.
   void release_block(std::uint32_t b) {
     Block& blk = blocks[b];
     Region& r = regions[blk.region];
-    release_granules(r, blk.addr, blk.size);
+    release_granules(r, blk.addr, size_of(blk));
     r.space.free(blk.node);
-    blk.node = detail::OffsetAllocator::kNone;
-    spare_blocks.push_back(b);
+    drop_record(b);
   }
 
   // Files a freed block by its open leases: free now, pending on one stream, or
@@ -392,7 +410,7 @@ struct DevicePool::Impl {
       return;
     }
     blk.state = BlockState::pending;
-    st.pending_free_bytes += blk.size;
+    st.pending_free_bytes += size_of(blk);
     if (auto s = uses.single_stream()) {
       push_pending(*s, b);
       return;
@@ -403,7 +421,7 @@ struct DevicePool::Impl {
 
   // --- the per-stream heaps of pending blocks ----------------------------------
 
-  bool earlier(std::uint32_t a, std::uint32_t b) const { return blocks[a].pending_key < blocks[b].pending_key; }
+  bool earlier(std::uint32_t a, std::uint32_t b) const { return leases[a].pending_key < leases[b].pending_key; }
   void heap_put(std::vector<std::uint32_t>& h, std::size_t i, std::uint32_t b) {
     h[i] = b;
     blocks[b].heap_pos = static_cast<std::uint32_t>(i);
@@ -429,7 +447,7 @@ struct DevicePool::Impl {
     heap_put(h, i, b);
   }
   void push_pending(StreamId s, std::uint32_t b) {
-    blocks[b].pending_key = leases[b].uses.points()[0].ticket;
+    leases[b].pending_key = leases[b].uses.points()[0].ticket;
     auto& h = pending_on[s];
     h.push_back(b);
     sift_up(h, h.size() - 1);
@@ -461,11 +479,11 @@ struct DevicePool::Impl {
     for (std::uint64_t mask = pending_streams; mask != 0; mask &= mask - 1) {
       const auto s = static_cast<StreamId>(std::countr_zero(mask));
       auto& h = pending_on[s];
-      while (!h.empty() && order.is_complete({s, blocks[h.front()].pending_key})) {
+      while (!h.empty() && order.is_complete({s, leases[h.front()].pending_key})) {
         const std::uint32_t b = h.front();
         remove_pending(s, b);
         leases[b].uses.clear();
-        st.pending_free_bytes -= blocks[b].size;
+        st.pending_free_bytes -= size_of(blocks[b]);
         release_block(b);
       }
     }
@@ -489,7 +507,7 @@ struct DevicePool::Impl {
       Block& blk = blocks[b];
       UseSet& uses = leases[b].uses;
       if (uses.retire(order)) {
-        st.pending_free_bytes -= blk.size;
+        st.pending_free_bytes -= size_of(blk);
         pending_multi[i] = pending_multi.back();
         pending_multi.pop_back();
         release_block(b);
@@ -517,15 +535,20 @@ struct DevicePool::Impl {
   [[gnu::noinline]] std::optional<std::uint32_t> reuse_pending(std::uint64_t size, StreamId stream) {
     auto& list = pending_on[stream];
     std::size_t best = list.size();
+    std::uint64_t best_size = 0;
     for (std::size_t i = 0; i < list.size(); ++i) {
-      const std::uint64_t s = blocks[list[i]].size;
-      if (s >= size && (best == list.size() || s < blocks[list[best]].size)) best = i;
+      const std::uint64_t s = size_of(blocks[list[i]]);
+      if (s >= size && (best == list.size() || s < best_size)) {
+        best = i;
+        best_size = s;
+      }
     }
     if (best == list.size()) return std::nullopt;
-    const std::uint32_t b = list[best];
+    std::uint32_t b = list[best];
     remove_pending(stream, b);
-    st.pending_free_bytes -= blocks[b].size;
-    if (blocks[b].size > size) {
+    st.pending_free_bytes -= best_size;
+    if (blocks[b].slot_retired) [[unlikely]] b = move_to_new_record(b);
+    if (best_size > size) {
       // The tail stays pending under the same leases.
       Region& r = regions[blocks[b].region];
       const std::uint32_t tail_node = r.space.split(blocks[b].node, size / kAlign);
@@ -535,26 +558,42 @@ struct DevicePool::Impl {
       tail.region = head.region;
       tail.node = tail_node;
       tail.addr = head.addr + size;
-      tail.size = head.size - size;
       tail.stream = head.stream;
       tail.state = BlockState::pending;
       tail.leased = true;
       leases[t].uses = leases[b].uses;
-      head.size = size;
       // Both halves now touch the granule they share.
-      auto [hf, hl] = granule_span(r, head.addr, head.size);
-      auto [tf, tl] = granule_span(r, tail.addr, tail.size);
+      auto [hf, hl] = granule_span(r, head.addr, size);
+      auto [tf, tl] = granule_span(r, tail.addr, best_size - size);
       (void)hf;
       (void)tl;
       if (hl == tf) ++r.refs[hl];
-      st.pending_free_bytes += tail.size;
+      st.pending_free_bytes += best_size - size;
       push_pending(stream, t);
     }
     ++st.same_stream_reuses;
     // The new owner inherits the old leases: they name work still queued on it.
     blocks[b].ready_set = true;
-    leases[b].ready_after = {stream, blocks[b].pending_key};
+    leases[b].ready_after = {stream, leases[b].pending_key};
     return b;
+  }
+
+  // A pending block whose slot retired (I1) takes a record of its own before it
+  // serves a new allocation; the old record retires. Returns the new record.
+  std::uint32_t move_to_new_record(std::uint32_t b) {
+    const std::uint32_t n = new_block();  // may reallocate blocks: take references after
+    Block& from = blocks[b];
+    Block& to = blocks[n];
+    to.addr = from.addr;
+    to.node = from.node;
+    to.region = from.region;
+    to.stream = from.stream;
+    to.state = from.state;
+    to.leased = from.leased;
+    std::swap(leases[n], leases[b]);
+    from.leased = from.ready_set = false;
+    drop_record(b);
+    return n;
   }
 
   std::uint8_t region_for(std::uint64_t size) const {
@@ -578,7 +617,7 @@ struct DevicePool::Impl {
     // The hot path: every granule under the block is in use, so mapped already.
     auto [first, last] = granule_span(r, addr, size);
     for (std::uint64_t g = first; g <= last; ++g) ++r.refs[g];
-    return place(ri, *a, addr, size);
+    return place(ri, *a, addr);
   }
 
   // The quick fit `a` of region `ri` (if any) would touch `fresh` unused granules:
@@ -617,18 +656,16 @@ struct DevicePool::Impl {
       r.space.free(a->node);
       return std::nullopt;
     }
-    return place(ri, *a, addr, size);
+    return place(ri, *a, addr);
   }
 
   // A block for the allocator node `a` of region `ri`, whose granules are referenced.
-  std::uint32_t place(std::uint8_t ri, detail::OffsetAllocator::Allocation a, std::uint64_t addr,
-                      std::uint64_t size) {
+  std::uint32_t place(std::uint8_t ri, detail::OffsetAllocator::Allocation a, std::uint64_t addr) {
     const std::uint32_t b = new_block();
     Block& blk = blocks[b];
     blk.region = ri;
     blk.node = a.node;
     blk.addr = addr;
-    blk.size = size;
     return b;
   }
 
@@ -637,23 +674,14 @@ struct DevicePool::Impl {
     return fit_fresh(size);
   }
 
-  // The one place where a block becomes an allocation: the handle exists from here.
-  DeviceHandle bind(std::uint32_t b, std::uint64_t requested, StreamId stream) {
-    std::uint32_t slot;
-    if (!spare_slots.empty()) {
-      slot = spare_slots.back();
-      spare_slots.pop_back();
-    } else {
-      slots.emplace_back();
-      slot = static_cast<std::uint32_t>(slots.size() - 1);
-    }
+  // The one place where a block becomes an allocation: the handle exists from
+  // here. `size` is the block's (rounded) size.
+  DeviceHandle bind(std::uint32_t b, std::uint64_t size, std::uint64_t requested, StreamId stream) {
     Block& blk = blocks[b];
     blk.state = BlockState::live;
     blk.requested = requested;
-    blk.stream = stream;
-    blk.slot = slot;
-    slots[slot].block = b;
-    st.allocated_bytes += blk.size;
+    blk.stream = static_cast<std::uint8_t>(stream);
+    st.allocated_bytes += size;
     st.requested_bytes += requested;
     ++st.allocs;
     st.active_bytes = st.allocated_bytes + st.pending_free_bytes;
@@ -661,8 +689,8 @@ struct DevicePool::Impl {
     st.peak_allocated_bytes = std::max(st.peak_allocated_bytes, st.allocated_bytes);
     st.peak_requested_bytes = std::max(st.peak_requested_bytes, st.requested_bytes);
     st.peak_active_bytes = std::max(st.peak_active_bytes, st.active_bytes);
-    const DeviceHandle h{id, slot, slots[slot].generation};
-    backend.note_block(blk.addr, blk.size, h, {});
+    const DeviceHandle h{id, b, blk.generation};
+    backend.note_block(blk.addr, size, h, {});
     return h;
   }
 
@@ -676,16 +704,18 @@ struct DevicePool::Impl {
     return make_error(ErrorCode::stale_handle,
                       "handle {slot " + std::to_string(h.slot) + ", generation " +
                           std::to_string(h.generation) + "} is stale: " +
-                          (h.slot >= slots.size()
+                          (h.slot >= blocks.size()
                                ? std::string("no such slot")
-                               : "slot is at generation " + std::to_string(slots[h.slot].generation) +
-                                     (slots[h.slot].block == kNoBlock ? " and free" : "")));
+                               : "slot is at generation " + std::to_string(blocks[h.slot].generation) +
+                                     (blocks[h.slot].state != BlockState::live ? " and free" : "")));
   }
 
   // The block of a live handle, or kNoBlock.
   std::uint32_t find_block(DeviceHandle h) const {
-    if (h.pool != id || h.slot >= slots.size() || slots[h.slot].generation != h.generation) return kNoBlock;
-    return slots[h.slot].block;
+    if (h.pool != id || h.slot >= blocks.size()) return kNoBlock;
+    const Block& blk = blocks[h.slot];
+    if (blk.generation != h.generation || blk.state != BlockState::live) return kNoBlock;
+    return h.slot;
   }
 
   Result<std::uint32_t> find(DeviceHandle h) const {
@@ -734,6 +764,65 @@ struct DevicePool::Impl {
            "; cause: " + cause;
   }
 
+  // allocate()'s refusals, out of line like stale().
+  [[gnu::noinline]] Error refuse(std::uint64_t bytes, StreamId stream) const {
+    if (!status.ok()) return status.error();
+    if (bytes == 0) {
+      return make_error(ErrorCode::invalid_argument, "allocation of 0 bytes on stream " +
+                                                         std::to_string(stream) + " (sizes must be > 0)");
+    }
+    return make_error(ErrorCode::invalid_argument,
+                      "allocation on stream " + std::to_string(stream) + ": streams are 0.." +
+                          std::to_string(kMaxStreams - 1));
+  }
+  [[gnu::noinline]] Error too_large(std::uint64_t bytes, StreamId stream) {
+    ++st.ooms;
+    return make_error(ErrorCode::out_of_memory,
+                      diagnostic(bytes, stream) + "; the request is larger than the whole capacity");
+  }
+
+  // allocate() after a failed fit (`size`: the rounded request).
+  [[gnu::noinline]] Result<DeviceHandle> survive_pressure(std::unique_lock<detail::FutexMutex>& lock,
+                                                          std::uint64_t bytes, std::uint64_t size,
+                                                          StreamId stream) {
+    // I4: survive pressure before reporting it.
+    ++st.reclaims;
+    auto succeed = [&](std::uint32_t b) {
+      ++st.ooms_survived;
+      DeviceHandle h = bind(b, size, bytes, stream);
+      check();
+      return h;
+    };
+    // 1. Dispatch held commands, so held work can complete and release its leases.
+    //    No pool lock while the backend works.
+    lock.unlock();
+    Result<void> flushed = backend.flush_all();
+    lock.lock();
+    if (!flushed.ok()) return std::move(flushed).error();
+    // 2. Reuse frees whose work has completed.
+    retire_pending();
+    if (auto b = try_fit(size, stream)) return succeed(*b);
+    // 3. Cached free memory is released by every fit as it needs the room
+    //    (reference_granules), so no retry here could place differently.
+    // 4. Wait (bounded) for in-flight frees, then retry.
+    for (int round = 0; round < 2; ++round) {
+      UseSet in_flight;
+      for (std::uint32_t b : pending_multi) in_flight.merge(leases[b].uses);
+      for (auto& list : pending_on)
+        for (std::uint32_t b : list) in_flight.merge(leases[b].uses);
+      if (in_flight.empty()) break;
+      lock.unlock();  // waiting holds no lock another caller needs
+      Result<void> waited = order.wait(in_flight);
+      lock.lock();
+      retire_pending();
+      if (auto b = try_fit(size, stream)) return succeed(*b);
+      if (!waited.ok()) break;
+    }
+    ++st.ooms;
+    check();
+    return make_error(ErrorCode::out_of_memory, diagnostic(bytes, stream));
+  }
+
   void check() const {
     detail::check_invariants(options.validate_each_op, "DevicePool",
                              [&](std::string* why) { return validate_locked(why); });
@@ -754,7 +843,10 @@ struct DevicePool::Impl {
     }
     if (leases.size() != blocks.size()) return fail("lease records and blocks disagree in number");
     std::vector<std::uint8_t> is_spare(blocks.size(), 0);
-    for (std::uint32_t b : spare_blocks) is_spare[b] = 1;
+    for (std::uint32_t b : spare) {
+      if (b >= blocks.size() || is_spare[b]++) return fail("spare record listed twice or out of range");
+      if (blocks[b].state != BlockState::spare) return fail("a listed spare record holds a block");
+    }
     std::vector<std::uint8_t> filed(blocks.size(), 0);
     for (std::uint32_t b : pending_multi) {
       ++filed[b];
@@ -769,32 +861,41 @@ struct DevicePool::Impl {
         if (blocks[b].heap_pos != i) return fail("pending heap position wrong");
         if (i > 0 && earlier(b, h[(i - 1) / 2])) return fail("pending heap out of order");
         const auto points = leases[b].uses.points();
-        if (points.size() != 1 || points[0].stream != s || points[0].ticket != blocks[b].pending_key)
+        if (points.size() != 1 || points[0].stream != s || points[0].ticket != leases[b].pending_key)
           return fail("block pending on one stream holds a lease on another, or its key is stale");
       }
       if (((pending_streams >> s) & 1u) != !h.empty()) return fail("pending_streams mask wrong");
     }
+    std::uint64_t retired = 0;
     for (std::uint32_t b = 0; b < blocks.size(); ++b) {
-      if (is_spare[b]) continue;
       const Block& blk = blocks[b];
+      if (blk.generation == 0) return fail("slot generation 0");
+      if (blk.state == BlockState::spare && !is_spare[b]) return fail("a spare record is not listed");
+      if (blk.state == BlockState::retired) ++retired;
+      if (!has_block(blk)) {
+        if (filed[b]) return fail("a record without a block is on a pending list");
+        continue;
+      }
       const Region& r = regions[blk.region];
-      if (blk.addr % kAlign || blk.size % kAlign || blk.size == 0) return fail("misaligned block");
+      if (blk.slot_retired && (blk.state != BlockState::pending || blk.generation != kLastGeneration))
+        return fail("a slot retires with a block that is not pending at the last generation");
       if (!blk.leased && !leases[b].uses.empty()) return fail("a block not marked leased holds a lease");
       if (!blk.ready_set && leases[b].ready_after != StreamPoint{}) return fail("a ready point is set unmarked");
-      if (r.base + r.space.offset_of(blk.node) * kAlign != blk.addr ||
-          r.space.size_of(blk.node) * kAlign != blk.size)
+      if (blk.node >= r.space.node_count() || !r.space.is_used(blk.node) ||
+          r.base + r.space.offset_of(blk.node) * kAlign != blk.addr)
         return fail("block disagrees with its allocator node");
+      const std::uint64_t size = size_of(blk);
+      if (blk.addr % kAlign || size == 0) return fail("misaligned block");
       if (blk.state == BlockState::live) {
-        if (blk.slot >= slots.size() || slots[blk.slot].block != b) return fail("live block's slot does not point back");
         if (filed[b]) return fail("live block is on a pending list");
-        live += blk.size;
+        live += size;
         requested += blk.requested;
       } else {
         if (filed[b] != 1) return fail("pending block not filed exactly once");
         if (leases[b].uses.empty()) return fail("pending block has no open lease");
-        pending += blk.size;
+        pending += size;
       }
-      auto [first, last] = granule_span(r, blk.addr, blk.size);
+      auto [first, last] = granule_span(r, blk.addr, size);
       if (last >= r.refs.size()) return fail("a block lies beyond the granule arrays");
       for (std::uint64_t g = first; g <= last; ++g) ++refs[blk.region][g];
     }
@@ -823,19 +924,7 @@ struct DevicePool::Impl {
     if (mapped != st.reserved_bytes) return fail("reserved_bytes disagrees with mapped granules");
     if (cached != st.cached_bytes) return fail("cached_bytes disagrees with unused mapped granules");
     if (st.reserved_bytes > capacity) return fail("reserved exceeds capacity");
-    std::vector<std::uint8_t> spare_slot(slots.size(), 0);
-    for (std::uint32_t s : spare_slots) {
-      if (s >= slots.size() || spare_slot[s]++) return fail("spare slot listed twice or out of range");
-      if (slots[s].block != kNoBlock) return fail("a spare slot holds a block");
-    }
-    std::uint64_t retired = 0;
-    for (std::uint32_t s = 0; s < slots.size(); ++s) {
-      if (slots[s].generation == 0) return fail("slot generation 0");
-      if (slots[s].block != kNoBlock && (slots[s].block >= blocks.size() || blocks[slots[s].block].slot != s))
-        return fail("slot points at a block that is not its own");
-      if (slots[s].block == kNoBlock && !spare_slot[s]) ++retired;
-    }
-    if (retired != retired_slots) return fail("a free slot is neither spare nor retired");
+    if (retired != retired_slots) return fail("retired slot count wrong");
     return true;
   }
 };
@@ -851,66 +940,17 @@ StreamOrder& DevicePool::order() noexcept { return impl_->order; }
 
 Result<DeviceHandle> DevicePool::allocate(std::uint64_t bytes, StreamId stream) {
   Impl& p = *impl_;
-  if (!p.status.ok()) return p.status.error();
-  if (bytes == 0) {
-    return make_error(ErrorCode::invalid_argument, "allocation of 0 bytes on stream " +
-                                                       std::to_string(stream) + " (sizes must be > 0)");
-  }
-  if (stream >= kMaxStreams) {
-    return make_error(ErrorCode::invalid_argument,
-                      "allocation on stream " + std::to_string(stream) + ": streams are 0.." +
-                          std::to_string(kMaxStreams - 1));
-  }
+  if (!p.status.ok() || bytes == 0 || stream >= kMaxStreams) [[unlikely]] return p.refuse(bytes, stream);
   std::unique_lock lock(p.mu);
-  if (bytes > p.capacity) {
-    ++p.st.ooms;
-    return make_error(ErrorCode::out_of_memory,
-                      p.diagnostic(bytes, stream) + "; the request is larger than the whole capacity");
-  }
+  if (bytes > p.capacity) [[unlikely]] return p.too_large(bytes, stream);
   const std::uint64_t size = (bytes + kAlign - 1) / kAlign * kAlign;
   p.retire_pending();
-  if (auto b = p.try_fit(size, stream)) {
-    DeviceHandle h = p.bind(*b, bytes, stream);
+  if (auto b = p.try_fit(size, stream)) [[likely]] {
+    DeviceHandle h = p.bind(*b, size, bytes, stream);
     p.check();
     return h;
   }
-
-  // I4: survive pressure before reporting it.
-  ++p.st.reclaims;
-  auto succeed = [&](std::uint32_t b) {
-    ++p.st.ooms_survived;
-    DeviceHandle h = p.bind(b, bytes, stream);
-    p.check();
-    return h;
-  };
-  // 1. Dispatch held commands, so held work can complete and release its leases.
-  //    No pool lock while the backend works.
-  lock.unlock();
-  Result<void> flushed = p.backend.flush_all();
-  lock.lock();
-  if (!flushed.ok()) return std::move(flushed).error();
-  // 2. Reuse frees whose work has completed.
-  p.retire_pending();
-  if (auto b = p.try_fit(size, stream)) return succeed(*b);
-  // 3. Cached free memory is released by every fit as it needs the room
-  //    (reference_granules), so no retry here could place differently.
-  // 4. Wait (bounded) for in-flight frees, then retry.
-  for (int round = 0; round < 2; ++round) {
-    UseSet in_flight;
-    for (std::uint32_t b : p.pending_multi) in_flight.merge(p.leases[b].uses);
-    for (auto& list : p.pending_on)
-      for (std::uint32_t b : list) in_flight.merge(p.leases[b].uses);
-    if (in_flight.empty()) break;
-    lock.unlock();  // waiting holds no lock another caller needs
-    Result<void> waited = p.order.wait(in_flight);
-    lock.lock();
-    p.retire_pending();
-    if (auto b = p.try_fit(size, stream)) return succeed(*b);
-    if (!waited.ok()) break;
-  }
-  ++p.st.ooms;
-  p.check();
-  return make_error(ErrorCode::out_of_memory, p.diagnostic(bytes, stream));
+  return p.survive_pressure(lock, bytes, size, stream);
 }
 
 Result<void> DevicePool::free(DeviceHandle handle) {
@@ -919,18 +959,12 @@ Result<void> DevicePool::free(DeviceHandle handle) {
   const std::uint32_t b = p.find_block(handle);
   if (b == kNoBlock) return p.stale(handle);
   Impl::Block& blk = p.blocks[b];
-  Impl::Slot& slot = p.slots[blk.slot];
   // I1: a freed slot's generation changes, so every copy of the handle goes stale;
-  // one that would wrap is retired instead, so no generation is ever handed out twice.
-  slot.block = kNoBlock;
-  if (slot.generation == Impl::kLastGeneration) {
-    ++p.retired_slots;
-  } else {
-    ++slot.generation;
-    p.spare_slots.push_back(blk.slot);
-  }
-  blk.slot = kNoBlock;
-  p.st.allocated_bytes -= blk.size;
+  // one that would wrap retires with the block instead, so no generation is ever
+  // handed out twice.
+  if (blk.generation == Impl::kLastGeneration) [[unlikely]] blk.slot_retired = true;
+  else ++blk.generation;
+  p.st.allocated_bytes -= p.size_of(blk);
   p.st.requested_bytes -= blk.requested;
   ++p.st.frees;
   p.file_freed(b);
@@ -953,7 +987,7 @@ Result<void> DevicePool::set_tag(DeviceHandle handle, std::string_view tag) {
   std::lock_guard lock(p.mu);
   Result<std::uint32_t> b = p.find(handle);
   if (!b.ok()) return std::move(b).error();
-  p.backend.note_block(p.blocks[*b].addr, p.blocks[*b].size, handle, tag);
+  p.backend.note_block(p.blocks[*b].addr, p.size_of(p.blocks[*b]), handle, tag);
   return {};
 }
 
@@ -1027,13 +1061,10 @@ std::vector<BlockInfo> DevicePool::snapshot() const {
   Impl& p = *impl_;
   std::lock_guard lock(p.mu);
   p.retire_pending();
-  std::vector<std::uint8_t> spare(p.blocks.size(), 0);
-  for (std::uint32_t b : p.spare_blocks) spare[b] = 1;
   std::vector<BlockInfo> out;
-  for (std::uint32_t b = 0; b < p.blocks.size(); ++b) {
-    if (spare[b]) continue;
-    const auto& blk = p.blocks[b];
-    out.push_back(BlockInfo{blk.addr, blk.size,
+  for (const Impl::Block& blk : p.blocks) {
+    if (!Impl::has_block(blk)) continue;
+    out.push_back(BlockInfo{blk.addr, p.size_of(blk),
                             blk.state == Impl::BlockState::live ? BlockInfo::State::live
                                                                 : BlockInfo::State::pending_free,
                             blk.stream});
@@ -1085,9 +1116,8 @@ bool detail::PoolTestAccess::set_free_slot_generation(DevicePool& pool, std::uin
                                                       std::uint32_t generation) {
   DevicePool::Impl& p = *pool.impl_;
   std::lock_guard lock(p.mu);
-  if (slot >= p.slots.size() || p.slots[slot].block != kNoBlock || generation == 0) return false;
-  if (std::find(p.spare_slots.begin(), p.spare_slots.end(), slot) == p.spare_slots.end()) return false;
-  p.slots[slot].generation = generation;
+  if (slot >= p.blocks.size() || p.blocks[slot].state != DevicePool::Impl::BlockState::spare || generation == 0) return false;
+  p.blocks[slot].generation = generation;
   return true;
 }
 
