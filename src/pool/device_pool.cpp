@@ -349,32 +349,38 @@ struct DevicePool::Impl {
   // A spare record for a new block (state live until the caller says otherwise),
   // at the generation its slot hands out next.
   std::uint32_t new_block() {
-    if (!spare.empty()) {
-      const std::uint32_t b = spare.back();
-      spare.pop_back();
-      Block& blk = blocks[b];
-      blk.state = BlockState::live;
-      blk.heap_pos = kNoBlock;
-      blk.requested = 0;
-      if (blk.leased || blk.ready_set) [[unlikely]] {
-        leases[b].uses.clear();  // keeps its capacity: steady state allocates nothing
-        leases[b].pending_key = 0;
-        leases[b].ready_after = {};
-      }
-      blk.leased = false;
-      blk.ready_set = false;
-      return b;
-    }
+    if (spare.empty()) [[unlikely]] return new_record();
+    const std::uint32_t b = spare.back();
+    spare.pop_back();
+    blocks[b].state = BlockState::live;
+    return b;
+  }
+  [[gnu::noinline]] std::uint32_t new_record() {
     blocks.emplace_back().state = BlockState::live;
     leases.emplace_back();
     return static_cast<std::uint32_t>(blocks.size() - 1);
   }
 
   // The record's block is gone: the slot becomes spare, or retires with it (I1).
+  // A spare record keeps no lease marks (new_block relies on it).
   void drop_record(std::uint32_t b) {
     Block& blk = blocks[b];
     blk.node = detail::OffsetAllocator::kNone;
-    if (blk.slot_retired) [[unlikely]] {
+    if (blk.leased || blk.ready_set || blk.slot_retired) [[unlikely]] {
+      drop_marked(b);
+      return;
+    }
+    blk.state = BlockState::spare;
+    spare.push_back(b);
+  }
+  [[gnu::noinline]] void drop_marked(std::uint32_t b) {
+    Block& blk = blocks[b];
+    blk.heap_pos = kNoBlock;
+    leases[b].uses.clear();  // keeps its capacity: steady state allocates nothing
+    leases[b].pending_key = 0;
+    leases[b].ready_after = {};
+    blk.leased = blk.ready_set = false;
+    if (blk.slot_retired) {
       blk.state = BlockState::retired;
       ++retired_slots;
       return;
@@ -384,20 +390,20 @@ struct DevicePool::Impl {
   }
 
   // Returns a block whose leases have all retired to the free space.
-  void release_block(std::uint32_t b) {
+  void release_block(std::uint32_t b) { release_block(b, size_of(blocks[b])); }
+  [[gnu::always_inline]] void release_block(std::uint32_t b, std::uint64_t size) {
     Block& blk = blocks[b];
     Region& r = regions[blk.region];
-    release_granules(r, blk.addr, size_of(blk));
+    release_granules(r, blk.addr, size);
     r.space.free(blk.node);
     drop_record(b);
   }
 
   // Files a freed block by its open leases: free now, pending on one stream, or
   // pending on several.
-  void file_freed(std::uint32_t b) {
-    Block& blk = blocks[b];
-    if (!blk.leased) {  // the hot path: no work ever named the block
-      release_block(b);
+  void file_freed(std::uint32_t b, std::uint64_t size) {
+    if (!blocks[b].leased) [[likely]] {  // the hot path: no work ever named the block
+      release_block(b, size);
       return;
     }
     file_leased(b);
@@ -606,7 +612,7 @@ struct DevicePool::Impl {
   // granules instead of holding fresh ones. The choice reads the blocks and the
   // free space only, never the capacity or what is mapped: only whether it fits
   // depends on the capacity, which keeps the pool monotone in capacity.
-  std::optional<std::uint32_t> fit_fresh(std::uint64_t size) {
+  [[gnu::always_inline]] std::optional<std::uint32_t> fit_fresh(std::uint64_t size) {
     const std::uint8_t ri = region_for(size);
     Region& r = regions[ri];
     auto a = r.space.allocate(size / kAlign);
@@ -684,11 +690,11 @@ struct DevicePool::Impl {
     st.allocated_bytes += size;
     st.requested_bytes += requested;
     ++st.allocs;
-    st.active_bytes = st.allocated_bytes + st.pending_free_bytes;
-    // Reserved bytes rise only where granules are mapped (reference_granules).
+    // Reserved bytes rise only where granules are mapped (reference_granules);
+    // active_bytes is set where it is read (stats()).
     st.peak_allocated_bytes = std::max(st.peak_allocated_bytes, st.allocated_bytes);
     st.peak_requested_bytes = std::max(st.peak_requested_bytes, st.requested_bytes);
-    st.peak_active_bytes = std::max(st.peak_active_bytes, st.active_bytes);
+    st.peak_active_bytes = std::max(st.peak_active_bytes, st.allocated_bytes + st.pending_free_bytes);
     const DeviceHandle h{id, b, blk.generation};
     backend.note_block(blk.addr, size, h, {});
     return h;
@@ -824,8 +830,10 @@ struct DevicePool::Impl {
   }
 
   void check() const {
-    detail::check_invariants(options.validate_each_op, "DevicePool",
-                             [&](std::string* why) { return validate_locked(why); });
+    if (options.validate_each_op) [[unlikely]] check_now();
+  }
+  [[gnu::noinline]] void check_now() const {
+    detail::check_invariants(true, "DevicePool", [&](std::string* why) { return validate_locked(why); });
   }
 
   bool validate_locked(std::string* why) const {
@@ -874,6 +882,8 @@ struct DevicePool::Impl {
       if (blk.state == BlockState::retired) ++retired;
       if (!has_block(blk)) {
         if (filed[b]) return fail("a record without a block is on a pending list");
+        if (blk.leased || blk.ready_set || !leases[b].uses.empty())
+          return fail("a record without a block keeps its leases");
         continue;
       }
       const Region& r = regions[blk.region];
@@ -964,12 +974,12 @@ Result<void> DevicePool::free(DeviceHandle handle) {
   // handed out twice.
   if (blk.generation == Impl::kLastGeneration) [[unlikely]] blk.slot_retired = true;
   else ++blk.generation;
-  p.st.allocated_bytes -= p.size_of(blk);
+  const std::uint64_t size = p.size_of(blk);
+  p.st.allocated_bytes -= size;
   p.st.requested_bytes -= blk.requested;
   ++p.st.frees;
-  p.file_freed(b);
+  p.file_freed(b, size);
   // A free moves bytes from live to pending or releases them: no peak can rise.
-  p.st.active_bytes = p.st.allocated_bytes + p.st.pending_free_bytes;
   p.check();
   return {};
 }
@@ -1036,6 +1046,7 @@ PoolStats DevicePool::stats() const {
   Impl& p = *impl_;
   std::lock_guard lock(p.mu);
   p.retire_pending();
+  p.st.active_bytes = p.st.allocated_bytes + p.st.pending_free_bytes;
   return p.st;
 }
 
