@@ -94,6 +94,9 @@ struct DevicePool::Impl {
   unsigned granule_shift = 0;
   std::uint64_t capacity;
   Result<void> status;
+  // Only a race checker reads note_block (backend.hpp), and a backend checks races
+  // from its construction on or never: a pool asks once.
+  bool note_blocks;
 
   mutable detail::FutexMutex mu;  // guards everything below; never held across a wait
   std::vector<Region> regions;  // [0] small, [1] large (one region without VMM)
@@ -112,7 +115,8 @@ struct DevicePool::Impl {
   PoolStats st;
 
   Impl(StreamOrder& o, PoolOptions opt)
-      : order(o), backend(o.backend()), options(opt), id(next_pool_id.fetch_add(1)) {
+      : order(o), backend(o.backend()), options(opt), id(next_pool_id.fetch_add(1)),
+        note_blocks(backend.race_log() != nullptr) {
     const DeviceInfo& info = backend.info();
     granule = std::bit_ceil(std::max<std::uint64_t>(info.granularity, kAlign));
     granule_shift = static_cast<unsigned>(std::countr_zero(granule));
@@ -696,7 +700,7 @@ struct DevicePool::Impl {
     st.peak_requested_bytes = std::max(st.peak_requested_bytes, st.requested_bytes);
     st.peak_active_bytes = std::max(st.peak_active_bytes, st.allocated_bytes + st.pending_free_bytes);
     const DeviceHandle h{id, b, blk.generation};
-    backend.note_block(blk.addr, size, h, {});
+    if (note_blocks) backend.note_block(blk.addr, size, h, {});
     return h;
   }
 
