@@ -402,6 +402,49 @@ TEST_P(DevicePoolTest, ASlotIsRetiredBeforeItsGenerationWraps) {
   expect_valid();
 }
 
+// I1 with I3: a slot and its block share one record, so a slot freed at its last
+// generation while work on the block is still queued retires with the pending
+// block. Its memory still serves a later allocation on its stream at once (the
+// FIFO orders it after the old work): that allocation gets another slot, and no
+// handle of the spent slot resolves.
+TEST_P(DevicePoolTest, APendingBlockOfARetiredSlotIsReusedUnderAnotherSlot) {
+  DevicePool& p = pool();
+  auto first = p.allocate(256 * KiB, 0);
+  ASSERT_TRUE(first.ok());
+  const DeviceHandle oldest = *first;
+  ASSERT_TRUE(p.free(oldest).ok());
+  ASSERT_TRUE(detail::PoolTestAccess::set_free_slot_generation(p, oldest.slot, UINT32_MAX));
+  auto last = p.allocate(256 * KiB, 0);
+  ASSERT_TRUE(last.ok());
+  ASSERT_EQ(last->slot, oldest.slot);
+  ASSERT_EQ(last->generation, UINT32_MAX);
+  const std::uint64_t addr = p.resolve(*last)->addr;
+  backend_->set_hold(0, true);
+  ASSERT_TRUE(enqueue_fill(p, 0, *last, 1).ok());  // held: the freed block stays pending
+  ASSERT_TRUE(p.free(*last).ok());
+  auto reused = p.allocate(256 * KiB, 0);
+  ASSERT_TRUE(reused.ok());
+  ASSERT_EQ(p.stats().same_stream_reuses, 1u);
+  EXPECT_EQ(p.resolve(*reused)->addr, addr);
+  EXPECT_NE(reused->slot, oldest.slot);
+  EXPECT_EQ(p.resolve(*last).error().code, ErrorCode::stale_handle);
+  EXPECT_EQ(p.resolve(oldest).error().code, ErrorCode::stale_handle);
+  expect_valid();
+  ASSERT_TRUE(enqueue_fill(p, 0, *reused, 2).ok());
+  backend_->set_hold(0, false);
+  ASSERT_TRUE(backend_->synchronize().ok());
+  EXPECT_EQ(*read_back(p, *reused, 0), pattern(2, 256 * KiB));
+  ASSERT_TRUE(p.free(*reused).ok());
+  for (int i = 0; i < 4; ++i) {
+    auto h = p.allocate(256 * KiB, 0);
+    ASSERT_TRUE(h.ok());
+    EXPECT_NE(h->slot, oldest.slot);
+    EXPECT_EQ(p.resolve(*last).error().code, ErrorCode::stale_handle);
+    ASSERT_TRUE(p.free(*h).ok());
+  }
+  expect_valid();
+}
+
 // The OOM diagnostic reports what really fits (issue 15): a full pool has no free
 // extent, and one whose free bytes lie in halves of granules reports half a granule
 // and says the failure is fragmentation, not capacity.
