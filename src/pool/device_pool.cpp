@@ -322,11 +322,14 @@ struct DevicePool::Impl {
   // pending_refs); granules nobody touches become cached, and cached memory
   // beyond the release threshold is unmapped. Only called for blocks whose
   // leases have all retired, so unmapping here never races queued work (I2).
-  void release_granules(Region& r, std::uint64_t addr, std::uint64_t size, bool pending) {
+  // `pending` is a template argument so a live block's free tests only the other count.
+  template <bool pending>
+  [[gnu::always_inline]] void release_granules(Region& r, std::uint64_t addr, std::uint64_t size) {
     auto [first, last] = granule_span(r, addr, size);
     auto& counts = pending ? r.pending_refs : r.refs;
+    const auto& others = pending ? r.refs : r.pending_refs;
     for (std::uint64_t g = first; g <= last; ++g) {
-      if (--counts[g] == 0 && !r.in_use(g)) {
+      if (--counts[g] == 0 && others[g] == 0) {
         st.cached_bytes += granule;
         if (!(r.flags[g] & kListed)) {
           r.flags[g] |= kListed;
@@ -390,7 +393,7 @@ struct DevicePool::Impl {
 
   // The record's block is gone: the slot becomes spare, or retires with it (I1).
   // A spare record keeps no lease marks (new_block relies on it).
-  void drop_record(std::uint32_t b) {
+  [[gnu::always_inline]] void drop_record(std::uint32_t b) {
     Block& blk = blocks[b];
     blk.node = detail::OffsetAllocator::kNone;
     if (blk.leased || blk.ready_set || blk.slot_retired) [[unlikely]] {
@@ -421,7 +424,7 @@ struct DevicePool::Impl {
   [[gnu::always_inline]] void release_block(std::uint32_t b, std::uint64_t size) {
     Block& blk = blocks[b];
     Region& r = regions[blk.region];
-    release_granules(r, blk.addr, size, /*pending=*/false);
+    release_granules</*pending=*/false>(r, blk.addr, size);
     r.space.free(blk.node);
     drop_record(b);
   }
@@ -430,7 +433,7 @@ struct DevicePool::Impl {
   // at once either way, so where later blocks land never depends on when work
   // completes; with leases open it stays a pending block that keeps its granules
   // mapped (I2) until they retire.
-  void file_freed(std::uint32_t b, std::uint64_t size) {
+  [[gnu::always_inline]] void file_freed(std::uint32_t b, std::uint64_t size) {
     if (!blocks[b].leased) [[likely]] {  // the hot path: no work ever named the block
       release_block(b, size);
       return;
@@ -493,7 +496,7 @@ struct DevicePool::Impl {
     st.pending_free_bytes -= size;
     Region& r = regions[blocks[b].region];
     r.pending_at.erase(blocks[b].addr);
-    release_granules(r, blocks[b].addr, size, /*pending=*/true);
+    release_granules</*pending=*/true>(r, blocks[b].addr, size);
     drop_record(b);
   }
 
@@ -640,7 +643,7 @@ struct DevicePool::Impl {
         if (b_addr < addr) split_pending(b, b_addr, addr - b_addr);
         if (b_end > end) split_pending(b, end, b_end - end);
       }
-      release_granules(regions[ri], b_addr, b_end - b_addr, /*pending=*/true);
+      release_granules</*pending=*/true>(regions[ri], b_addr, b_end - b_addr);
       drop_record(b);  // a slot retired at its last generation retires here (I1)
     }
   }
@@ -695,10 +698,10 @@ struct DevicePool::Impl {
     const std::uint8_t ri = region_for(size);
     Region& r = regions[ri];
     auto a = r.space.allocate(size / kAlign);
-    if (!a) [[unlikely]] return fit_scan(size, ri, a, UINT64_MAX);
+    if (!a) [[unlikely]] return fit_scan(size, ri, detail::OffsetAllocator::kNone, UINT64_MAX);
     const std::uint64_t addr = r.base + a->offset * kAlign;
     const std::uint64_t fresh = new_granules(r, addr, size);
-    if (fresh > 0) return fit_scan(size, ri, a, fresh);
+    if (fresh > 0) return fit_scan(size, ri, a->node, fresh);
     // The hot path: every granule under the block is in use, so mapped already.
     auto [first, last] = granule_span(r, addr, size);
     for (std::uint64_t g = first; g <= last; ++g) ++r.refs[g];
@@ -749,24 +752,24 @@ struct DevicePool::Impl {
     return best;
   }
 
-  // The quick fit `a` of region `ri` (if any) would touch `fresh` unused granules:
-  // place the block by scan_placement instead.
-  [[gnu::noinline]] std::optional<std::uint32_t> fit_scan(std::uint64_t size, std::uint8_t ri,
-                                                          std::optional<detail::OffsetAllocator::Allocation> a,
+  // The quick fit's node `quick` of region `ri` (kNone: there was none) would
+  // touch `fresh` unused granules: place the block by scan_placement instead.
+  // Scalar arguments only, so the hot path that calls it builds no argument frame.
+  [[gnu::noinline]] std::optional<std::uint32_t> fit_scan(std::uint64_t size, std::uint8_t ri, std::uint32_t quick,
                                                           std::uint64_t fresh) {
-    if (a) regions[ri].space.free(a->node);
+    if (quick != detail::OffsetAllocator::kNone) regions[ri].space.free(quick);
     const Placement best = scan_placement(ri, size);
     if (best.node == detail::OffsetAllocator::kNone) return std::nullopt;
     ri = best.region;
-    a = regions[ri].space.allocate_range(best.node, best.offset, size / kAlign);
+    const auto a = regions[ri].space.allocate_range(best.node, best.offset, size / kAlign);
     if (best.fresh < fresh) ++st.tight_fits;
     Region& r = regions[ri];
-    const std::uint64_t addr = r.base + a->offset * kAlign;
+    const std::uint64_t addr = r.base + a.offset * kAlign;
     if (!reference_granules(r, addr, size, best.fresh).ok()) {
-      r.space.free(a->node);
+      r.space.free(a.node);
       return std::nullopt;
     }
-    return place(ri, *a, addr, size);
+    return place(ri, a, addr, size);
   }
 
   // A block for the allocator node `a` of region `ri`, whose granules are
@@ -858,7 +861,7 @@ struct DevicePool::Impl {
   }
 
   // A live block's handle is dropped and the block filed by its leases.
-  void release_handle(std::uint32_t b) {
+  [[gnu::always_inline]] void release_handle(std::uint32_t b) {
     Block& blk = blocks[b];
     // I1: a freed slot's generation changes, so every copy of the handle goes stale;
     // one that would wrap retires with the block instead, so no generation is ever
