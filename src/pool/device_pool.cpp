@@ -719,9 +719,9 @@ struct DevicePool::Impl {
 
   // The place, in either region, that touches the fewest granules no live block
   // uses, so small blocks fill partly used granules instead of holding fresh
-  // ones; among those, the one spanning the fewest granules, so that a block
-  // that fits in one granule does not straddle two (a granule under two blocks
-  // stays mapped while either lives). Candidates: both ends of each free extent,
+  // ones; for a block that fits in one granule, among those the one spanning the
+  // fewest, so that it does not straddle two (a granule under two blocks stays
+  // mapped while either lives). Candidates: both ends of each free extent,
   // and the first granule boundary in it and the last one a block can end on.
   // The choice reads the live blocks and the free space only, never the
   // capacity, what is mapped or what work completed: only whether the place fits
@@ -729,6 +729,7 @@ struct DevicePool::Impl {
   Placement scan_placement(std::uint8_t own, std::uint64_t size) const {
     const std::uint64_t units = size / kAlign;
     const std::uint64_t granule_units = granule / kAlign;
+    const bool within_one = size <= granule;  // only a block that fits one granule can avoid straddling
     Placement best;
     // The quick fit's own region first, so a tie keeps the block in its class.
     for (std::uint8_t k = 0; k < regions.size() && best.fresh > 0; ++k) {
@@ -737,13 +738,15 @@ struct DevicePool::Impl {
       r.space.for_each_free_from(units, [&](std::uint32_t node, std::uint64_t off, std::uint64_t n) {
         const std::uint64_t up = (off + granule_units - 1) / granule_units * granule_units;
         const std::uint64_t down = (off + n) / granule_units * granule_units;
-        const std::uint64_t candidates[] = {off, off + n - units, up + units <= off + n ? up : off,
-                                            down >= off + units ? down - units : off};
+        // The extent's end last: on a tie the lower place wins, so the free tail of
+        // a range is used from its start and the granule arrays stay a short prefix.
+        const std::uint64_t candidates[] = {off, up + units <= off + n ? up : off,
+                                            down >= off + units ? down - units : off, off + n - units};
         for (std::uint64_t at : candidates) {
           const std::uint64_t addr = r.base + at * kAlign;
           const std::uint64_t fresh = new_granules(r, addr, size);
           const auto [first, last] = granule_span(r, addr, size);
-          if (fresh < best.fresh || (fresh == best.fresh && last - first < best.span))
+          if (fresh < best.fresh || (fresh == best.fresh && within_one && last - first < best.span))
             best = {rk, node, at, fresh, last - first};
         }
         return best.fresh > 0;
