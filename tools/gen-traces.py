@@ -91,7 +91,7 @@ class Trace:
 def report003():
     """Report 003's four steps, three times: a transient bound (upload), a kernel
     that reads it queued on a held stream, its handle dropped, an allocation on
-    another stream that only fits by reclaiming the transient's memory; then the
+    another stream that only fits in the transient's memory; then the
     hold is released and the kernel's output checked. 48 MiB resident of 64."""
     t = Trace()
     for i in range(6):

@@ -76,7 +76,8 @@ struct PoolStats {
   std::uint64_t ooms = 0;             // out_of_memory answers
   std::uint64_t reclaims = 0;         // reclaim sequences run (pressure or trim)
   std::uint64_t ooms_survived = 0;    // failed fits that a reclaim turned into success
-  std::uint64_t same_stream_reuses = 0;  // pending blocks reused in stream order
+  std::uint64_t same_stream_reuses = 0;  // allocations over freed memory only their own
+                                         // stream's queued work still touches
   std::uint64_t tight_fits = 0;          // placed by the granule-aware scan: the quick fit
                                          // would have touched more unused granules
   std::uint64_t maps = 0, unmaps = 0;    // backend map/unmap calls
@@ -128,10 +129,13 @@ class DevicePool {
   // Construction failure (address reservation refused), if any.
   const Result<void>& status() const noexcept;
 
-  // Allocates `bytes` (rounded up to 256), stream-ordered on `stream`.
+  // Allocates `bytes` (rounded up to 256), stream-ordered on `stream`: work
+  // enqueued on `stream` after the call may use it. When it lands on freed
+  // memory that queued work of other streams still touches, an event wait on
+  // that work is enqueued on `stream` (held work it names is dispatched first).
   // Errors: invalid_argument (0 bytes, bad stream), out_of_memory (after the I4
   // sequence; message carries the diagnostic; every live block is untouched),
-  // backend_error. May block (bounded) waiting for in-flight frees.
+  // backend_error (nothing allocated). May block (bounded) waiting for in-flight frees.
   Result<DeviceHandle> allocate(std::uint64_t bytes, StreamId stream);
 
   // Drops the handle. Legal with work in flight (I3). Errors: stale_handle
@@ -153,9 +157,9 @@ class DevicePool {
 
   // Orders `stream` after the point where the block became this allocation's.
   // That point is pending only when the allocation reused memory that earlier
-  // work on its allocation stream still touches (I3's same-stream reuse); then a
-  // wait on that point is enqueued on `stream` (and held work it names is
-  // dispatched, so the wait can finish). Otherwise does nothing. Never blocks.
+  // work still touches (I3); then a wait on that point is enqueued on `stream`
+  // (and held work it names is dispatched, so the wait can finish). Otherwise
+  // does nothing. Never blocks.
   // Errors: stale_handle, backend_error.
   Result<void> make_ready(DeviceHandle handle, StreamId stream);
 

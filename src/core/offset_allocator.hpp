@@ -62,6 +62,8 @@ class OffsetAllocator {
 
   std::uint64_t offset_of(std::uint32_t node) const { return nodes_[node].offset; }
   std::uint64_t size_of(std::uint32_t node) const { return nodes_[node].size; }
+  std::uint32_t node_count() const noexcept { return static_cast<std::uint32_t>(nodes_.size()); }
+  bool is_used(std::uint32_t node) const { return nodes_[node].used; }
   std::uint64_t capacity() const noexcept { return capacity_; }
   std::uint64_t free_units() const noexcept { return free_units_; }
   std::uint64_t largest_free() const;

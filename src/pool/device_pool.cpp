@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <bit>
 #include <atomic>
+#include <map>
 #include <cinttypes>
 #include <cstdio>
 #include <mutex>
@@ -28,29 +29,44 @@ std::string bytes_str(std::uint64_t b) { return text::human_bytes(b, 2); }
 }  // namespace
 
 struct DevicePool::Impl {
-  enum class BlockState : std::uint8_t { live, pending };
+  // A block's index is its handle's slot: one record holds the slot's generation
+  // and the block, so a free touches one cache line for both. A record is spare
+  // (no block; its generation not handed out yet), live (its handle resolves),
+  // pending (freed, leases open: no handle resolves to it), or retired.
+  // A live block owns its allocator node. A pending block is a freed range whose
+  // leases have not retired: its address range is free space already (node kNone),
+  // and the block only keeps its granules mapped and names the work a later
+  // block placed over it must be ordered after.
+  enum class BlockState : std::uint8_t { spare, live, pending, retired };
 
-  struct Block {
-    std::uint8_t region = 0;
-    BlockState state = BlockState::live;
-    StreamId stream = 0;
-    std::uint32_t node = detail::OffsetAllocator::kNone;
-    std::uint32_t slot = kNoBlock;
-    std::uint32_t heap_pos = kNoBlock;  // index in pending_on[s] while pending on one stream
+  // What every allocate and free touches, in half a cache line; what only leased
+  // blocks need lives in `leases` beside it (the churn loop touches no lease).
+  // A live block's size is its allocator node's (size_of), so it is not kept twice.
+  struct alignas(32) Block {
     std::uint64_t addr = 0;
-    std::uint64_t size = 0;       // rounded to kAlign
     std::uint64_t requested = 0;  // as asked (live blocks)
-    Ticket pending_key = 0;       // its one lease's ticket, while pending on one stream
-    UseSet uses;                  // leases of enqueued work on this block (I2)
+    std::uint32_t node = detail::OffsetAllocator::kNone;
+    std::uint32_t generation = 1;       // never 0, so {pool,slot,0} never resolves
+    std::uint32_t heap_pos = kNoBlock;  // index in pending_on[s], or in pending_multi
+    std::uint8_t region = 0;
+    BlockState state = BlockState::spare;
+    std::uint8_t stream = 0;
+    bool leased : 1 = false;        // leases[b].uses may be non-empty  (!leased => uses empty)
+    bool ready_set : 1 = false;     // leases[b].ready_after is set  (!ready_set => it is {})
+    bool slot_retired : 1 = false;  // freed at kLastGeneration: the slot retires with the block
+  };
+  static_assert(sizeof(Block) == 32);
+  static_assert(kMaxStreams <= 256, "Block::stream is one byte");
+
+  struct Leases {
+    UseSet uses;              // leases of enqueued work on this block (I2)
+    Ticket pending_key = 0;   // its one lease's ticket, while pending on one stream
     // Set when the block was reused on its stream while older work there still
     // touches it: other streams must wait for this point before using it (I3).
     StreamPoint ready_after{};
+    std::uint64_t pending_size = 0;  // a pending block's size (it has no allocator node)
   };
 
-  struct Slot {
-    std::uint32_t generation = 1;  // never 0, so {pool,slot,0} never resolves
-    std::uint32_t block = kNoBlock;  // kNoBlock while the slot is free
-  };
   // I1: a slot whose generation reached this is retired at its free, never reused,
   // so a generation never comes round again.
   static constexpr std::uint32_t kLastGeneration = UINT32_MAX;
@@ -63,17 +79,22 @@ struct DevicePool::Impl {
   // One reserved address range, carved by an offset allocator; physical granules
   // are mapped under it on demand. The per-granule arrays cover the granules used
   // so far (a prefix of the range) and grow with it.
-  //   granule g is mapped  <=>  refs[g] > 0  or  it is cached
-  //   a cached granule (mapped, refs 0) is on cached_list  (entries may be stale)
+  //   granule g is in use  <=>  refs[g] > 0  or  pending_refs[g] > 0
+  //   granule g is mapped  <=>  it is in use  or  it is cached
+  //   a cached granule (mapped, not in use) is on cached_list  (entries may be stale)
+  //   pending blocks are disjoint, lie in free space, and are all in pending_at
   struct Region {
     std::uint64_t base = 0;
     std::uint64_t bytes = 0;
     detail::OffsetAllocator space;
-    std::vector<std::uint32_t> refs;  // blocks (live or pending) touching each granule
+    std::vector<std::uint32_t> refs;          // live blocks touching each granule: placement reads these
+    std::vector<std::uint32_t> pending_refs;  // pending blocks touching each granule (I2: stays mapped)
     std::vector<std::uint8_t> flags;
     std::vector<std::uint32_t> cached_list;  // granules that became cached, for trim and eviction
+    std::map<std::uint64_t, std::uint32_t> pending_at;  // pending blocks by address
     Region(std::uint64_t b, std::uint64_t n) : base(b), bytes(n), space(n / kAlign) {}
     std::uint32_t ref(std::uint64_t g) const { return g < refs.size() ? refs[g] : 0; }
+    bool in_use(std::uint64_t g) const { return refs[g] > 0 || pending_refs[g] > 0; }
   };
 
   StreamOrder& order;
@@ -84,26 +105,29 @@ struct DevicePool::Impl {
   unsigned granule_shift = 0;
   std::uint64_t capacity;
   Result<void> status;
+  // Only a race checker reads note_block (backend.hpp), and a backend checks races
+  // from its construction on or never: a pool asks once.
+  bool note_blocks;
 
   mutable detail::FutexMutex mu;  // guards everything below; never held across a wait
   std::vector<Region> regions;  // [0] small, [1] large (one region without VMM)
-  std::vector<Block> blocks;
-  std::vector<std::uint32_t> spare_blocks;
-  std::vector<Slot> slots;  // I1: a slot index never moves or gets renumbered
-  std::vector<std::uint32_t> spare_slots;
-  // Freed blocks whose leases have not retired. pending_on[s]: every open lease is
-  // on stream s, so later work on s may reuse them at once (I3); a min-heap by that
+  std::vector<Block> blocks;  // I1: indexed by slot; a slot index never moves or gets renumbered
+  std::vector<Leases> leases;  // parallel to blocks
+  std::vector<std::uint32_t> spare;  // the spare records
+  // Freed blocks whose leases have not retired (their ranges are free space
+  // already). pending_on[s]: every open lease is on stream s; a min-heap by that
   // lease's ticket, so retiring them looks only at the ones that completed.
   std::array<std::vector<std::uint32_t>, kMaxStreams> pending_on;
   std::vector<std::uint32_t> pending_multi;  // leases on several streams
   std::uint64_t pending_streams = 0;  // bit s set  <=>  !pending_on[s].empty()
   std::uint64_t multi_streams = 0;    // streams the leases of pending_multi name (a superset)
   std::array<Ticket, kMaxStreams> multi_seen{};  // completion seen at pending_multi's last sweep
-  std::uint64_t retired_slots = 0;
+  std::uint64_t retired_slots = 0;  // records in state retired
   PoolStats st;
 
   Impl(StreamOrder& o, PoolOptions opt)
-      : order(o), backend(o.backend()), options(opt), id(next_pool_id.fetch_add(1)) {
+      : order(o), backend(o.backend()), options(opt), id(next_pool_id.fetch_add(1)),
+        note_blocks(backend.race_log() != nullptr) {
     const DeviceInfo& info = backend.info();
     granule = std::bit_ceil(std::max<std::uint64_t>(info.granularity, kAlign));
     granule_shift = static_cast<unsigned>(std::countr_zero(granule));
@@ -150,10 +174,8 @@ struct DevicePool::Impl {
     // I2 holds at teardown too: nothing is unmapped while enqueued work may
     // still touch it (bounded waits; a failed wait cannot be reported here).
     UseSet in_flight;
-    std::vector<std::uint8_t> spare(blocks.size(), 0);
-    for (std::uint32_t b : spare_blocks) spare[b] = 1;
     for (std::uint32_t b = 0; b < blocks.size(); ++b)
-      if (!spare[b]) in_flight.merge(blocks[b].uses);
+      if (has_block(blocks[b]) && blocks[b].leased) in_flight.merge(leases[b].uses);
     (void)order.wait(in_flight);
     for (Region& r : regions) {
       for (std::uint64_t g = 0; g < r.flags.size(); ++g) {
@@ -174,6 +196,18 @@ struct DevicePool::Impl {
   // Mapped granules some block touches:  referenced == reserved - cached <= capacity.
   std::uint64_t referenced_bytes() const { return st.reserved_bytes - st.cached_bytes; }
 
+  static bool has_block(const Block& blk) {
+    return blk.state == BlockState::live || blk.state == BlockState::pending;
+  }
+  // A live block's size.
+  std::uint64_t size_of(const Block& blk) const {
+    return regions[blk.region].space.size_of(blk.node) * kAlign;
+  }
+  // Any block's size, live or pending.
+  std::uint64_t block_size(std::uint32_t b) const {
+    return blocks[b].state == BlockState::pending ? leases[b].pending_size : size_of(blocks[b]);
+  }
+
   // --- granules -------------------------------------------------------------
 
   std::pair<std::uint64_t, std::uint64_t> granule_span(const Region& r, std::uint64_t addr,
@@ -184,9 +218,11 @@ struct DevicePool::Impl {
     return {first, last};
   }
 
-  // Granules a block at [addr, addr+size) would be the first to touch, when the
-  // range lies in free space: a granule strictly inside a free extent is touched
-  // by no block, so only the two end granules can be in use already.
+  // Granules a block at [addr, addr+size) would be the first live block to touch,
+  // when the range lies in free space: a granule strictly inside a free extent is
+  // touched by no live block, so only the two end granules can be. Pending blocks
+  // do not count: when their work completes depends on timing, and placement
+  // must not (a trace that replays at C replays at every capacity above C).
   std::uint64_t new_granules(const Region& r, std::uint64_t addr, std::uint64_t size) const {
     auto [first, last] = granule_span(r, addr, size);
     std::uint64_t n = last - first + 1;
@@ -201,24 +237,27 @@ struct DevicePool::Impl {
     const std::uint64_t n = std::min<std::uint64_t>(std::max<std::uint64_t>(last + 1, 2 * r.refs.size()),
                                                     r.bytes >> granule_shift);
     r.refs.resize(n, 0);
+    r.pending_refs.resize(n, 0);
     r.flags.resize(n, 0);
   }
 
   // Takes references on the granules under [addr, addr+size), mapping the ones
-  // that are not mapped; `fresh` granules of them are touched by no block yet.
-  // Fails (out_of_memory, nothing changed) when the referenced granules would
-  // exceed the capacity; cached granules elsewhere are unmapped to make room, so
-  // whether a placement fits depends on the blocks alone, never on what is cached.
+  // that are not mapped; `fresh` granules of them are touched by no live block yet.
+  // Fails (out_of_memory, nothing changed) when the granules in use would exceed
+  // the capacity; cached granules elsewhere are unmapped to make room, so whether
+  // a placement fits depends on the blocks alone, never on what is cached.
   Result<void> reference_granules(Region& r, std::uint64_t addr, std::uint64_t size, std::uint64_t fresh) {
     auto [first, last] = granule_span(r, addr, size);
     if (fresh == 0) {  // the hot path: every granule is in use, so mapped already
       for (std::uint64_t g = first; g <= last; ++g) ++r.refs[g];
       return {};
     }
-    if (referenced_bytes() + fresh * granule > capacity) {
+    cover(r, last);
+    std::uint64_t unused = 0;  // granules no block, live or pending, touches
+    for (std::uint64_t g = first; g <= last; ++g) unused += r.in_use(g) ? 0 : 1;
+    if (referenced_bytes() + unused * granule > capacity) {
       return make_error(ErrorCode::out_of_memory, "physical capacity exhausted");
     }
-    cover(r, last);
     std::uint64_t unmapped = 0;
     for (std::uint64_t g = first; g <= last; ++g) unmapped += (r.flags[g] & kMapped) ? 0 : 1;
     if (unmapped > 0 && st.reserved_bytes + unmapped * granule > capacity) {
@@ -242,7 +281,8 @@ struct DevicePool::Impl {
       if (r.flags[g] & kFresh) {
         r.flags[g] &= static_cast<std::uint8_t>(~kFresh);
         st.reserved_bytes += granule;
-      } else if (r.refs[g] == 0) {
+        st.peak_reserved_bytes = std::max(st.peak_reserved_bytes, st.reserved_bytes);
+      } else if (!r.in_use(g)) {
         st.cached_bytes -= granule;  // a cached granule is back in use
       }
       ++r.refs[g];
@@ -267,7 +307,7 @@ struct DevicePool::Impl {
       auto& list = r.cached_list;
       for (std::size_t i = list.size(); i-- > 0 && released < bytes;) {
         const std::uint32_t g = list[i];
-        const bool cached = (r.flags[g] & kMapped) && r.refs[g] == 0;
+        const bool cached = (r.flags[g] & kMapped) && !r.in_use(g);
         if (cached && &r == &keep && g >= keep_first && g <= keep_last) continue;
         if (cached && !unmap_granule(r, g)) continue;
         if (cached) released += granule;
@@ -278,13 +318,18 @@ struct DevicePool::Impl {
     }
   }
 
-  // Drops references; granules nobody touches become cached, and cached memory
+  // Drops the references of a block (live ones in refs, pending ones in
+  // pending_refs); granules nobody touches become cached, and cached memory
   // beyond the release threshold is unmapped. Only called for blocks whose
   // leases have all retired, so unmapping here never races queued work (I2).
-  void release_granules(Region& r, std::uint64_t addr, std::uint64_t size) {
+  // `pending` is a template argument so a live block's free tests only the other count.
+  template <bool pending>
+  [[gnu::always_inline]] void release_granules(Region& r, std::uint64_t addr, std::uint64_t size) {
     auto [first, last] = granule_span(r, addr, size);
+    auto& counts = pending ? r.pending_refs : r.refs;
+    const auto& others = pending ? r.refs : r.pending_refs;
     for (std::uint64_t g = first; g <= last; ++g) {
-      if (--r.refs[g] == 0) {
+      if (--counts[g] == 0 && others[g] == 0) {
         st.cached_bytes += granule;
         if (!(r.flags[g] & kListed)) {
           r.flags[g] |= kListed;
@@ -294,7 +339,7 @@ struct DevicePool::Impl {
     }
     if (st.cached_bytes > options.release_threshold) {
       for (std::uint64_t g = first; g <= last && st.cached_bytes > options.release_threshold; ++g) {
-        if (r.refs[g] == 0 && (r.flags[g] & kMapped)) unmap_granule(r, g);
+        if (!r.in_use(g) && (r.flags[g] & kMapped)) unmap_granule(r, g);
       }
     }
   }
@@ -317,7 +362,7 @@ struct DevicePool::Impl {
       std::size_t kept = 0;
       for (std::size_t i = 0; i < list.size(); ++i) {
         const std::uint32_t g = list[i];
-        const bool cached = (r.flags[g] & kMapped) && r.refs[g] == 0;
+        const bool cached = (r.flags[g] & kMapped) && !r.in_use(g);
         const bool wanted = all || st.cached_bytes > options.release_threshold;
         if (cached && (!wanted || !unmap_granule(r, g))) {
           list[kept++] = g;  // stays cached, stays listed
@@ -331,55 +376,142 @@ struct DevicePool::Impl {
 
   // --- blocks ---------------------------------------------------------------
 
+  // A spare record for a new block (state live until the caller says otherwise),
+  // at the generation its slot hands out next.
   std::uint32_t new_block() {
-    if (!spare_blocks.empty()) {
-      const std::uint32_t b = spare_blocks.back();
-      spare_blocks.pop_back();
-      Block& blk = blocks[b];
-      blk.state = BlockState::live;
-      blk.slot = kNoBlock;
-      blk.heap_pos = kNoBlock;
-      blk.requested = 0;
-      blk.pending_key = 0;
-      blk.uses.clear();
-      blk.ready_after = {};
-      return b;
-    }
-    blocks.emplace_back();
+    if (spare.empty()) [[unlikely]] return new_record();
+    const std::uint32_t b = spare.back();
+    spare.pop_back();
+    blocks[b].state = BlockState::live;
+    return b;
+  }
+  [[gnu::noinline]] std::uint32_t new_record() {
+    blocks.emplace_back().state = BlockState::live;
+    leases.emplace_back();
     return static_cast<std::uint32_t>(blocks.size() - 1);
   }
 
-  // Returns a block whose leases have all retired to the free space.
-  void release_block(std::uint32_t b) {
+  // The record's block is gone: the slot becomes spare, or retires with it (I1).
+  // A spare record keeps no lease marks (new_block relies on it).
+  [[gnu::always_inline]] void drop_record(std::uint32_t b) {
     Block& blk = blocks[b];
-    Region& r = regions[blk.region];
-    release_granules(r, blk.addr, blk.size);
-    r.space.free(blk.node);
     blk.node = detail::OffsetAllocator::kNone;
-    spare_blocks.push_back(b);
-  }
-
-  // Files a freed block by its open leases: free now, pending on one stream, or
-  // pending on several.
-  void file_freed(std::uint32_t b) {
-    Block& blk = blocks[b];
-    if (blk.uses.empty() || blk.uses.retire(order)) {
-      release_block(b);
+    if (blk.leased || blk.ready_set || blk.slot_retired) [[unlikely]] {
+      drop_marked(b);
       return;
     }
+    blk.state = BlockState::spare;
+    spare.push_back(b);
+  }
+  [[gnu::noinline]] void drop_marked(std::uint32_t b) {
+    Block& blk = blocks[b];
+    blk.heap_pos = kNoBlock;
+    leases[b].uses.clear();  // keeps its capacity: steady state allocates nothing
+    leases[b].pending_key = 0;
+    leases[b].ready_after = {};
+    leases[b].pending_size = 0;
+    blk.leased = blk.ready_set = false;
+    if (blk.slot_retired) {
+      blk.state = BlockState::retired;
+      ++retired_slots;
+      return;
+    }
+    blk.state = BlockState::spare;
+    spare.push_back(b);
+  }
+
+  // Returns a live block without open leases to the free space.
+  [[gnu::always_inline]] void release_block(std::uint32_t b, std::uint64_t size) {
+    Block& blk = blocks[b];
+    Region& r = regions[blk.region];
+    release_granules</*pending=*/false>(r, blk.addr, size);
+    r.space.free(blk.node);
+    drop_record(b);
+  }
+
+  // Files a freed block by its open leases: its range returns to the free space
+  // at once either way, so where later blocks land never depends on when work
+  // completes; with leases open it stays a pending block that keeps its granules
+  // mapped (I2) until they retire.
+  [[gnu::always_inline]] void file_freed(std::uint32_t b, std::uint64_t size) {
+    if (!blocks[b].leased) [[likely]] {  // the hot path: no work ever named the block
+      release_block(b, size);
+      return;
+    }
+    file_leased(b, size);
+  }
+  [[gnu::noinline]] void file_leased(std::uint32_t b, std::uint64_t size) {
+    UseSet& uses = leases[b].uses;
+    if (uses.empty() || uses.retire(order)) {
+      release_block(b, size);
+      return;
+    }
+    Block& blk = blocks[b];
+    Region& r = regions[blk.region];
+    r.space.free(blk.node);
+    blk.node = detail::OffsetAllocator::kNone;
+    // Its references move from the live count to the pending one: nothing unmaps.
+    auto [first, last] = granule_span(r, blk.addr, size);
+    for (std::uint64_t g = first; g <= last; ++g) {
+      --r.refs[g];
+      ++r.pending_refs[g];
+    }
     blk.state = BlockState::pending;
-    st.pending_free_bytes += blk.size;
-    if (auto s = blk.uses.single_stream()) {
+    leases[b].pending_size = size;
+    file_pending(b);
+  }
+
+  // Enters pending block b in the address index and the retirement lists.
+  void file_pending(std::uint32_t b) {
+    Block& blk = blocks[b];
+    const UseSet& uses = leases[b].uses;
+    st.pending_free_bytes += leases[b].pending_size;
+    regions[blk.region].pending_at.emplace(blk.addr, b);
+    if (auto s = uses.single_stream()) {
       push_pending(*s, b);
       return;
     }
+    blk.heap_pos = static_cast<std::uint32_t>(pending_multi.size());
     pending_multi.push_back(b);
-    for (const StreamPoint& p : blk.uses.points()) multi_streams |= std::uint64_t{1} << p.stream;
+    for (const StreamPoint& p : uses.points()) multi_streams |= std::uint64_t{1} << p.stream;
+  }
+
+  // Takes pending block b out of the retirement lists and the address index; the
+  // caller releases its granules or keeps them for what replaces it.
+  void unfile_pending(std::uint32_t b) {
+    st.pending_free_bytes -= leases[b].pending_size;
+    regions[blocks[b].region].pending_at.erase(blocks[b].addr);
+    const auto points = leases[b].uses.points();
+    if (points.size() == 1) {
+      remove_pending(points[0].stream, b);
+    } else {
+      remove_multi(b);
+    }
+  }
+
+  // A pending block whose leases all retired, out of its retirement list: its
+  // granules may unmap now (I2).
+  void retire_block(std::uint32_t b) {
+    const std::uint64_t size = leases[b].pending_size;
+    st.pending_free_bytes -= size;
+    Region& r = regions[blocks[b].region];
+    r.pending_at.erase(blocks[b].addr);
+    release_granules</*pending=*/true>(r, blocks[b].addr, size);
+    drop_record(b);
+  }
+
+  void remove_multi(std::uint32_t b) {
+    const std::uint32_t i = blocks[b].heap_pos;
+    const std::uint32_t last = pending_multi.back();
+    pending_multi[i] = last;
+    blocks[last].heap_pos = i;
+    pending_multi.pop_back();
+    blocks[b].heap_pos = kNoBlock;
   }
 
   // --- the per-stream heaps of pending blocks ----------------------------------
 
-  bool earlier(std::uint32_t a, std::uint32_t b) const { return blocks[a].pending_key < blocks[b].pending_key; }
+  bool earlier(std::uint32_t a, std::uint32_t b) const { return leases[a].pending_key < leases[b].pending_key; }
   void heap_put(std::vector<std::uint32_t>& h, std::size_t i, std::uint32_t b) {
     h[i] = b;
     blocks[b].heap_pos = static_cast<std::uint32_t>(i);
@@ -405,7 +537,7 @@ struct DevicePool::Impl {
     heap_put(h, i, b);
   }
   void push_pending(StreamId s, std::uint32_t b) {
-    blocks[b].pending_key = blocks[b].uses.points()[0].ticket;
+    leases[b].pending_key = leases[b].uses.points()[0].ticket;
     auto& h = pending_on[s];
     h.push_back(b);
     sift_up(h, h.size() - 1);
@@ -425,21 +557,22 @@ struct DevicePool::Impl {
     if (h.empty()) pending_streams &= ~(std::uint64_t{1} << s);
   }
 
-  // Moves pending blocks whose leases retired back to the free space. Looks only
-  // at the blocks whose lease completed (heap tops) and, when a stream advanced,
-  // at the blocks leased on several streams: O(work retired), not O(pending).
+  // Releases the granules of pending blocks whose leases retired. Looks only at
+  // the blocks whose lease completed (heap tops) and, when a stream advanced, at
+  // the blocks leased on several streams: O(work retired), not O(pending).
   void retire_pending() {
     if (pending_streams == 0 && pending_multi.empty()) return;  // the hot path
+    retire_completed();
+  }
+  [[gnu::noinline]] void retire_completed() {
     if (!pending_multi.empty()) sweep_multi();
     for (std::uint64_t mask = pending_streams; mask != 0; mask &= mask - 1) {
       const auto s = static_cast<StreamId>(std::countr_zero(mask));
       auto& h = pending_on[s];
-      while (!h.empty() && order.is_complete({s, blocks[h.front()].pending_key})) {
+      while (!h.empty() && order.is_complete({s, leases[h.front()].pending_key})) {
         const std::uint32_t b = h.front();
         remove_pending(s, b);
-        blocks[b].uses.clear();
-        st.pending_free_bytes -= blocks[b].size;
-        release_block(b);
+        retire_block(b);
       }
     }
     // active_bytes follows pending_free_bytes, which the sweep lowered.
@@ -459,69 +592,100 @@ struct DevicePool::Impl {
     multi_streams = 0;
     for (std::size_t i = 0; i < pending_multi.size();) {
       const std::uint32_t b = pending_multi[i];
-      Block& blk = blocks[b];
-      if (blk.uses.retire(order)) {
-        st.pending_free_bytes -= blk.size;
-        pending_multi[i] = pending_multi.back();
-        pending_multi.pop_back();
-        release_block(b);
+      UseSet& uses = leases[b].uses;
+      if (uses.retire(order)) {
+        remove_multi(b);
+        retire_block(b);
         continue;
       }
-      // A block whose remaining leases narrowed to one stream becomes reusable
-      // in that stream's order.
-      if (auto s = blk.uses.single_stream()) {
-        pending_multi[i] = pending_multi.back();
-        pending_multi.pop_back();
+      // A block whose remaining leases narrowed to one stream moves to that
+      // stream's heap.
+      if (auto s = uses.single_stream()) {
+        remove_multi(b);
         push_pending(*s, b);
         continue;
       }
-      for (const StreamPoint& p : blk.uses.points()) multi_streams |= std::uint64_t{1} << p.stream;
+      for (const StreamPoint& p : uses.points()) multi_streams |= std::uint64_t{1} << p.stream;
       ++i;
     }
   }
 
-  // Stream-ordered reuse: a block freed with open leases on `stream` only may
-  // serve later work on that stream at once; the FIFO orders it after them (I3).
-  std::optional<std::uint32_t> reuse_on_stream(std::uint64_t size, StreamId stream) {
-    auto& list = pending_on[stream];
-    if (list.empty()) return std::nullopt;
-    std::size_t best = list.size();
-    for (std::size_t i = 0; i < list.size(); ++i) {
-      const std::uint64_t s = blocks[list[i]].size;
-      if (s >= size && (best == list.size() || s < blocks[list[best]].size)) best = i;
+  // --- placement over freed ranges ---------------------------------------------
+
+  // A new block at [addr, addr+size) of region ri takes over the pending blocks
+  // it overlaps: it inherits their leases (I2: the old work still touches these
+  // bytes, and the new block's own free must keep them mapped until it is done),
+  // and what of them lies outside it stays pending. Placement never looks at
+  // them, so this is the one place a lease's timing meets the free space.
+  void inherit_pending(std::uint8_t ri, std::uint32_t nb, std::uint64_t addr, std::uint64_t size) {
+    if (regions[ri].pending_at.empty()) [[likely]] return;  // the hot path: nothing pending
+    take_over_pending(ri, nb, addr, size);
+  }
+  [[gnu::noinline]] void take_over_pending(std::uint8_t ri, std::uint32_t nb, std::uint64_t addr,
+                                           std::uint64_t size) {
+    auto& index = regions[ri].pending_at;
+    const std::uint64_t end = addr + size;
+    auto it = index.upper_bound(addr);
+    if (it != index.begin()) {
+      auto prev = std::prev(it);
+      if (prev->first + leases[prev->second].pending_size > addr) it = prev;
     }
-    if (best == list.size()) return std::nullopt;
-    const std::uint32_t b = list[best];
-    remove_pending(stream, b);
-    st.pending_free_bytes -= blocks[b].size;
-    if (blocks[b].size > size) {
-      // The tail stays pending under the same leases.
-      Region& r = regions[blocks[b].region];
-      const std::uint32_t tail_node = r.space.split(blocks[b].node, size / kAlign);
-      const std::uint32_t t = new_block();  // may reallocate blocks: take references after
-      Block& tail = blocks[t];
-      Block& head = blocks[b];
-      tail.region = head.region;
-      tail.node = tail_node;
-      tail.addr = head.addr + size;
-      tail.size = head.size - size;
-      tail.stream = head.stream;
-      tail.state = BlockState::pending;
-      tail.uses = head.uses;
-      head.size = size;
-      // Both halves now touch the granule they share.
-      auto [hf, hl] = granule_span(r, head.addr, head.size);
-      auto [tf, tl] = granule_span(r, tail.addr, tail.size);
-      (void)hf;
-      (void)tl;
-      if (hl == tf) ++r.refs[hl];
-      st.pending_free_bytes += tail.size;
-      push_pending(stream, t);
+    while (it != index.end() && it->first < end) {
+      const std::uint32_t b = it->second;
+      ++it;  // unfile_pending erases b's entry
+      unfile_pending(b);
+      const std::uint64_t b_addr = blocks[b].addr, b_end = b_addr + leases[b].pending_size;
+      if (!leases[b].uses.retire(order)) {
+        blocks[nb].leased = true;
+        leases[nb].uses.merge(leases[b].uses);
+        // The parts outside the new block stay pending under the same leases; their
+        // references are taken before b's are dropped, so no granule unmaps between.
+        if (b_addr < addr) split_pending(b, b_addr, addr - b_addr);
+        if (b_end > end) split_pending(b, end, b_end - end);
+      }
+      release_granules</*pending=*/true>(regions[ri], b_addr, b_end - b_addr);
+      drop_record(b);  // a slot retired at its last generation retires here (I1)
     }
-    ++st.same_stream_reuses;
-    // The new owner inherits the old leases: they name work still queued on it.
-    blocks[b].ready_after = {stream, blocks[b].pending_key};
-    return b;
+  }
+
+  // A new pending block over [addr, addr+size), part of pending block `from`, with its leases.
+  void split_pending(std::uint32_t from, std::uint64_t addr, std::uint64_t size) {
+    const std::uint32_t p = new_block();  // may reallocate blocks: take references after
+    Block& part = blocks[p];
+    const Block& src = blocks[from];
+    part.region = src.region;
+    part.state = BlockState::pending;
+    part.stream = src.stream;
+    part.addr = addr;
+    part.leased = true;
+    leases[p].uses = leases[from].uses;
+    leases[p].pending_size = size;
+    Region& r = regions[part.region];
+    auto [first, last] = granule_span(r, addr, size);
+    for (std::uint64_t g = first; g <= last; ++g) ++r.pending_refs[g];
+    file_pending(p);
+  }
+
+  // Orders the new block after the work it inherited: later work on `stream`
+  // follows it by FIFO for its own points and by event waits for the others
+  // (enqueued by allocate, outside the lock); other streams wait for `stream`
+  // past that point (make_ready). Returns the points `stream` must wait for.
+  UseSet foreign_points(std::uint32_t b, StreamId stream) {
+    UseSet& uses = leases[b].uses;
+    UseSet foreign;
+    if (uses.empty() || uses.retire(order)) return foreign;
+    bool own = false;
+    for (const StreamPoint& p : uses.points()) {
+      if (p.stream == stream) {
+        blocks[b].ready_set = true;
+        leases[b].ready_after = p;
+        own = true;
+      } else {
+        foreign.add(p);
+      }
+    }
+    if (own && foreign.empty()) ++st.same_stream_reuses;
+    return foreign;
   }
 
   std::uint8_t region_for(std::uint64_t size) const {
@@ -529,85 +693,189 @@ struct DevicePool::Impl {
   }
 
   // Where a block of `size` goes: the offset allocator's quick fit when it lands
-  // in granules already in use; otherwise the place (in either region) that
-  // touches the fewest granules no block uses, so small blocks fill partly used
-  // granules instead of holding fresh ones. The choice reads the blocks and the
-  // free space only, never the capacity or what is mapped: only whether it fits
-  // depends on the capacity, which keeps the pool monotone in capacity.
-  std::optional<std::uint32_t> fit_fresh(std::uint64_t size) {
-    const std::uint64_t units = size / kAlign;
-    std::uint8_t ri = region_for(size);
-    auto a = regions[ri].space.allocate(units);
-    std::uint64_t fresh = a ? new_granules(regions[ri], regions[ri].base + a->offset * kAlign, size) : UINT64_MAX;
-    if (fresh > 0) {
-      if (a) regions[ri].space.free(a->node);
-      struct {
-        std::uint8_t region = 0;
-        std::uint32_t node = detail::OffsetAllocator::kNone;
-        std::uint64_t offset = 0;  // units
-        std::uint64_t fresh = UINT64_MAX;
-      } best;
-      // The quick fit's own region first, so a tie keeps the block in its class.
-      for (std::uint8_t k = 0; k < regions.size() && best.fresh > 0; ++k) {
-        const auto rk = static_cast<std::uint8_t>(k == 0 ? ri : (ri == 0 ? k : k - 1));
-        const Region& r = regions[rk];
-        r.space.for_each_free_from(units, [&](std::uint32_t node, std::uint64_t off, std::uint64_t n) {
-          for (std::uint64_t at : {off, off + n - units}) {
-            const std::uint64_t f = new_granules(r, r.base + at * kAlign, size);
-            if (f < best.fresh) best = {rk, node, at, f};
-          }
-          return best.fresh > 0;
-        });
-      }
-      if (best.node == detail::OffsetAllocator::kNone) return std::nullopt;
-      ri = best.region;
-      a = regions[ri].space.allocate_range(best.node, best.offset, units);
-      if (best.fresh < fresh) ++st.tight_fits;
-      fresh = best.fresh;
-    }
+  // in granules live blocks use already (the hot path), else fit_scan.
+  [[gnu::always_inline]] std::optional<std::uint32_t> try_fit(std::uint64_t size) {
+    const std::uint8_t ri = region_for(size);
     Region& r = regions[ri];
+    auto a = r.space.allocate(size / kAlign);
+    if (!a) [[unlikely]] return fit_scan(size, ri, detail::OffsetAllocator::kNone, UINT64_MAX);
     const std::uint64_t addr = r.base + a->offset * kAlign;
-    if (!reference_granules(r, addr, size, fresh).ok()) {
-      r.space.free(a->node);
+    const std::uint64_t fresh = new_granules(r, addr, size);
+    if (fresh > 0) return fit_scan(size, ri, a->node, fresh);
+    // The hot path: every granule under the block is in use, so mapped already.
+    auto [first, last] = granule_span(r, addr, size);
+    for (std::uint64_t g = first; g <= last; ++g) ++r.refs[g];
+    return place(ri, *a, addr, size);
+  }
+
+  // A place for a block: free node `node` of `region`, at `offset` (units).
+  struct Placement {
+    std::uint8_t region = 0;
+    std::uint32_t node = detail::OffsetAllocator::kNone;
+    std::uint64_t offset = 0;
+    std::uint64_t fresh = UINT64_MAX;  // granules no live block touches yet
+    std::uint64_t span = UINT64_MAX;   // last granule - first granule
+  };
+
+  // The place, in either region, that touches the fewest granules no live block
+  // uses, so small blocks fill partly used granules instead of holding fresh
+  // ones; for a block that fits in one granule, among those the one spanning the
+  // fewest, so that it does not straddle two (a granule under two blocks stays
+  // mapped while either lives). Candidates: both ends of each free extent,
+  // and the first granule boundary in it and the last one a block can end on.
+  // The choice reads the live blocks and the free space only, never the
+  // capacity, what is mapped or what work completed: only whether the place fits
+  // depends on the capacity, which keeps the pool monotone in capacity.
+  Placement scan_placement(std::uint8_t own, std::uint64_t size) const {
+    const std::uint64_t units = size / kAlign;
+    const std::uint64_t granule_units = granule / kAlign;
+    const bool within_one = size <= granule;  // only a block that fits one granule can avoid straddling
+    Placement best;
+    // The quick fit's own region first, so a tie keeps the block in its class.
+    for (std::uint8_t k = 0; k < regions.size() && best.fresh > 0; ++k) {
+      const auto rk = static_cast<std::uint8_t>(k == 0 ? own : (own == 0 ? k : k - 1));
+      const Region& r = regions[rk];
+      r.space.for_each_free_from(units, [&](std::uint32_t node, std::uint64_t off, std::uint64_t n) {
+        const std::uint64_t up = (off + granule_units - 1) / granule_units * granule_units;
+        const std::uint64_t down = (off + n) / granule_units * granule_units;
+        // The extent's end last: on a tie the lower place wins, so the free tail of
+        // a range is used from its start and the granule arrays stay a short prefix.
+        const std::uint64_t candidates[] = {off, up + units <= off + n ? up : off,
+                                            down >= off + units ? down - units : off, off + n - units};
+        for (std::uint64_t at : candidates) {
+          const std::uint64_t addr = r.base + at * kAlign;
+          const std::uint64_t fresh = new_granules(r, addr, size);
+          const auto [first, last] = granule_span(r, addr, size);
+          if (fresh < best.fresh || (fresh == best.fresh && within_one && last - first < best.span))
+            best = {rk, node, at, fresh, last - first};
+        }
+        return best.fresh > 0;
+      });
+    }
+    return best;
+  }
+
+  // The quick fit's node `quick` of region `ri` (kNone: there was none) would
+  // touch `fresh` unused granules: place the block by scan_placement instead.
+  // Scalar arguments only, so the hot path that calls it builds no argument frame.
+  [[gnu::noinline]] std::optional<std::uint32_t> fit_scan(std::uint64_t size, std::uint8_t ri, std::uint32_t quick,
+                                                          std::uint64_t fresh) {
+    if (quick != detail::OffsetAllocator::kNone) regions[ri].space.free(quick);
+    const Placement best = scan_placement(ri, size);
+    if (best.node == detail::OffsetAllocator::kNone) return std::nullopt;
+    ri = best.region;
+    const auto a = regions[ri].space.allocate_range(best.node, best.offset, size / kAlign);
+    if (best.fresh < fresh) ++st.tight_fits;
+    Region& r = regions[ri];
+    const std::uint64_t addr = r.base + a.offset * kAlign;
+    if (!reference_granules(r, addr, size, best.fresh).ok()) {
+      r.space.free(a.node);
       return std::nullopt;
     }
+    return place(ri, a, addr, size);
+  }
+
+  // A block for the allocator node `a` of region `ri`, whose granules are
+  // referenced; it inherits the leases of the pending blocks it lands on.
+  std::uint32_t place(std::uint8_t ri, detail::OffsetAllocator::Allocation a, std::uint64_t addr,
+                      std::uint64_t size) {
     const std::uint32_t b = new_block();
     Block& blk = blocks[b];
     blk.region = ri;
-    blk.node = a->node;
+    blk.node = a.node;
     blk.addr = addr;
-    blk.size = size;
+    inherit_pending(ri, b, addr, size);
     return b;
   }
 
-  [[gnu::always_inline]] std::optional<std::uint32_t> try_fit(std::uint64_t size, StreamId stream) {
-    if (auto b = reuse_on_stream(size, stream)) return b;
-    return fit_fresh(size);
+  // Orders `stream` after `after` with an event wait (I3), or returns 0 when none
+  // is needed. Held work it names is dispatched first: the wait could never
+  // finish while that work sits in a held queue. Called with no pool lock held.
+  Result<Ticket> order_after(StreamId stream, StreamPoint after) {
+    if (after.ticket == 0 || after.stream == stream || order.is_complete(after)) return Ticket{0};
+    if (testing_hooks::dropped(testing_hooks::WaitSite::pool_reuse)) return Ticket{0};
+    FERRY_TRY(backend.flush(after.stream));
+    return order.order_after(stream, after);
   }
 
-  // The one place where a block becomes an allocation: the handle exists from here.
-  DeviceHandle bind(std::uint32_t b, std::uint64_t requested, StreamId stream) {
-    std::uint32_t slot;
-    if (!spare_slots.empty()) {
-      slot = spare_slots.back();
-      spare_slots.pop_back();
-    } else {
-      slots.emplace_back();
-      slot = static_cast<std::uint32_t>(slots.size() - 1);
-    }
+  // The one place where a block becomes an allocation: the handle exists from
+  // here. `size` is the block's (rounded) size.
+  DeviceHandle bind(std::uint32_t b, std::uint64_t size, std::uint64_t requested, StreamId stream) {
     Block& blk = blocks[b];
     blk.state = BlockState::live;
     blk.requested = requested;
-    blk.stream = stream;
-    blk.slot = slot;
-    slots[slot].block = b;
-    st.allocated_bytes += blk.size;
+    blk.stream = static_cast<std::uint8_t>(stream);
+    st.allocated_bytes += size;
     st.requested_bytes += requested;
     ++st.allocs;
-    note_peaks();
-    const DeviceHandle h{id, slot, slots[slot].generation};
-    backend.note_block(blk.addr, blk.size, h, {});
+    // Reserved bytes rise only where granules are mapped (reference_granules);
+    // active_bytes is set where it is read (stats()).
+    st.peak_allocated_bytes = std::max(st.peak_allocated_bytes, st.allocated_bytes);
+    st.peak_requested_bytes = std::max(st.peak_requested_bytes, st.requested_bytes);
+    st.peak_active_bytes = std::max(st.peak_active_bytes, st.allocated_bytes + st.pending_free_bytes);
+    const DeviceHandle h{id, b, blk.generation};
+    if (note_blocks) backend.note_block(blk.addr, size, h, {});
     return h;
+  }
+
+  // bind, then the block is stream-ordered on `stream` (I3): work it inherited on
+  // other streams gets an event wait each, enqueued with no pool lock held
+  // (submit takes the stream's lock, then lease() takes the pool's).
+  [[gnu::always_inline]] Result<DeviceHandle> bind_ordered(std::unique_lock<detail::FutexMutex>& lock,
+                                                           std::uint32_t b, std::uint64_t size,
+                                                           std::uint64_t requested, StreamId stream) {
+    const DeviceHandle h = bind(b, size, requested, stream);
+    if (!blocks[b].leased) [[likely]] {  // the hot path: it inherited no work
+      check();
+      return h;
+    }
+    return order_inherited(lock, h, stream);
+  }
+  [[gnu::noinline]] Result<DeviceHandle> order_inherited(std::unique_lock<detail::FutexMutex>& lock,
+                                                         DeviceHandle h, StreamId stream) {
+    const UseSet foreign = foreign_points(h.slot, stream);
+    check();
+    if (foreign.empty()) return h;
+    lock.unlock();
+    Ticket last = 0;
+    Result<void> ordered;
+    for (const StreamPoint& point : foreign.points()) {
+      Result<Ticket> t = order_after(stream, point);
+      if (!t.ok()) {
+        ordered = std::move(t).error();
+        break;
+      }
+      last = std::max(last, *t);
+    }
+    lock.lock();
+    // Only a forged copy of h can have freed the block meanwhile: then nothing is left to order.
+    const std::uint32_t b = find_block(h);
+    if (!ordered.ok()) {
+      if (b != kNoBlock) release_handle(b);  // backend_error: nothing allocated
+      check();
+      return std::move(ordered).error();
+    }
+    // Other streams wait for `stream` past these waits (make_ready).
+    if (b != kNoBlock && last != 0) {
+      blocks[b].ready_set = true;
+      leases[b].ready_after = {stream, last};
+    }
+    return h;
+  }
+
+  // A live block's handle is dropped and the block filed by its leases.
+  [[gnu::always_inline]] void release_handle(std::uint32_t b) {
+    Block& blk = blocks[b];
+    // I1: a freed slot's generation changes, so every copy of the handle goes stale;
+    // one that would wrap retires with the block instead, so no generation is ever
+    // handed out twice.
+    if (blk.generation == kLastGeneration) [[unlikely]] blk.slot_retired = true;
+    else ++blk.generation;
+    const std::uint64_t size = size_of(blk);
+    st.allocated_bytes -= size;
+    st.requested_bytes -= blk.requested;
+    ++st.frees;
+    file_freed(b, size);
   }
 
   // Errors are built out of line, so the hot path carries no string code.
@@ -620,16 +888,18 @@ struct DevicePool::Impl {
     return make_error(ErrorCode::stale_handle,
                       "handle {slot " + std::to_string(h.slot) + ", generation " +
                           std::to_string(h.generation) + "} is stale: " +
-                          (h.slot >= slots.size()
+                          (h.slot >= blocks.size()
                                ? std::string("no such slot")
-                               : "slot is at generation " + std::to_string(slots[h.slot].generation) +
-                                     (slots[h.slot].block == kNoBlock ? " and free" : "")));
+                               : "slot is at generation " + std::to_string(blocks[h.slot].generation) +
+                                     (blocks[h.slot].state != BlockState::live ? " and free" : "")));
   }
 
   // The block of a live handle, or kNoBlock.
   std::uint32_t find_block(DeviceHandle h) const {
-    if (h.pool != id || h.slot >= slots.size() || slots[h.slot].generation != h.generation) return kNoBlock;
-    return slots[h.slot].block;
+    if (h.pool != id || h.slot >= blocks.size()) return kNoBlock;
+    const Block& blk = blocks[h.slot];
+    if (blk.generation != h.generation || blk.state != BlockState::live) return kNoBlock;
+    return h.slot;
   }
 
   Result<std::uint32_t> find(DeviceHandle h) const {
@@ -678,9 +948,68 @@ struct DevicePool::Impl {
            "; cause: " + cause;
   }
 
+  // allocate()'s refusals, out of line like stale().
+  [[gnu::noinline]] Error refuse(std::uint64_t bytes, StreamId stream) const {
+    if (!status.ok()) return status.error();
+    if (bytes == 0) {
+      return make_error(ErrorCode::invalid_argument, "allocation of 0 bytes on stream " +
+                                                         std::to_string(stream) + " (sizes must be > 0)");
+    }
+    return make_error(ErrorCode::invalid_argument,
+                      "allocation on stream " + std::to_string(stream) + ": streams are 0.." +
+                          std::to_string(kMaxStreams - 1));
+  }
+  [[gnu::noinline]] Error too_large(std::uint64_t bytes, StreamId stream) {
+    ++st.ooms;
+    return make_error(ErrorCode::out_of_memory,
+                      diagnostic(bytes, stream) + "; the request is larger than the whole capacity");
+  }
+
+  // allocate() after a failed fit (`size`: the rounded request).
+  [[gnu::noinline]] Result<DeviceHandle> survive_pressure(std::unique_lock<detail::FutexMutex>& lock,
+                                                          std::uint64_t bytes, std::uint64_t size,
+                                                          StreamId stream) {
+    // I4: survive pressure before reporting it.
+    ++st.reclaims;
+    auto succeed = [&](std::uint32_t b) {
+      ++st.ooms_survived;
+      return bind_ordered(lock, b, size, bytes, stream);
+    };
+    // 1. Dispatch held commands, so held work can complete and release its leases.
+    //    No pool lock while the backend works.
+    lock.unlock();
+    Result<void> flushed = backend.flush_all();
+    lock.lock();
+    if (!flushed.ok()) return std::move(flushed).error();
+    // 2. Reuse frees whose work has completed.
+    retire_pending();
+    if (auto b = try_fit(size)) return succeed(*b);
+    // 3. Cached free memory is released by every fit as it needs the room
+    //    (reference_granules), so no retry here could place differently.
+    // 4. Wait (bounded) for in-flight frees, then retry.
+    for (int round = 0; round < 2; ++round) {
+      UseSet in_flight;
+      for (std::uint32_t b : pending_multi) in_flight.merge(leases[b].uses);
+      for (auto& list : pending_on)
+        for (std::uint32_t b : list) in_flight.merge(leases[b].uses);
+      if (in_flight.empty()) break;
+      lock.unlock();  // waiting holds no lock another caller needs
+      Result<void> waited = order.wait(in_flight);
+      lock.lock();
+      retire_pending();
+      if (auto b = try_fit(size)) return succeed(*b);
+      if (!waited.ok()) break;
+    }
+    ++st.ooms;
+    check();
+    return make_error(ErrorCode::out_of_memory, diagnostic(bytes, stream));
+  }
+
   void check() const {
-    detail::check_invariants(options.validate_each_op, "DevicePool",
-                             [&](std::string* why) { return validate_locked(why); });
+    if (options.validate_each_op) [[unlikely]] check_now();
+  }
+  [[gnu::noinline]] void check_now() const {
+    detail::check_invariants(true, "DevicePool", [&](std::string* why) { return validate_locked(why); });
   }
 
   bool validate_locked(std::string* why) const {
@@ -689,19 +1018,28 @@ struct DevicePool::Impl {
       return false;
     };
     std::uint64_t live = 0, requested = 0, pending = 0;
-    std::vector<std::vector<std::uint32_t>> refs;
+    std::vector<std::vector<std::uint32_t>> refs, pending_refs;
     for (const Region& r : regions) {
       std::string inner;
       if (!r.space.validate(&inner)) return fail("region allocator: " + inner);
-      if (r.refs.size() != r.flags.size()) return fail("granule arrays disagree in length");
+      if (r.refs.size() != r.flags.size() || r.pending_refs.size() != r.flags.size())
+        return fail("granule arrays disagree in length");
       refs.emplace_back(r.refs.size(), 0);
+      pending_refs.emplace_back(r.refs.size(), 0);
     }
+    if (leases.size() != blocks.size()) return fail("lease records and blocks disagree in number");
     std::vector<std::uint8_t> is_spare(blocks.size(), 0);
-    for (std::uint32_t b : spare_blocks) is_spare[b] = 1;
+    for (std::uint32_t b : spare) {
+      if (b >= blocks.size() || is_spare[b]++) return fail("spare record listed twice or out of range");
+      if (blocks[b].state != BlockState::spare) return fail("a listed spare record holds a block");
+    }
     std::vector<std::uint8_t> filed(blocks.size(), 0);
-    for (std::uint32_t b : pending_multi) {
+    for (std::size_t i = 0; i < pending_multi.size(); ++i) {
+      const std::uint32_t b = pending_multi[i];
       ++filed[b];
-      for (const StreamPoint& p : blocks[b].uses.points())
+      if (blocks[b].heap_pos != i) return fail("pending_multi position wrong");
+      if (leases[b].uses.points().size() < 2) return fail("a block on pending_multi is leased on one stream");
+      for (const StreamPoint& p : leases[b].uses.points())
         if (!((multi_streams >> p.stream) & 1u)) return fail("multi_streams misses a lease's stream");
     }
     for (StreamId s = 0; s < kMaxStreams; ++s) {
@@ -711,34 +1049,77 @@ struct DevicePool::Impl {
         ++filed[b];
         if (blocks[b].heap_pos != i) return fail("pending heap position wrong");
         if (i > 0 && earlier(b, h[(i - 1) / 2])) return fail("pending heap out of order");
-        if (blocks[b].uses.points().size() != 1 || blocks[b].uses.points()[0].stream != s ||
-            blocks[b].uses.points()[0].ticket != blocks[b].pending_key)
+        const auto points = leases[b].uses.points();
+        if (points.size() != 1 || points[0].stream != s || points[0].ticket != leases[b].pending_key)
           return fail("block pending on one stream holds a lease on another, or its key is stale");
       }
       if (((pending_streams >> s) & 1u) != !h.empty()) return fail("pending_streams mask wrong");
     }
+    std::uint64_t retired = 0;
     for (std::uint32_t b = 0; b < blocks.size(); ++b) {
-      if (is_spare[b]) continue;
       const Block& blk = blocks[b];
+      if (blk.generation == 0) return fail("slot generation 0");
+      if (blk.state == BlockState::spare && !is_spare[b]) return fail("a spare record is not listed");
+      if (blk.state == BlockState::retired) ++retired;
+      if (!has_block(blk)) {
+        if (filed[b]) return fail("a record without a block is on a pending list");
+        if (blk.leased || blk.ready_set || !leases[b].uses.empty())
+          return fail("a record without a block keeps its leases");
+        continue;
+      }
       const Region& r = regions[blk.region];
-      if (blk.addr % kAlign || blk.size % kAlign || blk.size == 0) return fail("misaligned block");
-      if (r.base + r.space.offset_of(blk.node) * kAlign != blk.addr ||
-          r.space.size_of(blk.node) * kAlign != blk.size)
-        return fail("block disagrees with its allocator node");
+      if (blk.slot_retired && (blk.state != BlockState::pending || blk.generation != kLastGeneration))
+        return fail("a slot retires with a block that is not pending at the last generation");
+      if (!blk.leased && !leases[b].uses.empty()) return fail("a block not marked leased holds a lease");
+      if (!blk.ready_set && leases[b].ready_after != StreamPoint{}) return fail("a ready point is set unmarked");
       if (blk.state == BlockState::live) {
-        if (blk.slot >= slots.size() || slots[blk.slot].block != b) return fail("live block's slot does not point back");
+        if (blk.node >= r.space.node_count() || !r.space.is_used(blk.node) ||
+            r.base + r.space.offset_of(blk.node) * kAlign != blk.addr)
+          return fail("block disagrees with its allocator node");
+        if (leases[b].pending_size != 0) return fail("a live block keeps a pending size");
+      }
+      const std::uint64_t size = block_size(b);
+      if (blk.addr % kAlign || size % kAlign || size == 0) return fail("misaligned block");
+      if (blk.state == BlockState::live) {
         if (filed[b]) return fail("live block is on a pending list");
-        live += blk.size;
+        live += size;
         requested += blk.requested;
       } else {
         if (filed[b] != 1) return fail("pending block not filed exactly once");
-        if (blk.uses.empty()) return fail("pending block has no open lease");
-        pending += blk.size;
+        if (leases[b].uses.empty()) return fail("pending block has no open lease");
+        if (blk.node != detail::OffsetAllocator::kNone) return fail("a pending block holds an allocator node");
+        auto at = r.pending_at.find(blk.addr);
+        if (at == r.pending_at.end() || at->second != b) return fail("a pending block is not in the address index");
+        pending += size;
       }
-      auto [first, last] = granule_span(r, blk.addr, blk.size);
+      auto [first, last] = granule_span(r, blk.addr, size);
       if (last >= r.refs.size()) return fail("a block lies beyond the granule arrays");
-      for (std::uint64_t g = first; g <= last; ++g) ++refs[blk.region][g];
+      auto& counts = blk.state == BlockState::live ? refs : pending_refs;
+      for (std::uint64_t g = first; g <= last; ++g) ++counts[blk.region][g];
     }
+    // Pending blocks are disjoint from each other and from every live block: a
+    // live block's range overlapping one would mean placement skipped inheriting it.
+    std::uint64_t indexed = 0;
+    for (const Region& r : regions) {
+      std::uint64_t end = 0;
+      for (const auto& [addr, b] : r.pending_at) {
+        if (b >= blocks.size() || blocks[b].state != BlockState::pending || blocks[b].addr != addr)
+          return fail("address index is stale");
+        if (addr < end) return fail("two pending blocks overlap");
+        end = addr + leases[b].pending_size;
+        ++indexed;
+      }
+    }
+    for (std::uint32_t b = 0; b < blocks.size(); ++b) {
+      if (blocks[b].state != BlockState::live) continue;
+      const auto& index = regions[blocks[b].region].pending_at;
+      auto it = index.lower_bound(blocks[b].addr + size_of(blocks[b]));
+      if (it != index.begin() && std::prev(it)->first + leases[std::prev(it)->second].pending_size > blocks[b].addr)
+        return fail("a live block overlaps a pending one");
+    }
+    std::uint64_t pending_blocks = pending_multi.size();
+    for (const auto& h : pending_on) pending_blocks += h.size();
+    if (indexed != pending_blocks) return fail("address index and pending lists disagree");
     // live + pending_free <= reserved <= capacity
     if (live != st.allocated_bytes) return fail("allocated_bytes disagrees with live blocks");
     if (requested != st.requested_bytes) return fail("requested_bytes disagrees with live blocks");
@@ -750,11 +1131,12 @@ struct DevicePool::Impl {
       for (std::uint64_t g = 0; g < r.refs.size(); ++g) {
         const bool is_mapped = r.flags[g] & kMapped;
         if (r.refs[g] != refs[ri][g]) return fail("granule reference count wrong");
-        if (r.refs[g] > 0 && !is_mapped) return fail("a block touches an unmapped granule");
+        if (r.pending_refs[g] != pending_refs[ri][g]) return fail("granule pending reference count wrong");
+        if (r.in_use(g) && !is_mapped) return fail("a block touches an unmapped granule");
         if (r.flags[g] & kFresh) return fail("a granule is left marked fresh");
         if (r.flags[g] & kListed) ++listed;
         if (is_mapped) mapped += granule;
-        if (is_mapped && r.refs[g] == 0) {
+        if (is_mapped && !r.in_use(g)) {
           cached += granule;
           if (!(r.flags[g] & kListed)) return fail("a cached granule is not on the cached list");
         }
@@ -764,19 +1146,7 @@ struct DevicePool::Impl {
     if (mapped != st.reserved_bytes) return fail("reserved_bytes disagrees with mapped granules");
     if (cached != st.cached_bytes) return fail("cached_bytes disagrees with unused mapped granules");
     if (st.reserved_bytes > capacity) return fail("reserved exceeds capacity");
-    std::vector<std::uint8_t> spare_slot(slots.size(), 0);
-    for (std::uint32_t s : spare_slots) {
-      if (s >= slots.size() || spare_slot[s]++) return fail("spare slot listed twice or out of range");
-      if (slots[s].block != kNoBlock) return fail("a spare slot holds a block");
-    }
-    std::uint64_t retired = 0;
-    for (std::uint32_t s = 0; s < slots.size(); ++s) {
-      if (slots[s].generation == 0) return fail("slot generation 0");
-      if (slots[s].block != kNoBlock && (slots[s].block >= blocks.size() || blocks[slots[s].block].slot != s))
-        return fail("slot points at a block that is not its own");
-      if (slots[s].block == kNoBlock && !spare_slot[s]) ++retired;
-    }
-    if (retired != retired_slots) return fail("a free slot is neither spare nor retired");
+    if (retired != retired_slots) return fail("retired slot count wrong");
     return true;
   }
 };
@@ -792,66 +1162,13 @@ StreamOrder& DevicePool::order() noexcept { return impl_->order; }
 
 Result<DeviceHandle> DevicePool::allocate(std::uint64_t bytes, StreamId stream) {
   Impl& p = *impl_;
-  if (!p.status.ok()) return p.status.error();
-  if (bytes == 0) {
-    return make_error(ErrorCode::invalid_argument, "allocation of 0 bytes on stream " +
-                                                       std::to_string(stream) + " (sizes must be > 0)");
-  }
-  if (stream >= kMaxStreams) {
-    return make_error(ErrorCode::invalid_argument,
-                      "allocation on stream " + std::to_string(stream) + ": streams are 0.." +
-                          std::to_string(kMaxStreams - 1));
-  }
+  if (!p.status.ok() || bytes == 0 || stream >= kMaxStreams) [[unlikely]] return p.refuse(bytes, stream);
   std::unique_lock lock(p.mu);
-  if (bytes > p.capacity) {
-    ++p.st.ooms;
-    return make_error(ErrorCode::out_of_memory,
-                      p.diagnostic(bytes, stream) + "; the request is larger than the whole capacity");
-  }
+  if (bytes > p.capacity) [[unlikely]] return p.too_large(bytes, stream);
   const std::uint64_t size = (bytes + kAlign - 1) / kAlign * kAlign;
   p.retire_pending();
-  if (auto b = p.try_fit(size, stream)) {
-    DeviceHandle h = p.bind(*b, bytes, stream);
-    p.check();
-    return h;
-  }
-
-  // I4: survive pressure before reporting it.
-  ++p.st.reclaims;
-  auto succeed = [&](std::uint32_t b) {
-    ++p.st.ooms_survived;
-    DeviceHandle h = p.bind(b, bytes, stream);
-    p.check();
-    return h;
-  };
-  // 1. Dispatch held commands, so held work can complete and release its leases.
-  //    No pool lock while the backend works.
-  lock.unlock();
-  Result<void> flushed = p.backend.flush_all();
-  lock.lock();
-  if (!flushed.ok()) return std::move(flushed).error();
-  // 2. Reuse frees whose work has completed.
-  p.retire_pending();
-  if (auto b = p.try_fit(size, stream)) return succeed(*b);
-  // 3. Cached free memory is released by every fit as it needs the room
-  //    (reference_granules), so no retry here could place differently.
-  // 4. Wait (bounded) for in-flight frees, then retry.
-  for (int round = 0; round < 2; ++round) {
-    UseSet in_flight;
-    for (std::uint32_t b : p.pending_multi) in_flight.merge(p.blocks[b].uses);
-    for (auto& list : p.pending_on)
-      for (std::uint32_t b : list) in_flight.merge(p.blocks[b].uses);
-    if (in_flight.empty()) break;
-    lock.unlock();  // waiting holds no lock another caller needs
-    Result<void> waited = p.order.wait(in_flight);
-    lock.lock();
-    p.retire_pending();
-    if (auto b = p.try_fit(size, stream)) return succeed(*b);
-    if (!waited.ok()) break;
-  }
-  ++p.st.ooms;
-  p.check();
-  return make_error(ErrorCode::out_of_memory, p.diagnostic(bytes, stream));
+  if (auto b = p.try_fit(size)) [[likely]] return p.bind_ordered(lock, *b, size, bytes, stream);
+  return p.survive_pressure(lock, bytes, size, stream);
 }
 
 Result<void> DevicePool::free(DeviceHandle handle) {
@@ -859,24 +1176,8 @@ Result<void> DevicePool::free(DeviceHandle handle) {
   std::lock_guard lock(p.mu);
   const std::uint32_t b = p.find_block(handle);
   if (b == kNoBlock) return p.stale(handle);
-  Impl::Block& blk = p.blocks[b];
-  Impl::Slot& slot = p.slots[blk.slot];
-  // I1: a freed slot's generation changes, so every copy of the handle goes stale;
-  // one that would wrap is retired instead, so no generation is ever handed out twice.
-  slot.block = kNoBlock;
-  if (slot.generation == Impl::kLastGeneration) {
-    ++p.retired_slots;
-  } else {
-    ++slot.generation;
-    p.spare_slots.push_back(blk.slot);
-  }
-  blk.slot = kNoBlock;
-  p.st.allocated_bytes -= blk.size;
-  p.st.requested_bytes -= blk.requested;
-  ++p.st.frees;
-  p.file_freed(b);
+  p.release_handle(b);
   // A free moves bytes from live to pending or releases them: no peak can rise.
-  p.st.active_bytes = p.st.allocated_bytes + p.st.pending_free_bytes;
   p.check();
   return {};
 }
@@ -894,7 +1195,7 @@ Result<void> DevicePool::set_tag(DeviceHandle handle, std::string_view tag) {
   std::lock_guard lock(p.mu);
   Result<std::uint32_t> b = p.find(handle);
   if (!b.ok()) return std::move(b).error();
-  p.backend.note_block(p.blocks[*b].addr, p.blocks[*b].size, handle, tag);
+  p.backend.note_block(p.blocks[*b].addr, p.size_of(p.blocks[*b]), handle, tag);
   return {};
 }
 
@@ -905,7 +1206,8 @@ Result<DeviceSpan> DevicePool::lease(DeviceHandle handle, StreamPoint point) {
   if (!b.ok()) return std::move(b).error();
   Impl::Block& blk = p.blocks[*b];
   // I2: the block stays this operation's until `point` completes.
-  blk.uses.add(point);
+  blk.leased = true;
+  p.leases[*b].uses.add(point);
   return DeviceSpan{blk.addr, blk.requested};
 }
 
@@ -915,13 +1217,9 @@ Result<void> DevicePool::make_ready(DeviceHandle handle, StreamId stream) {
     std::lock_guard lock(impl_->mu);
     Result<std::uint32_t> b = impl_->find(handle);
     if (!b.ok()) return std::move(b).error();
-    after = impl_->blocks[*b].ready_after;
+    if (impl_->blocks[*b].ready_set) after = impl_->leases[*b].ready_after;
   }
-  if (after.ticket == 0 || after.stream == stream || impl_->order.is_complete(after)) return {};
-  if (testing_hooks::dropped(testing_hooks::WaitSite::pool_reuse)) return {};
-  // The wait could never finish while the work it names sits in a held queue.
-  FERRY_TRY(impl_->backend.flush(after.stream));
-  Result<Ticket> t = impl_->order.order_after(stream, after);
+  Result<Ticket> t = impl_->order_after(stream, after);
   if (!t.ok()) return std::move(t).error();
   return {};
 }
@@ -942,6 +1240,7 @@ PoolStats DevicePool::stats() const {
   Impl& p = *impl_;
   std::lock_guard lock(p.mu);
   p.retire_pending();
+  p.st.active_bytes = p.st.allocated_bytes + p.st.pending_free_bytes;
   return p.st;
 }
 
@@ -967,13 +1266,11 @@ std::vector<BlockInfo> DevicePool::snapshot() const {
   Impl& p = *impl_;
   std::lock_guard lock(p.mu);
   p.retire_pending();
-  std::vector<std::uint8_t> spare(p.blocks.size(), 0);
-  for (std::uint32_t b : p.spare_blocks) spare[b] = 1;
   std::vector<BlockInfo> out;
-  for (std::uint32_t b = 0; b < p.blocks.size(); ++b) {
-    if (spare[b]) continue;
-    const auto& blk = p.blocks[b];
-    out.push_back(BlockInfo{blk.addr, blk.size,
+  for (const Impl::Block& blk : p.blocks) {
+    if (!Impl::has_block(blk)) continue;
+    const auto b = static_cast<std::uint32_t>(&blk - p.blocks.data());
+    out.push_back(BlockInfo{blk.addr, p.block_size(b),
                             blk.state == Impl::BlockState::live ? BlockInfo::State::live
                                                                 : BlockInfo::State::pending_free,
                             blk.stream});
@@ -1009,7 +1306,7 @@ std::vector<SegmentInfo> DevicePool::segments() const {
       const std::uint64_t addr = r.base + g * p.granule;
       extend(seg.mapped, addr);
       seg.mapped_bytes += p.granule;
-      if (r.refs[g] == 0) {
+      if (!r.in_use(g)) {
         extend(seg.cached, addr);
         seg.cached_bytes += p.granule;
       }
@@ -1025,9 +1322,8 @@ bool detail::PoolTestAccess::set_free_slot_generation(DevicePool& pool, std::uin
                                                       std::uint32_t generation) {
   DevicePool::Impl& p = *pool.impl_;
   std::lock_guard lock(p.mu);
-  if (slot >= p.slots.size() || p.slots[slot].block != kNoBlock || generation == 0) return false;
-  if (std::find(p.spare_slots.begin(), p.spare_slots.end(), slot) == p.spare_slots.end()) return false;
-  p.slots[slot].generation = generation;
+  if (slot >= p.blocks.size() || p.blocks[slot].state != DevicePool::Impl::BlockState::spare || generation == 0) return false;
+  p.blocks[slot].generation = generation;
   return true;
 }
 

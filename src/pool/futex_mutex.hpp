@@ -12,9 +12,16 @@ namespace ferry::detail {
 
 class FutexMutex {
  public:
-  void lock() noexcept {
+  [[gnu::always_inline]] void lock() noexcept {
     std::uint32_t c = kFree;
-    if (state_.compare_exchange_strong(c, kLocked, std::memory_order_acquire)) return;
+    if (!state_.compare_exchange_strong(c, kLocked, std::memory_order_acquire)) [[unlikely]] lock_contended(c);
+  }
+  [[gnu::always_inline]] void unlock() noexcept {
+    if (state_.fetch_sub(1, std::memory_order_release) != kLocked) [[unlikely]] wake();
+  }
+
+ private:
+  [[gnu::noinline]] void lock_contended(std::uint32_t c) noexcept {
     // Contended: mark the lock as having sleepers, so the unlock wakes one.
     if (c != kContended) c = state_.exchange(kContended, std::memory_order_acquire);
     while (c != kFree) {
@@ -22,14 +29,11 @@ class FutexMutex {
       c = state_.exchange(kContended, std::memory_order_acquire);
     }
   }
-  void unlock() noexcept {
-    if (state_.fetch_sub(1, std::memory_order_release) != kLocked) {
-      state_.store(kFree, std::memory_order_release);
-      state_.notify_one();
-    }
+  [[gnu::noinline]] void wake() noexcept {
+    state_.store(kFree, std::memory_order_release);
+    state_.notify_one();
   }
 
- private:
   static constexpr std::uint32_t kFree = 0, kLocked = 1, kContended = 2;
   std::atomic<std::uint32_t> state_{kFree};
 };

@@ -605,7 +605,11 @@ void SimGpu::note_host_access(const std::byte* ptr, std::uint64_t bytes, Access 
 }
 
 void SimGpu::note_block(std::uint64_t addr, std::uint64_t bytes, const DeviceHandle& handle, std::string_view tag) {
-  if (!races_) return;  // set once at construction
+  if (races_) note_block_checked(addr, bytes, handle, tag);  // races_ is set once at construction
+}
+
+void SimGpu::note_block_checked(std::uint64_t addr, std::uint64_t bytes, const DeviceHandle& handle,
+                                std::string_view tag) {
   std::lock_guard lock(mutex_);
   races_->block(addr, bytes, handle, tag);
 }

@@ -154,6 +154,10 @@ class SimGpu final : public HoldingBackend<SimBackend> {
   Result<void> prepare_storage(const Op& op);
   bool swallowed(const CopyToDeviceOp& copy) const;
   std::optional<StreamPoint> host_pointer_user(const std::byte* begin, std::uint64_t bytes) const;
+  // note_block's work when a race checker is on: out of line, so a pool allocation
+  // without one pays only the test.
+  [[gnu::noinline]] void note_block_checked(std::uint64_t addr, std::uint64_t bytes, const DeviceHandle& handle,
+                                            std::string_view tag);
 
   const DeviceProfile profile_;
   const FaultModel faults_;

@@ -231,9 +231,9 @@ TEST(OffloadCache, OptimalBeatsLruAndLfuOnASkewedTrace) {
 
 // Report 003: a kernel that reads a slot is queued (held in the host-side
 // queue), the slot is evicted and refilled with another entry, then the queue
-// is released. The kernel must still read the old entry's bytes. With room in
-// the pool, the refill gets other memory; with the pool too small for two
-// slots, the refill's reclaim dispatches the held kernel and waits for it.
+// is released. The kernel must still read the old entry's bytes. The refill
+// may land on the evicted slot's memory at once (with the pool too small for
+// two slots it must): then behind an event wait that dispatches the held kernel.
 TEST(OffloadCache, EvictingASlotThatQueuedWorkReadsKeepsItsBytes) {
   for (bool tight : {false, true}) {
     SCOPED_TRACE(tight ? "pool holds one slot" : "pool holds many slots");
@@ -283,9 +283,6 @@ TEST(OffloadCache, EvictingASlotThatQueuedWorkReadsKeepsItsBytes) {
     fill_pattern(acc, 0, expected);
     EXPECT_EQ(rig.device({*out, 0, 4096}), expected) << "the queued kernel read the refilled slot";
     EXPECT_EQ(rig.sim->illegal_accesses(), 0u);
-    if (tight) {
-      EXPECT_GE(rig.pool->stats().ooms_survived, 1u) << "the refill needed the reclaim";
-    }
     rig.check();
     ASSERT_TRUE(rig.pool->free(*out).ok());
   }

@@ -84,16 +84,15 @@ INSTANTIATE_TEST_SUITE_P(Traces, CommittedTrace,
                            return n;
                          });
 
-// Report 003: the allocation on stream 2 fits only by reclaiming the transient
-// that a held kernel still reads. It must succeed, by a reclaim, and the kernel
-// must read the transient's bytes (the checks of out0..out2).
+// Report 003: the allocation on stream 2 fits only in the memory of the
+// transient that a held kernel still reads. It must succeed (the pool places it
+// there at once, behind an event wait that dispatches the held kernel), and the
+// kernel must read the transient's bytes (the checks of out0..out2).
 TEST(Report003Trace, AllocationSucceedsByReclaimingAndTheHeldKernelReadsTheRightBytes) {
   Result<ReplayReport> r = replay_trace_file(trace_path("report003.jsonl"), with_capacity(64 * kMiB));
   ASSERT_TRUE(r.ok()) << r.error().message;
   EXPECT_TRUE(r->errors.empty()) << report_summary(*r);
   EXPECT_EQ(r->ooms, 0u);
-  EXPECT_GT(r->reclaims, 0u);
-  EXPECT_GE(r->ooms_survived, 3u) << "each round's allocation on stream 2 needs a reclaim";
   EXPECT_EQ(r->checks, 18u);
   EXPECT_EQ(r->corrupt, 0u);
   // The transient stayed live while the kernel was queued: live peaked above

@@ -127,6 +127,30 @@ TEST(RaceMutation, ThePoolsReuseWaitIsNeeded) {
   EXPECT_GT(races_of_a_reuse(true).races, 0u);
 }
 
+// A block freed on stream 0 with a fill in flight, whose memory a block allocated
+// on stream 1 gets at once: the allocation's event wait orders stream 1 after it.
+std::uint64_t races_of_a_cross_stream_reuse(bool drop) {
+  Rig rig(IntegrityPolicy::verify);
+  rig.backend->set_hold(0, true);  // the old fill cannot have completed by the allocation
+  auto a = rig.pool->allocate(64 * KiB, 0);
+  const std::uint64_t a_addr = rig.pool->resolve(*a)->addr;
+  EXPECT_TRUE(enqueue_fill(*rig.pool, 0, *a, 1).ok());
+  EXPECT_TRUE(rig.pool->free(*a).ok());
+  std::optional<Dropping> d;
+  if (drop) d.emplace(WaitSite::pool_reuse);
+  auto b = rig.pool->allocate(64 * KiB, 1);
+  EXPECT_EQ(rig.pool->resolve(*b)->addr, a_addr) << "not the cross-stream reuse this test is about";
+  EXPECT_TRUE(enqueue_fill(*rig.pool, 1, *b, 2).ok());
+  rig.backend->set_hold(0, false);
+  (void)rig.backend->synchronize();
+  return rig.races();
+}
+
+TEST(RaceMutation, ThePoolsCrossStreamReuseWaitIsNeeded) {
+  EXPECT_EQ(races_of_a_cross_stream_reuse(false), 0u);
+  EXPECT_GT(races_of_a_cross_stream_reuse(true), 0u);
+}
+
 TEST(RaceMutation, AnAllocatorReuseRaceNamesBothAllocations) {
   const Reuse r = races_of_a_reuse(true);
   ASSERT_EQ(r.kept.size(), 1u);
