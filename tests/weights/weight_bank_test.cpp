@@ -441,6 +441,8 @@ TEST(LazyBank, StageNeedsAPlacementAndARangeInsideTheTensor) {
   const std::uint64_t n = bank->tensors()[0].bytes;
   EXPECT_EQ(bank->stage(0, 0, 0).error().code, ErrorCode::invalid_argument);
   EXPECT_EQ(bank->stage(0, 1, n).error().code, ErrorCode::invalid_argument);
+  EXPECT_EQ(bank->stage(bank->tensors().size(), 0, 16).error().code, ErrorCode::invalid_argument)
+      << "no such tensor: an error, not a read past the table";
   auto whole = bank->stage(0, 0, n);
   ASSERT_TRUE(whole.ok());
   EXPECT_NE(whole->id, 0u);
