@@ -136,10 +136,15 @@ class DevicePool {
   // Errors: invalid_argument (0 bytes, bad stream), out_of_memory (after the I4
   // sequence; message carries the diagnostic; every live block is untouched),
   // backend_error (nothing allocated). May block (bounded) waiting for in-flight frees.
+  // The backend's map and unmap calls run with no pool lock held, so other
+  // threads' calls go on meanwhile; an allocation that needs a granule another
+  // thread is mapping or unmapping waits for that call (it is never handed out
+  // before its memory is there).
   Result<DeviceHandle> allocate(std::uint64_t bytes, StreamId stream);
 
   // Drops the handle. Legal with work in flight (I3). Errors: stale_handle
-  // (double free, foreign, forged). Never blocks.
+  // (double free, foreign, forged). Never blocks on the device; runs the unmap of
+  // granules beyond the release threshold (no pool lock held).
   Result<void> free(DeviceHandle handle);
 
   // Resolves without leasing (for inspection). Errors: stale_handle.

@@ -7,7 +7,6 @@
 #include <cinttypes>
 #include <cstdio>
 #include <mutex>
-#include <optional>
 #include <utility>
 
 #include "core/invariant.hpp"
@@ -75,6 +74,10 @@ struct DevicePool::Impl {
   static constexpr std::uint8_t kMapped = 1;  // physical memory mapped under it
   static constexpr std::uint8_t kListed = 2;  // on Region::cached_list
   static constexpr std::uint8_t kFresh = 4;   // mapped by the reference_granules call under way
+  // A driver call on it runs outside the pool lock: with kMapped it is being mapped
+  // (in use by that placement), without it unmapped (in use by nobody, counted
+  // neither reserved nor cached). Nobody places over a busy granule: they wait.
+  static constexpr std::uint8_t kBusy = 8;
 
   // One reserved address range, carved by an offset allocator; physical granules
   // are mapped under it on demand. The per-granule arrays cover the granules used
@@ -97,6 +100,19 @@ struct DevicePool::Impl {
     bool in_use(std::uint64_t g) const { return refs[g] > 0 || pending_refs[g] > 0; }
   };
 
+  // A granule to unmap, decided under the lock, run outside it (without_lock).
+  struct Unmap {
+    std::uint8_t region = 0;
+    std::uint32_t granule = 0;
+    bool ok = false;  // the driver call succeeded
+  };
+  // A placement whose granules are being mapped: its references are taken and its
+  // allocator node is held, but no block owns it yet (validate counts it).
+  struct Mapping {
+    std::uint8_t region = 0;
+    std::uint64_t addr = 0, size = 0;
+  };
+
   StreamOrder& order;
   Backend& backend;
   PoolOptions options;
@@ -109,7 +125,9 @@ struct DevicePool::Impl {
   // from its construction on or never: a pool asks once.
   bool note_blocks;
 
-  mutable detail::FutexMutex mu;  // guards everything below; never held across a wait
+  // Guards everything below; never held across a wait or a driver call (map and
+  // unmap run in without_lock, on granules flagged kBusy meanwhile).
+  mutable detail::FutexMutex mu;
   std::vector<Region> regions;  // [0] small, [1] large (one region without VMM)
   std::vector<Block> blocks;  // I1: indexed by slot; a slot index never moves or gets renumbered
   std::vector<Leases> leases;  // parallel to blocks
@@ -124,6 +142,17 @@ struct DevicePool::Impl {
   std::array<Ticket, kMaxStreams> multi_seen{};  // completion seen at pending_multi's last sweep
   std::uint64_t retired_slots = 0;  // records in state retired
   PoolStats st;
+  // Unmaps decided and not started. Empty whenever the lock is free: whoever
+  // queues runs them before releasing it (without_lock, settle), so a busy granule
+  // another caller finds always has a driver call running for it.
+  std::vector<Unmap> queued;
+  std::vector<Mapping> mapping;        // placements whose maps run now
+  std::uint64_t busy_granules = 0;     // granules flagged kBusy
+  std::uint64_t unmapping_bytes = 0;   // busy granules being unmapped: still on the device
+  // Bumped at every commit of driver calls; callers that found a busy granule
+  // sleep on it without the lock (await_driver).
+  std::atomic<std::uint32_t> driver_epoch{0};
+  std::uint32_t driver_waiters = 0;
 
   Impl(StreamOrder& o, PoolOptions opt)
       : order(o), backend(o.backend()), options(opt), id(next_pool_id.fetch_add(1)),
@@ -241,65 +270,117 @@ struct DevicePool::Impl {
     r.flags.resize(n, 0);
   }
 
+  // What reference_granules did: the granules are referenced; a busy granule of
+  // another caller is in the way (wait for its driver call, then fit again); or
+  // the capacity has no room, or a map failed (nothing changed either way).
+  enum class Referenced : std::uint8_t { yes, busy, no_room };
+
+  // True when a driver call of another caller runs on a granule of [first, last].
+  bool span_busy(const Region& r, std::uint64_t first, std::uint64_t last) const {
+    if (busy_granules == 0) return false;
+    for (std::uint64_t g = first; g <= last; ++g)
+      if (r.flags[g] & kBusy) return true;
+    return false;
+  }
+
   // Takes references on the granules under [addr, addr+size), mapping the ones
   // that are not mapped; `fresh` granules of them are touched by no live block yet.
-  // Fails (out_of_memory, nothing changed) when the granules in use would exceed
-  // the capacity; cached granules elsewhere are unmapped to make room, so whether
-  // a placement fits depends on the blocks alone, never on what is cached.
-  Result<void> reference_granules(Region& r, std::uint64_t addr, std::uint64_t size, std::uint64_t fresh) {
+  // Refuses (no_room, nothing changed) when the granules in use would exceed the
+  // capacity; cached granules elsewhere are unmapped to make room, so whether a
+  // placement fits depends on the blocks alone, never on what is cached.
+  // The driver calls run without the lock: the caller holds the allocator node at
+  // `addr`, so nobody places over it, and its fresh granules stay kBusy until the
+  // maps return, so nobody else uses them before they are mapped.
+  Referenced reference_granules(Region& r, std::uint64_t addr, std::uint64_t size, std::uint64_t fresh) {
     auto [first, last] = granule_span(r, addr, size);
-    if (fresh == 0) {  // the hot path: every granule is in use, so mapped already
-      for (std::uint64_t g = first; g <= last; ++g) ++r.refs[g];
-      return {};
-    }
     cover(r, last);
+    if (span_busy(r, first, last)) return Referenced::busy;
+    if (fresh == 0) {  // every granule is in use, so mapped already
+      for (std::uint64_t g = first; g <= last; ++g) ++r.refs[g];
+      return Referenced::yes;
+    }
     std::uint64_t unused = 0;  // granules no block, live or pending, touches
     for (std::uint64_t g = first; g <= last; ++g) unused += r.in_use(g) ? 0 : 1;
-    if (referenced_bytes() + unused * granule > capacity) {
-      return make_error(ErrorCode::out_of_memory, "physical capacity exhausted");
-    }
+    if (referenced_bytes() + unused * granule > capacity) return Referenced::no_room;
     std::uint64_t unmapped = 0;
     for (std::uint64_t g = first; g <= last; ++g) unmapped += (r.flags[g] & kMapped) ? 0 : 1;
+    // Memory another caller is unmapping is on the device until its call returns.
+    if (unmapped > 0 && unmapping_bytes > 0 &&
+        st.reserved_bytes + unmapping_bytes + unmapped * granule > capacity)
+      return Referenced::busy;
     if (unmapped > 0 && st.reserved_bytes + unmapped * granule > capacity) {
       evict_cached(st.reserved_bytes + unmapped * granule - capacity, r, first, last);
     }
-    // Map runs of unmapped granules with one call each.
+    // Runs of unmapped granules, mapped with one call each; they count as
+    // reserved from now, so no other placement counts on their room.
+    std::vector<std::pair<std::uint64_t, std::uint64_t>> runs;  // first granule, count
     for (std::uint64_t g = first; g <= last && unmapped > 0;) {
       if (r.flags[g] & kMapped) { ++g; continue; }
       std::uint64_t end = g;
       while (end <= last && !(r.flags[end] & kMapped)) ++end;
-      Result<void> m = backend.map(r.base + g * granule, (end - g) * granule);
-      if (!m.ok()) {
-        rollback_new_maps(r, first, g);  // all or nothing
-        return m;
-      }
-      ++st.maps;
-      for (std::uint64_t u = g; u < end; ++u) r.flags[u] |= kMapped | kFresh;
+      runs.emplace_back(g, end - g);
+      for (std::uint64_t u = g; u < end; ++u) r.flags[u] |= kMapped | kFresh | kBusy;
+      busy_granules += end - g;
+      st.reserved_bytes += (end - g) * granule;
       g = end;
     }
     for (std::uint64_t g = first; g <= last; ++g) {
-      if (r.flags[g] & kFresh) {
-        r.flags[g] &= static_cast<std::uint8_t>(~kFresh);
-        st.reserved_bytes += granule;
-        st.peak_reserved_bytes = std::max(st.peak_reserved_bytes, st.reserved_bytes);
-      } else if (!r.in_use(g)) {
-        st.cached_bytes -= granule;  // a cached granule is back in use
-      }
+      if (!(r.flags[g] & kFresh) && !r.in_use(g)) st.cached_bytes -= granule;  // a cached granule is back in use
       ++r.refs[g];
     }
-    return {};
-  }
-  void rollback_new_maps(Region& r, std::uint64_t first, std::uint64_t end) {
-    for (std::uint64_t u = first; u < end; ++u) {
-      if (r.flags[u] & kFresh) {
-        (void)backend.unmap(r.base + u * granule, granule);
-        r.flags[u] &= static_cast<std::uint8_t>(~(kMapped | kFresh));
+    if (runs.empty()) return Referenced::yes;
+    const auto ri = static_cast<std::uint8_t>(&r - regions.data());
+    mapping.push_back({ri, addr, size});
+    bool mapped = false;
+    without_lock([&](bool unmapped_all) {
+      if (!unmapped_all) return;  // the room counted on an unmap that failed
+      for (std::size_t i = 0; i < runs.size(); ++i) {
+        if (!backend.map(r.base + runs[i].first * granule, runs[i].second * granule).ok()) {
+          for (std::size_t k = 0; k < i; ++k)  // all or nothing
+            (void)backend.unmap(r.base + runs[k].first * granule, runs[k].second * granule);
+          return;
+        }
+      }
+      mapped = true;
+    });
+    mapping.erase(std::find_if(mapping.begin(), mapping.end(),
+                               [&](const Mapping& m) { return m.region == ri && m.addr == addr; }));
+    for (std::uint64_t g = first; g <= last; ++g) {
+      if (!(r.flags[g] & kFresh)) {
+        if (!mapped) drop_ref(r, g);
+        continue;
+      }
+      --busy_granules;
+      if (mapped) {
+        r.flags[g] &= static_cast<std::uint8_t>(~(kFresh | kBusy));
+      } else {
+        r.flags[g] &= static_cast<std::uint8_t>(~(kMapped | kFresh | kBusy));
+        st.reserved_bytes -= granule;
+        --r.refs[g];
       }
     }
+    driver_done();
+    if (!mapped) return Referenced::no_room;
+    st.maps += runs.size();
+    st.peak_reserved_bytes = std::max(st.peak_reserved_bytes, st.reserved_bytes);
+    return Referenced::yes;
   }
 
-  // Unmaps cached granules until `bytes` are released or none is left, except
-  // granules [keep_first, keep_last] of `keep` (the placement under way).
+  // Drops one live reference on granule g; unused, it becomes cached.
+  void drop_ref(Region& r, std::uint64_t g) {
+    if (--r.refs[g] == 0 && r.pending_refs[g] == 0) {
+      st.cached_bytes += granule;
+      list_cached(r, g);
+    }
+  }
+  void list_cached(Region& r, std::uint64_t g) {
+    if (r.flags[g] & kListed) return;
+    r.flags[g] |= kListed;
+    r.cached_list.push_back(static_cast<std::uint32_t>(g));
+  }
+
+  // Queues the unmap of cached granules until `bytes` are released or none is
+  // left, except granules [keep_first, keep_last] of `keep` (the placement under way).
   void evict_cached(std::uint64_t bytes, const Region& keep, std::uint64_t keep_first,
                     std::uint64_t keep_last) {
     std::uint64_t released = 0;
@@ -309,8 +390,10 @@ struct DevicePool::Impl {
         const std::uint32_t g = list[i];
         const bool cached = (r.flags[g] & kMapped) && !r.in_use(g);
         if (cached && &r == &keep && g >= keep_first && g <= keep_last) continue;
-        if (cached && !unmap_granule(r, g)) continue;
-        if (cached) released += granule;
+        if (cached) {
+          queue_unmap(r, g);
+          released += granule;
+        }
         r.flags[g] &= static_cast<std::uint8_t>(~kListed);
         list[i] = list.back();
         list.pop_back();
@@ -320,8 +403,8 @@ struct DevicePool::Impl {
 
   // Drops the references of a block (live ones in refs, pending ones in
   // pending_refs); granules nobody touches become cached, and cached memory
-  // beyond the release threshold is unmapped. Only called for blocks whose
-  // leases have all retired, so unmapping here never races queued work (I2).
+  // beyond the release threshold is queued for unmapping. Only called for blocks
+  // whose leases have all retired, so unmapping here never races queued work (I2).
   // `pending` is a template argument so a live block's free tests only the other count.
   template <bool pending>
   [[gnu::always_inline]] void release_granules(Region& r, std::uint64_t addr, std::uint64_t size) {
@@ -331,31 +414,30 @@ struct DevicePool::Impl {
     for (std::uint64_t g = first; g <= last; ++g) {
       if (--counts[g] == 0 && others[g] == 0) {
         st.cached_bytes += granule;
-        if (!(r.flags[g] & kListed)) {
-          r.flags[g] |= kListed;
-          r.cached_list.push_back(static_cast<std::uint32_t>(g));
-        }
+        list_cached(r, g);
       }
     }
     if (st.cached_bytes > options.release_threshold) {
       for (std::uint64_t g = first; g <= last && st.cached_bytes > options.release_threshold; ++g) {
-        if (!r.in_use(g) && (r.flags[g] & kMapped)) unmap_granule(r, g);
+        if (!r.in_use(g) && (r.flags[g] & kMapped)) queue_unmap(r, g);
       }
     }
   }
 
-  bool unmap_granule(Region& r, std::uint64_t g) {
-    if (!backend.unmap(r.base + g * granule, granule).ok()) return false;
-    r.flags[g] &= static_cast<std::uint8_t>(~kMapped);
+  // Cached granule g of r goes to the driver: from here it counts as neither
+  // reserved nor cached, and it stays busy until its unmap returns (commit_unmaps).
+  void queue_unmap(Region& r, std::uint64_t g) {
+    r.flags[g] = static_cast<std::uint8_t>((r.flags[g] & ~kMapped) | kBusy);
     st.reserved_bytes -= granule;
     st.cached_bytes -= granule;
-    ++st.unmaps;
-    return true;
+    unmapping_bytes += granule;
+    ++busy_granules;
+    queued.push_back({static_cast<std::uint8_t>(&r - regions.data()), static_cast<std::uint32_t>(g)});
   }
 
-  // Unmaps every mapped granule that no block touches (or, unless `all`, only
-  // down to the release threshold). O(granules that became cached since the last
-  // call), not O(capacity).
+  // Queues the unmap of every mapped granule that no block touches (or, unless
+  // `all`, only down to the release threshold). O(granules that became cached
+  // since the last call), not O(capacity).
   void unmap_unused(bool all) {
     for (Region& r : regions) {
       auto& list = r.cached_list;
@@ -364,14 +446,73 @@ struct DevicePool::Impl {
         const std::uint32_t g = list[i];
         const bool cached = (r.flags[g] & kMapped) && !r.in_use(g);
         const bool wanted = all || st.cached_bytes > options.release_threshold;
-        if (cached && (!wanted || !unmap_granule(r, g))) {
+        if (cached && !wanted) {
           list[kept++] = g;  // stays cached, stays listed
           continue;
         }
+        if (cached) queue_unmap(r, g);
         r.flags[g] &= static_cast<std::uint8_t>(~kListed);
       }
       list.resize(kept);
     }
+  }
+
+  // --- the lock and the driver -------------------------------------------------
+
+  // The one way the pool lock is released inside an operation (the caller holds
+  // mu, through a guard, and holds it again on return). The unmaps queued under it
+  // run first, outside it, then `work(unmapped_all)` (false when one of those
+  // unmaps failed); both are committed once the lock is back.
+  template <class Work>
+  void without_lock(Work&& work) {
+    std::vector<Unmap> jobs;
+    jobs.swap(queued);  // nothing queued outlives the critical section that queued it
+    mu.unlock();
+    bool all = true;
+    for (Unmap& u : jobs) {
+      u.ok = backend.unmap(regions[u.region].base + std::uint64_t{u.granule} * granule, granule).ok();
+      all &= u.ok;
+    }
+    work(all);
+    mu.lock();
+    if (!jobs.empty()) commit_unmaps(jobs);
+  }
+  // Runs what is queued before a public operation returns.
+  void settle() {
+    if (!queued.empty()) without_lock([](bool) {});
+  }
+
+  void commit_unmaps(const std::vector<Unmap>& jobs) {
+    for (const Unmap& u : jobs) {
+      Region& r = regions[u.region];
+      r.flags[u.granule] &= static_cast<std::uint8_t>(~kBusy);
+      unmapping_bytes -= granule;
+      --busy_granules;
+      if (u.ok) {
+        ++st.unmaps;
+        continue;
+      }
+      r.flags[u.granule] |= kMapped;  // still mapped: cached again
+      st.reserved_bytes += granule;
+      st.cached_bytes += granule;
+      list_cached(r, u.granule);
+    }
+    driver_done();
+  }
+
+  void driver_done() {
+    driver_epoch.fetch_add(1, std::memory_order_release);
+    if (driver_waiters > 0) driver_epoch.notify_all();
+  }
+
+  // Sleeps without the lock until a driver call of another caller commits. Called
+  // after a fit found its granules busy: that caller runs the call now (queued is
+  // empty whenever the lock is free) and commits under the lock, after `seen`.
+  void await_driver() {
+    const std::uint32_t seen = driver_epoch.load(std::memory_order_relaxed);
+    ++driver_waiters;
+    without_lock([&](bool) { driver_epoch.wait(seen, std::memory_order_acquire); });
+    --driver_waiters;
   }
 
   // --- blocks ---------------------------------------------------------------
@@ -692,9 +833,14 @@ struct DevicePool::Impl {
     return (regions.size() > 1 && size > options.small_limit) ? 1 : 0;
   }
 
+  // try_fit's answers besides a block: no place fits, or the place found lies on
+  // granules a driver call of another caller is mapping or unmapping (wait, then fit again).
+  static constexpr std::uint32_t kNoFit = kNoBlock;
+  static constexpr std::uint32_t kRetry = kNoBlock - 1;
+
   // Where a block of `size` goes: the offset allocator's quick fit when it lands
   // in granules live blocks use already (the hot path), else fit_scan.
-  [[gnu::always_inline]] std::optional<std::uint32_t> try_fit(std::uint64_t size) {
+  [[gnu::always_inline]] std::uint32_t try_fit(std::uint64_t size) {
     const std::uint8_t ri = region_for(size);
     Region& r = regions[ri];
     auto a = r.space.allocate(size / kAlign);
@@ -702,10 +848,28 @@ struct DevicePool::Impl {
     const std::uint64_t addr = r.base + a->offset * kAlign;
     const std::uint64_t fresh = new_granules(r, addr, size);
     if (fresh > 0) return fit_scan(size, ri, a->node, fresh);
-    // The hot path: every granule under the block is in use, so mapped already.
+    // The hot path: every granule under the block is in use, so mapped already,
+    // unless another caller's map of it is still running.
     auto [first, last] = granule_span(r, addr, size);
+    if (busy_granules != 0 && span_busy(r, first, last)) [[unlikely]] {
+      r.space.free(a->node);
+      return kRetry;
+    }
     for (std::uint64_t g = first; g <= last; ++g) ++r.refs[g];
     return place(ri, *a, addr, size);
+  }
+
+  // try_fit until no driver call of another caller is in the way.
+  std::uint32_t fit(std::uint64_t size) {
+    return fit_again(size, try_fit(size));
+  }
+  std::uint32_t fit_again(std::uint64_t size, std::uint32_t b) {
+    while (b == kRetry) {
+      await_driver();
+      retire_pending();
+      b = try_fit(size);
+    }
+    return b;
   }
 
   // A place for a block: free node `node` of `region`, at `offset` (units).
@@ -758,20 +922,23 @@ struct DevicePool::Impl {
   // The quick fit's node `quick` of region `ri` (kNone: there was none) would
   // touch `fresh` unused granules: place the block by scan_placement instead.
   // Scalar arguments only, so the hot path that calls it builds no argument frame.
-  [[gnu::noinline]] std::optional<std::uint32_t> fit_scan(std::uint64_t size, std::uint8_t ri, std::uint32_t quick,
-                                                          std::uint64_t fresh) {
+  [[gnu::noinline]] std::uint32_t fit_scan(std::uint64_t size, std::uint8_t ri, std::uint32_t quick,
+                                           std::uint64_t fresh) {
     if (quick != detail::OffsetAllocator::kNone) regions[ri].space.free(quick);
+    // Unmaps queued in this critical section run before any map: the capacity counts on them.
+    settle();
     const Placement best = scan_placement(ri, size);
-    if (best.node == detail::OffsetAllocator::kNone) return std::nullopt;
+    if (best.node == detail::OffsetAllocator::kNone) return kNoFit;
     ri = best.region;
     const auto a = regions[ri].space.allocate_range(best.node, best.offset, size / kAlign);
-    if (best.fresh < fresh) ++st.tight_fits;
     Region& r = regions[ri];
     const std::uint64_t addr = r.base + a.offset * kAlign;
-    if (!reference_granules(r, addr, size, best.fresh).ok()) {
+    const Referenced referenced = reference_granules(r, addr, size, best.fresh);
+    if (referenced != Referenced::yes) {
       r.space.free(a.node);
-      return std::nullopt;
+      return referenced == Referenced::busy ? kRetry : kNoFit;
     }
+    if (best.fresh < fresh) ++st.tight_fits;
     return place(ri, a, addr, size);
   }
 
@@ -821,37 +988,39 @@ struct DevicePool::Impl {
   // bind, then the block is stream-ordered on `stream` (I3): work it inherited on
   // other streams gets an event wait each, enqueued with no pool lock held
   // (submit takes the stream's lock, then lease() takes the pool's).
-  [[gnu::always_inline]] Result<DeviceHandle> bind_ordered(std::unique_lock<detail::FutexMutex>& lock,
-                                                           std::uint32_t b, std::uint64_t size,
+  [[gnu::always_inline]] Result<DeviceHandle> bind_ordered(std::uint32_t b, std::uint64_t size,
                                                            std::uint64_t requested, StreamId stream) {
     const DeviceHandle h = bind(b, size, requested, stream);
-    if (!blocks[b].leased) [[likely]] {  // the hot path: it inherited no work
+    if (!blocks[b].leased && queued.empty()) [[likely]] {  // the hot path: it inherited no work
       check();
       return h;
     }
-    return order_inherited(lock, h, stream);
+    return order_inherited(h, stream);
   }
-  [[gnu::noinline]] Result<DeviceHandle> order_inherited(std::unique_lock<detail::FutexMutex>& lock,
-                                                         DeviceHandle h, StreamId stream) {
-    const UseSet foreign = foreign_points(h.slot, stream);
-    check();
-    if (foreign.empty()) return h;
-    lock.unlock();
+  [[gnu::noinline]] Result<DeviceHandle> order_inherited(DeviceHandle h, StreamId stream) {
+    const UseSet foreign = blocks[h.slot].leased ? foreign_points(h.slot, stream) : UseSet{};
+    if (foreign.empty()) {
+      settle();
+      check();
+      return h;
+    }
     Ticket last = 0;
     Result<void> ordered;
-    for (const StreamPoint& point : foreign.points()) {
-      Result<Ticket> t = order_after(stream, point);
-      if (!t.ok()) {
-        ordered = std::move(t).error();
-        break;
+    without_lock([&](bool) {
+      for (const StreamPoint& point : foreign.points()) {
+        Result<Ticket> t = order_after(stream, point);
+        if (!t.ok()) {
+          ordered = std::move(t).error();
+          break;
+        }
+        last = std::max(last, *t);
       }
-      last = std::max(last, *t);
-    }
-    lock.lock();
+    });
     // Only a forged copy of h can have freed the block meanwhile: then nothing is left to order.
     const std::uint32_t b = find_block(h);
     if (!ordered.ok()) {
       if (b != kNoBlock) release_handle(b);  // backend_error: nothing allocated
+      settle();
       check();
       return std::move(ordered).error();
     }
@@ -966,24 +1135,21 @@ struct DevicePool::Impl {
   }
 
   // allocate() after a failed fit (`size`: the rounded request).
-  [[gnu::noinline]] Result<DeviceHandle> survive_pressure(std::unique_lock<detail::FutexMutex>& lock,
-                                                          std::uint64_t bytes, std::uint64_t size,
-                                                          StreamId stream) {
+  [[gnu::noinline]] Result<DeviceHandle> survive_pressure(std::uint64_t bytes, std::uint64_t size, StreamId stream) {
     // I4: survive pressure before reporting it.
     ++st.reclaims;
     auto succeed = [&](std::uint32_t b) {
       ++st.ooms_survived;
-      return bind_ordered(lock, b, size, bytes, stream);
+      return bind_ordered(b, size, bytes, stream);
     };
     // 1. Dispatch held commands, so held work can complete and release its leases.
     //    No pool lock while the backend works.
-    lock.unlock();
-    Result<void> flushed = backend.flush_all();
-    lock.lock();
+    Result<void> flushed;
+    without_lock([&](bool) { flushed = backend.flush_all(); });
     if (!flushed.ok()) return std::move(flushed).error();
     // 2. Reuse frees whose work has completed.
     retire_pending();
-    if (auto b = try_fit(size)) return succeed(*b);
+    if (const std::uint32_t b = fit(size); b != kNoFit) return succeed(b);
     // 3. Cached free memory is released by every fit as it needs the room
     //    (reference_granules), so no retry here could place differently.
     // 4. Wait (bounded) for in-flight frees, then retry.
@@ -993,14 +1159,14 @@ struct DevicePool::Impl {
       for (auto& list : pending_on)
         for (std::uint32_t b : list) in_flight.merge(leases[b].uses);
       if (in_flight.empty()) break;
-      lock.unlock();  // waiting holds no lock another caller needs
-      Result<void> waited = order.wait(in_flight);
-      lock.lock();
+      Result<void> waited;  // waiting holds no lock another caller needs
+      without_lock([&](bool) { waited = order.wait(in_flight); });
       retire_pending();
-      if (auto b = try_fit(size)) return succeed(*b);
+      if (const std::uint32_t b = fit(size); b != kNoFit) return succeed(b);
       if (!waited.ok()) break;
     }
     ++st.ooms;
+    settle();
     check();
     return make_error(ErrorCode::out_of_memory, diagnostic(bytes, stream));
   }
@@ -1097,6 +1263,10 @@ struct DevicePool::Impl {
       auto& counts = blk.state == BlockState::live ? refs : pending_refs;
       for (std::uint64_t g = first; g <= last; ++g) ++counts[blk.region][g];
     }
+    for (const Mapping& m : mapping) {  // a placement being mapped holds references, no block yet
+      auto [first, last] = granule_span(regions[m.region], m.addr, m.size);
+      for (std::uint64_t g = first; g <= last; ++g) ++refs[m.region][g];
+    }
     // Pending blocks are disjoint from each other and from every live block: a
     // live block's range overlapping one would mean placement skipped inheriting it.
     std::uint64_t indexed = 0;
@@ -1124,7 +1294,7 @@ struct DevicePool::Impl {
     if (live != st.allocated_bytes) return fail("allocated_bytes disagrees with live blocks");
     if (requested != st.requested_bytes) return fail("requested_bytes disagrees with live blocks");
     if (pending != st.pending_free_bytes) return fail("pending_free_bytes disagrees with pending blocks");
-    std::uint64_t mapped = 0, cached = 0;
+    std::uint64_t mapped = 0, cached = 0, busy = 0, unmapping = 0;
     for (std::size_t ri = 0; ri < regions.size(); ++ri) {
       const Region& r = regions[ri];
       std::uint64_t listed = 0;
@@ -1133,7 +1303,12 @@ struct DevicePool::Impl {
         if (r.refs[g] != refs[ri][g]) return fail("granule reference count wrong");
         if (r.pending_refs[g] != pending_refs[ri][g]) return fail("granule pending reference count wrong");
         if (r.in_use(g) && !is_mapped) return fail("a block touches an unmapped granule");
-        if (r.flags[g] & kFresh) return fail("a granule is left marked fresh");
+        if ((r.flags[g] & kFresh) && !(r.flags[g] & kBusy)) return fail("a granule is left marked fresh");
+        if (r.flags[g] & kBusy) {
+          ++busy;
+          if (!is_mapped) unmapping += granule;
+          if (is_mapped != r.in_use(g)) return fail("a busy granule is unmapped in use, or mapped for nobody");
+        }
         if (r.flags[g] & kListed) ++listed;
         if (is_mapped) mapped += granule;
         if (is_mapped && !r.in_use(g)) {
@@ -1144,6 +1319,10 @@ struct DevicePool::Impl {
       if (listed != r.cached_list.size()) return fail("cached list and listed flags disagree");
     }
     if (mapped != st.reserved_bytes) return fail("reserved_bytes disagrees with mapped granules");
+    if (busy != busy_granules || unmapping != unmapping_bytes)
+      return fail("busy granule counts disagree with the busy flags");
+    for (const Unmap& u : queued)
+      if ((regions[u.region].flags[u.granule] & (kBusy | kMapped)) != kBusy) return fail("a queued unmap is not busy");
     if (cached != st.cached_bytes) return fail("cached_bytes disagrees with unused mapped granules");
     if (st.reserved_bytes > capacity) return fail("reserved exceeds capacity");
     if (retired != retired_slots) return fail("retired slot count wrong");
@@ -1163,12 +1342,15 @@ StreamOrder& DevicePool::order() noexcept { return impl_->order; }
 Result<DeviceHandle> DevicePool::allocate(std::uint64_t bytes, StreamId stream) {
   Impl& p = *impl_;
   if (!p.status.ok() || bytes == 0 || stream >= kMaxStreams) [[unlikely]] return p.refuse(bytes, stream);
-  std::unique_lock lock(p.mu);
+  std::lock_guard lock(p.mu);
   if (bytes > p.capacity) [[unlikely]] return p.too_large(bytes, stream);
   const std::uint64_t size = (bytes + kAlign - 1) / kAlign * kAlign;
   p.retire_pending();
-  if (auto b = p.try_fit(size)) [[likely]] return p.bind_ordered(lock, *b, size, bytes, stream);
-  return p.survive_pressure(lock, bytes, size, stream);
+  std::uint32_t b = p.try_fit(size);
+  if (b < Impl::kRetry) [[likely]] return p.bind_ordered(b, size, bytes, stream);
+  b = p.fit_again(size, b);
+  if (b != Impl::kNoFit) return p.bind_ordered(b, size, bytes, stream);
+  return p.survive_pressure(bytes, size, stream);
 }
 
 Result<void> DevicePool::free(DeviceHandle handle) {
@@ -1177,6 +1359,7 @@ Result<void> DevicePool::free(DeviceHandle handle) {
   const std::uint32_t b = p.find_block(handle);
   if (b == kNoBlock) return p.stale(handle);
   p.release_handle(b);
+  if (!p.queued.empty()) [[unlikely]] p.settle();
   // A free moves bytes from live to pending or releases them: no peak can rise.
   p.check();
   return {};
@@ -1230,6 +1413,7 @@ Result<void> DevicePool::trim() {
   ++p.st.reclaims;
   p.retire_pending();
   p.unmap_unused(/*all=*/true);
+  p.settle();
   p.check();
   return {};
 }
@@ -1240,6 +1424,7 @@ PoolStats DevicePool::stats() const {
   Impl& p = *impl_;
   std::lock_guard lock(p.mu);
   p.retire_pending();
+  p.settle();
   p.st.active_bytes = p.st.allocated_bytes + p.st.pending_free_bytes;
   return p.st;
 }
@@ -1259,6 +1444,7 @@ std::uint64_t DevicePool::largest_free_extent() const {
   Impl& p = *impl_;
   std::lock_guard lock(p.mu);
   p.retire_pending();
+  p.settle();
   return p.largest_free_extent();
 }
 
@@ -1266,6 +1452,7 @@ std::vector<BlockInfo> DevicePool::snapshot() const {
   Impl& p = *impl_;
   std::lock_guard lock(p.mu);
   p.retire_pending();
+  p.settle();
   std::vector<BlockInfo> out;
   for (const Impl::Block& blk : p.blocks) {
     if (!Impl::has_block(blk)) continue;
@@ -1283,6 +1470,7 @@ std::vector<SegmentInfo> DevicePool::segments() const {
   Impl& p = *impl_;
   std::lock_guard lock(p.mu);
   p.retire_pending();
+  p.settle();
   std::vector<SegmentInfo> out;
   for (std::size_t ri = 0; ri < p.regions.size(); ++ri) {
     const Impl::Region& r = p.regions[ri];
@@ -1325,6 +1513,11 @@ bool detail::PoolTestAccess::set_free_slot_generation(DevicePool& pool, std::uin
   if (slot >= p.blocks.size() || p.blocks[slot].state != DevicePool::Impl::BlockState::spare || generation == 0) return false;
   p.blocks[slot].generation = generation;
   return true;
+}
+
+std::uint32_t detail::PoolTestAccess::driver_waiters(const DevicePool& pool) {
+  std::lock_guard lock(pool.impl_->mu);
+  return pool.impl_->driver_waiters;
 }
 
 bool DevicePool::validate(std::string* why) const {

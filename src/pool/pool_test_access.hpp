@@ -13,6 +13,9 @@ struct PoolTestAccess {
   // the slot hands it out at `generation`. False when the slot is not free or
   // `generation` is 0.
   static bool set_free_slot_generation(DevicePool& pool, std::uint32_t slot, std::uint32_t generation);
+  // Callers asleep until another caller's map or unmap returns (a test waits for
+  // one to be there before it lets the driver call go).
+  static std::uint32_t driver_waiters(const DevicePool& pool);
 };
 
 }  // namespace ferry::detail

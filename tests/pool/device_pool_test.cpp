@@ -4,7 +4,13 @@
 
 #include <gtest/gtest.h>
 
+#include <condition_variable>
+#include <functional>
+#include <future>
+#include <mutex>
+#include <optional>
 #include <random>
+#include <set>
 #include <thread>
 
 #include "backend_fixture.hpp"
@@ -593,6 +599,242 @@ TEST(DevicePoolCapacity, DefaultsToWhatIsAvailableAndWithoutVmmNeverAsksForMore)
   DevicePool none(order);
   ASSERT_FALSE(none.status().ok());
   EXPECT_EQ(none.status().error().code, ErrorCode::out_of_memory) << none.status().error().message;
+}
+
+}  // namespace
+}  // namespace ferry
+
+namespace ferry {
+namespace {
+
+// A device whose next map or unmap can be held inside the driver call, so that a
+// test acts while the pool has handed a driver call off (issue 13: driver calls
+// run outside the pool lock). It remembers which granules are mapped.
+class GatedDriver final : public ForwardingBackend {
+ public:
+  enum class Call { map, unmap };
+  using ForwardingBackend::ForwardingBackend;
+
+  // The next `call` blocks until open(); with `fail`, it then fails without mapping.
+  void arm(Call call, bool fail = false) {
+    std::lock_guard lock(mu_);
+    armed_ = call;
+    fail_ = fail;
+  }
+  void wait_until_held() {
+    std::unique_lock lock(mu_);
+    cv_.wait(lock, [&] { return held_; });
+  }
+  void open() {
+    std::lock_guard lock(mu_);
+    open_ = true;
+    cv_.notify_all();
+  }
+  bool is_mapped(std::uint64_t addr) {
+    std::lock_guard lock(mu_);
+    const std::uint64_t g = info().granularity;
+    return mapped_.count(addr / g * g) > 0;
+  }
+
+  Result<void> map(std::uint64_t addr, std::uint64_t bytes) override {
+    if (gate(Call::map)) return make_error(ErrorCode::out_of_memory, "GatedDriver: the held map fails");
+    Result<void> r = inner_.map(addr, bytes);
+    if (r.ok()) note(addr, bytes, true);
+    return r;
+  }
+  Result<void> unmap(std::uint64_t addr, std::uint64_t bytes) override {
+    (void)gate(Call::unmap);
+    Result<void> r = inner_.unmap(addr, bytes);
+    if (r.ok()) note(addr, bytes, false);
+    return r;
+  }
+
+ private:
+  // Holds the call if it is the armed one; true when it is to fail.
+  bool gate(Call call) {
+    std::unique_lock lock(mu_);
+    if (armed_ != call) return false;
+    armed_.reset();
+    held_ = true;
+    cv_.notify_all();
+    cv_.wait(lock, [&] { return open_; });
+    return fail_;
+  }
+  void note(std::uint64_t addr, std::uint64_t bytes, bool mapped) {
+    std::lock_guard lock(mu_);
+    const std::uint64_t g = info().granularity;
+    for (std::uint64_t a = addr; a < addr + bytes; a += g) mapped ? (void)mapped_.insert(a) : (void)mapped_.erase(a);
+  }
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::optional<Call> armed_;
+  bool held_ = false, open_ = false, fail_ = false;
+  std::set<std::uint64_t> mapped_;
+};
+
+class DevicePoolThreads : public ::testing::Test {
+ protected:
+  void SetUp() override { fresh(); }
+  // A new device, gate and order; the pool goes first, as it uses them.
+  void fresh() {
+    pool_.reset();
+    order_.reset();
+    driver_.reset();
+    sim_ = testing::make_backend("sim");
+    ASSERT_NE(sim_, nullptr);
+    driver_ = std::make_unique<GatedDriver>(*sim_);
+    order_ = std::make_unique<StreamOrder>(*driver_);
+  }
+  DevicePool& pool(std::uint64_t release_threshold = std::uint64_t{256} << 20, std::uint64_t capacity = 0) {
+    PoolOptions o;
+    o.capacity = capacity;
+    o.release_threshold = release_threshold;
+    o.validate_each_op = true;  // every operation of the other threads checks the state mid-call
+    pool_ = std::make_unique<DevicePool>(*order_, o);
+    EXPECT_TRUE(pool_->status().ok());
+    return *pool_;
+  }
+  std::uint64_t granule() const { return sim_->info().granularity; }
+  std::uint64_t granule_of(DeviceHandle h) const { return pool_->resolve(h)->addr / granule(); }
+  // Runs `probe` on another thread; false when it did not finish while the driver
+  // call was held (the pool lock was held across it). The bound only limits how
+  // long a broken pool hangs the test: a working one finishes with no waiting.
+  static bool finishes(std::function<void()> probe, std::thread& runner) {
+    auto done = std::make_shared<std::promise<void>>();
+    std::future<void> f = done->get_future();
+    runner = std::thread([probe = std::move(probe), done] {
+      probe();
+      done->set_value();
+    });
+    return f.wait_for(std::chrono::seconds(60)) == std::future_status::ready;
+  }
+  // Waits (yielding, not sleeping) until a caller sleeps for a driver call, or `done`.
+  void wait_for_a_waiter(const std::atomic<bool>& done) const {
+    while (!done && detail::PoolTestAccess::driver_waiters(*pool_) == 0) std::this_thread::yield();
+  }
+  void expect_valid() const {
+    std::string why;
+    EXPECT_TRUE(pool_->validate(&why)) << why;
+  }
+  void TearDown() override { pool_.reset(); }
+
+  std::unique_ptr<Backend> sim_;
+  std::unique_ptr<GatedDriver> driver_;
+  std::unique_ptr<StreamOrder> order_;
+  std::unique_ptr<DevicePool> pool_;
+};
+
+// While one thread's map runs, every other operation on the pool goes on: nothing
+// holds the pool lock across the driver call.
+TEST_F(DevicePoolThreads, AMapRunsWithoutThePoolLock) {
+  DevicePool& p = pool();
+  auto resident = p.allocate(4 * KiB, 0);  // maps granule 0 of the small range, before the gate is armed
+  ASSERT_TRUE(resident.ok());
+  driver_->arm(GatedDriver::Call::map);
+  Result<DeviceHandle> big = make_error(ErrorCode::backend_error, "not run");
+  const std::uint64_t big_bytes = 2 * MiB;  // in the large range: granules of its own
+  std::thread mapper([&] { big = p.allocate(big_bytes, 1); });
+  driver_->wait_until_held();
+
+  std::thread prober;
+  const bool went_on = finishes([&] {
+    auto beside = p.allocate(4 * KiB, 2);  // in granule 0: mapped already
+    ASSERT_TRUE(beside.ok()) << beside.error().message;
+    EXPECT_EQ(granule_of(*beside), granule_of(*resident));
+    const PoolStats s = p.stats();
+    EXPECT_EQ(s.reserved_bytes, granule() + big_bytes) << "granules being mapped count as reserved";
+    EXPECT_EQ(s.allocated_bytes, 2 * 4 * KiB) << "the block being mapped is not allocated yet";
+    expect_valid();
+    EXPECT_TRUE(p.free(*beside).ok());
+  }, prober);
+  EXPECT_TRUE(went_on) << "an operation waited for another thread's map: the pool lock was held across it";
+  driver_->open();
+  mapper.join();
+  prober.join();
+  ASSERT_TRUE(big.ok()) << big.error().message;
+  for (std::uint64_t a = 0; a < big_bytes; a += granule()) EXPECT_TRUE(driver_->is_mapped(p.resolve(*big)->addr + a));
+  EXPECT_EQ(p.stats().maps, 2u);
+  expect_valid();
+}
+
+// A block placed on a granule another thread is still mapping waits for the map,
+// and is handed out only once its memory is there.
+TEST_F(DevicePoolThreads, AnAllocationOnAGranuleBeingMappedWaitsForTheMap) {
+  for (const bool map_fails : {false, true}) {
+    SCOPED_TRACE(map_fails ? "the map waited for fails" : "the map waited for succeeds");
+    DevicePool& p = pool();
+    driver_->arm(GatedDriver::Call::map, map_fails);
+    Result<DeviceHandle> first = make_error(ErrorCode::backend_error, "not run");
+    std::thread mapper([&] { first = p.allocate(granule() + granule() / 2, 0); });  // granules 0 and 1
+    driver_->wait_until_held();
+
+    std::atomic<bool> done{false};
+    bool mapped_when_returned = false;
+    Result<DeviceHandle> second = make_error(ErrorCode::backend_error, "not run");
+    std::thread waiter([&] {
+      second = p.allocate(granule() / 4, 1);  // the free half of granule 1
+      if (second.ok()) mapped_when_returned = driver_->is_mapped(p.resolve(*second)->addr);
+      done = true;
+    });
+    wait_for_a_waiter(done);
+    EXPECT_FALSE(done) << "the allocation returned while its granule's map was still held";
+    driver_->open();
+    mapper.join();
+    waiter.join();
+    ASSERT_TRUE(first.ok()) << first.error().message;  // a failed map is retried under pressure
+    ASSERT_TRUE(second.ok()) << second.error().message;
+    EXPECT_TRUE(mapped_when_returned);
+    // After a failed map the two race for the place again; after a good one they share granule 1.
+    if (!map_fails) {
+      EXPECT_EQ(granule_of(*second), granule_of(*first) + 1) << "the test meant them to share it";
+    }
+    expect_valid();
+    fresh();
+  }
+}
+
+// A free's unmap runs without the pool lock too. A placement that needs the
+// granule's memory waits for the unmap: with a capacity of two granules, one of
+// them being unmapped, the only room is what that unmap returns.
+TEST_F(DevicePoolThreads, AnUnmapRunsWithoutThePoolLockAndAReuseWaitsForIt) {
+  DevicePool& p = pool(/*release_threshold=*/0, /*capacity=*/2 * granule());
+  auto gone = p.allocate(granule(), 0);  // granule 0
+  auto kept = p.allocate(granule(), 0);  // granule 1
+  ASSERT_TRUE(gone.ok() && kept.ok());
+  ASSERT_NE(granule_of(*gone), granule_of(*kept));
+  driver_->arm(GatedDriver::Call::unmap);
+  std::thread freer([&] { EXPECT_TRUE(p.free(*gone).ok()); });
+  driver_->wait_until_held();
+
+  std::thread prober;
+  const bool went_on = finishes([&] {
+    EXPECT_TRUE(p.resolve(*kept).ok());
+    EXPECT_EQ(p.stats().reserved_bytes, granule()) << "a granule being unmapped is not reserved";
+    expect_valid();
+  }, prober);
+  EXPECT_TRUE(went_on) << "an operation waited for another thread's unmap: the pool lock was held across it";
+
+  std::atomic<bool> done{false};
+  bool mapped_when_returned = false;
+  Result<DeviceHandle> reuse = make_error(ErrorCode::backend_error, "not run");
+  std::thread waiter([&] {
+    reuse = p.allocate(granule() / 2, 1);
+    if (reuse.ok()) mapped_when_returned = driver_->is_mapped(p.resolve(*reuse)->addr);
+    done = true;
+  });
+  wait_for_a_waiter(done);
+  EXPECT_FALSE(done) << "the allocation returned while its granule's unmap was still held";
+  driver_->open();
+  freer.join();
+  prober.join();
+  waiter.join();
+  ASSERT_TRUE(reuse.ok()) << reuse.error().message;
+  EXPECT_TRUE(mapped_when_returned);
+  const PoolStats s = p.stats();
+  EXPECT_EQ(s.unmaps, 1u);
+  EXPECT_EQ(s.reserved_bytes, 2 * granule());
+  expect_valid();
 }
 
 }  // namespace
