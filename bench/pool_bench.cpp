@@ -6,12 +6,16 @@
 #include <benchmark/benchmark.h>
 #include <sys/resource.h>
 
+#include <atomic>
+#include <chrono>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "core/offset_allocator.hpp"
 #include "replay/synthetic_traces.hpp"
 #include "ferry/device_pool.hpp"
+#include "ferry/forwarding_backend.hpp"
 #include "ferry/replay.hpp"
 #include "ferry/sim_backend.hpp"
 
@@ -127,6 +131,66 @@ void BM_ChurnOffsetAllocator(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations());
 }
 BENCHMARK(BM_ChurnOffsetAllocator)->Iterations(kChurnIterations);
+
+// The churn loop beside a thread that maps: it allocates and frees a 16 MiB block on
+// a pool that caches nothing (release threshold 0), so every cycle maps eight fresh
+// granules in one call and unmaps them, through a device
+// whose maps of 8 MiB or more take arg 0 µs (a stand-in for cuMemCreate + cuMemMap +
+// cuMemSetAccess of a run on a GPU; the churn's own maps of a granule or two stay as
+// fast as the sim's). With the driver calls under the pool lock (before issue 13)
+// the churn thread waited for each of them. Real time per churn pair; counter
+// `mapper_cycles_per_s`.
+class SlowDriver final : public ForwardingBackend {
+ public:
+  SlowDriver(Backend& inner, std::chrono::microseconds delay) : ForwardingBackend(inner), delay_(delay) {}
+  Result<void> map(std::uint64_t addr, std::uint64_t bytes) override {
+    if (bytes >= (std::uint64_t{8} << 20)) std::this_thread::sleep_for(delay_);
+    return inner_.map(addr, bytes);
+  }
+
+ private:
+  std::chrono::microseconds delay_;
+};
+
+void BM_ChurnBesideSlowMaps(benchmark::State& state) {
+  auto sim = make_sim_backend({*find_profile("h200"), 1, {}});
+  SlowDriver slow(*sim, std::chrono::microseconds(state.range(0)));
+  StreamOrder order(slow);
+  PoolOptions o;
+  o.release_threshold = 0;
+  DevicePool pool(order, o);
+  synthetic::Churn churn(kChurnLive, 256, 1 << 20, 42);
+  std::vector<DeviceHandle> live(kChurnLive);
+  for (std::size_t i = 0; i < kChurnLive; ++i) live[i] = *pool.allocate(churn.initial(i), 0);
+  std::atomic<bool> stop{false};
+  std::atomic<std::uint64_t> cycles{0};
+  std::thread mapper([&] {
+    while (!stop.load(std::memory_order_relaxed)) {
+      Result<DeviceHandle> h = pool.allocate(std::uint64_t{16} << 20, 1);
+      if (h.ok()) (void)pool.free(*h);
+      cycles.fetch_add(1, std::memory_order_relaxed);
+    }
+  });
+  const auto t0 = std::chrono::steady_clock::now();
+  for (auto _ : state) {
+    const synthetic::Churn::Step step = churn.next();
+    (void)pool.free(live[step.victim]);
+    Result<DeviceHandle> h = pool.allocate(step.bytes, 0);
+    if (!h.ok()) {
+      state.SkipWithError(h.error().message.c_str());
+      break;
+    }
+    live[step.victim] = *h;
+  }
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  stop = true;
+  mapper.join();
+  state.SetItemsProcessed(state.iterations());
+  state.counters["mapper_cycles_per_s"] = double(cycles.load()) / seconds;
+  state.counters["maps"] = double(pool.stats().maps);
+  for (DeviceHandle h : live) (void)pool.free(h);
+}
+BENCHMARK(BM_ChurnBesideSlowMaps)->ArgName("driver_us")->Arg(0)->Arg(20)->Arg(100)->Iterations(200'000)->UseRealTime();
 
 // --- costs that must stay linear in the work (issue 15) ----------------------
 

@@ -837,5 +837,48 @@ TEST_F(DevicePoolThreads, AnUnmapRunsWithoutThePoolLockAndAReuseWaitsForIt) {
   expect_valid();
 }
 
+// Four threads allocate, fill and free on a pool that caches nothing, so maps and
+// unmaps run all the time beside each other's placements. No fill may touch memory
+// that is not mapped (the sim counts such accesses), and the state stays valid.
+TEST_F(DevicePoolThreads, ManyThreadsMapAndUnmapAtOnce) {
+  DevicePool& p = pool(/*release_threshold=*/0, /*capacity=*/64 * granule());
+  std::vector<std::thread> threads;
+  std::atomic<int> failures{0};
+  for (StreamId s = 0; s < 4; ++s) {
+    threads.emplace_back([&, s] {
+      std::mt19937_64 rng(100 + s);
+      std::vector<DeviceHandle> mine;
+      for (int i = 0; i < 400; ++i) {
+        if (mine.size() < 3 || rng() % 2) {
+          auto h = p.allocate(256 + rng() % (3 * granule()), s);
+          if (!h.ok()) {
+            if (h.error().code != ErrorCode::out_of_memory) ++failures;
+            continue;
+          }
+          if (!enqueue_fill(p, s, *h, i).ok()) ++failures;
+          mine.push_back(*h);
+        } else {
+          const std::size_t k = rng() % mine.size();
+          if (!p.free(mine[k]).ok()) ++failures;
+          mine.erase(mine.begin() + static_cast<long>(k));
+        }
+      }
+      for (auto h : mine)
+        if (!p.free(h).ok()) ++failures;
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(failures.load(), 0);
+  ASSERT_TRUE(sim_->synchronize().ok());
+  EXPECT_EQ(sim_->fault_counters().illegal_accesses, 0u) << "work touched memory that was not mapped";
+  const PoolStats st = p.stats();
+  EXPECT_EQ(st.allocated_bytes, 0u);
+  EXPECT_GT(st.unmaps, 100u) << "the test meant maps and unmaps to run all the time";
+  expect_valid();
+  ASSERT_TRUE(p.trim().ok());
+  EXPECT_EQ(p.stats().reserved_bytes, 0u);
+  EXPECT_EQ(sim_->mapped_bytes(), 0u) << "the pool's count and the device's disagree";
+}
+
 }  // namespace
 }  // namespace ferry
