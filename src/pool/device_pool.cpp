@@ -78,6 +78,8 @@ struct DevicePool::Impl {
   // (in use by that placement), without it unmapped (in use by nobody, counted
   // neither reserved nor cached). Nobody places over a busy granule: they wait.
   static constexpr std::uint8_t kBusy = 8;
+  // Cached, and its last unmap failed: evictions pass it over (trim still tries it).
+  static constexpr std::uint8_t kStuck = 16;
 
   // One reserved address range, carved by an offset allocator; physical granules
   // are mapped under it on demand. The per-granule arrays cover the granules used
@@ -152,7 +154,7 @@ struct DevicePool::Impl {
   // Bumped at every commit of driver calls; callers that found a busy granule
   // sleep on it without the lock (await_driver).
   std::atomic<std::uint32_t> driver_epoch{0};
-  std::uint32_t driver_waiters = 0;
+  std::atomic<std::uint32_t> driver_waiters{0};  // written under mu; atomic so tests read it without mu
 
   Impl(StreamOrder& o, PoolOptions opt)
       : order(o), backend(o.backend()), options(opt), id(next_pool_id.fetch_add(1)),
@@ -301,50 +303,71 @@ struct DevicePool::Impl {
     }
     std::uint64_t unused = 0;  // granules no block, live or pending, touches
     for (std::uint64_t g = first; g <= last; ++g) unused += r.in_use(g) ? 0 : 1;
-    if (referenced_bytes() + unused * granule > capacity) return Referenced::no_room;
-    std::uint64_t unmapped = 0;
-    for (std::uint64_t g = first; g <= last; ++g) unmapped += (r.flags[g] & kMapped) ? 0 : 1;
-    // Memory another caller is unmapping is on the device until its call returns.
-    if (unmapped > 0 && unmapping_bytes > 0 &&
-        st.reserved_bytes + unmapping_bytes + unmapped * granule > capacity)
-      return Referenced::busy;
-    if (unmapped > 0 && st.reserved_bytes + unmapped * granule > capacity) {
-      evict_cached(st.reserved_bytes + unmapped * granule - capacity, r, first, last);
+    if (referenced_bytes() + unused * granule > capacity) {
+      // Another caller's maps may yet fail and give their room back: wait for them.
+      const std::uint64_t being_mapped = busy_granules * granule - unmapping_bytes;
+      return referenced_bytes() - being_mapped + unused * granule <= capacity ? Referenced::busy
+                                                                                : Referenced::no_room;
     }
-    // Runs of unmapped granules, mapped with one call each; they count as
-    // reserved from now, so no other placement counts on their room.
+    // Runs of unmapped granules, mapped with one call each. Collected before
+    // anything changes, so that an allocation that throws leaves no trace.
     std::vector<std::pair<std::uint64_t, std::uint64_t>> runs;  // first granule, count
-    for (std::uint64_t g = first; g <= last && unmapped > 0;) {
+    for (std::uint64_t g = first; g <= last;) {
       if (r.flags[g] & kMapped) { ++g; continue; }
       std::uint64_t end = g;
       while (end <= last && !(r.flags[end] & kMapped)) ++end;
       runs.emplace_back(g, end - g);
-      for (std::uint64_t u = g; u < end; ++u) r.flags[u] |= kMapped | kFresh | kBusy;
-      busy_granules += end - g;
-      st.reserved_bytes += (end - g) * granule;
       g = end;
     }
+    const auto ri = static_cast<std::uint8_t>(&r - regions.data());
+    if (!runs.empty()) mapping.push_back({ri, addr, size});
+    // The runs count as reserved from here, so no other placement counts on their room.
+    for (const auto& [g, n] : runs) {
+      for (std::uint64_t u = g; u < g + n; ++u) r.flags[u] |= kMapped | kFresh | kBusy;
+      busy_granules += n;
+      st.reserved_bytes += n * granule;
+    }
     for (std::uint64_t g = first; g <= last; ++g) {
-      if (!(r.flags[g] & kFresh) && !r.in_use(g)) st.cached_bytes -= granule;  // a cached granule is back in use
+      if (!(r.flags[g] & kFresh) && !r.in_use(g)) {  // a cached granule is back in use
+        st.cached_bytes -= granule;
+        r.flags[g] &= static_cast<std::uint8_t>(~kStuck);
+      }
       ++r.refs[g];
     }
     if (runs.empty()) return Referenced::yes;
-    const auto ri = static_cast<std::uint8_t>(&r - regions.data());
-    mapping.push_back({ri, addr, size});
-    bool mapped = false;
-    without_lock([&](bool unmapped_all) {
-      if (!unmapped_all) return;  // the room counted on an unmap that failed
-      for (std::size_t i = 0; i < runs.size(); ++i) {
-        if (!backend.map(r.base + runs[i].first * granule, runs[i].second * granule).ok()) {
-          for (std::size_t k = 0; k < i; ++k)  // all or nothing
-            (void)backend.unmap(r.base + runs[k].first * granule, runs[k].second * granule);
-          return;
-        }
+    std::size_t runs_mapped = 0;
+    Referenced outcome = Referenced::no_room;
+    for (;;) {
+      // Memory another caller is unmapping is on the device until its call returns.
+      if (unmapping_bytes > 0 && st.reserved_bytes + unmapping_bytes > capacity) {
+        outcome = Referenced::busy;
+        break;
       }
-      mapped = true;
-    });
+      // Cached granules elsewhere make the room; one whose unmap fails stays
+      // cached and is passed over (kStuck), so this ends when none is left.
+      if (st.reserved_bytes > capacity && !evict_cached(st.reserved_bytes - capacity, r, first, last)) break;
+      bool unmapped_all = false;
+      without_lock([&](bool all) {
+        unmapped_all = all;
+        if (!all) return;  // the room counted on an unmap that failed: make it again
+        for (; runs_mapped < runs.size(); ++runs_mapped) {
+          const auto& [g, n] = runs[runs_mapped];
+          if (!driver_ok([&] { return backend.map(r.base + g * granule, n * granule); })) {
+            for (std::size_t k = 0; k < runs_mapped; ++k)  // all or nothing
+              (void)driver_ok([&] { return backend.unmap(r.base + runs[k].first * granule, runs[k].second * granule); });
+            return;
+          }
+        }
+      });
+      if (unmapped_all) {
+        if (runs_mapped == runs.size()) outcome = Referenced::yes;
+        break;
+      }
+    }
+    st.maps += runs_mapped;  // successful calls, as counted before a rollback too
     mapping.erase(std::find_if(mapping.begin(), mapping.end(),
                                [&](const Mapping& m) { return m.region == ri && m.addr == addr; }));
+    const bool mapped = outcome == Referenced::yes;
     for (std::uint64_t g = first; g <= last; ++g) {
       if (!(r.flags[g] & kFresh)) {
         if (!mapped) drop_ref(r, g);
@@ -360,10 +383,18 @@ struct DevicePool::Impl {
       }
     }
     driver_done();
-    if (!mapped) return Referenced::no_room;
-    st.maps += runs.size();
-    st.peak_reserved_bytes = std::max(st.peak_reserved_bytes, st.reserved_bytes);
-    return Referenced::yes;
+    if (mapped) st.peak_reserved_bytes = std::max(st.peak_reserved_bytes, st.reserved_bytes);
+    return outcome;
+  }
+
+  // A driver call's success; a throw (the sim's bookkeeping out of memory) is a failure.
+  template <class Call>
+  static bool driver_ok(Call&& call) noexcept {
+    try {
+      return call().ok();
+    } catch (...) {
+      return false;
+    }
   }
 
   // Drops one live reference on granule g; unused, it becomes cached.
@@ -379,9 +410,10 @@ struct DevicePool::Impl {
     r.cached_list.push_back(static_cast<std::uint32_t>(g));
   }
 
-  // Queues the unmap of cached granules until `bytes` are released or none is
-  // left, except granules [keep_first, keep_last] of `keep` (the placement under way).
-  void evict_cached(std::uint64_t bytes, const Region& keep, std::uint64_t keep_first,
+  // Queues the unmap of cached granules until `bytes` are released (true) or none
+  // is left (false), except granules [keep_first, keep_last] of `keep` (the
+  // placement under way) and granules whose last unmap failed.
+  bool evict_cached(std::uint64_t bytes, const Region& keep, std::uint64_t keep_first,
                     std::uint64_t keep_last) {
     std::uint64_t released = 0;
     for (Region& r : regions) {
@@ -390,6 +422,7 @@ struct DevicePool::Impl {
         const std::uint32_t g = list[i];
         const bool cached = (r.flags[g] & kMapped) && !r.in_use(g);
         if (cached && &r == &keep && g >= keep_first && g <= keep_last) continue;
+        if (cached && (r.flags[g] & kStuck)) continue;
         if (cached) {
           queue_unmap(r, g);
           released += granule;
@@ -399,6 +432,7 @@ struct DevicePool::Impl {
         list.pop_back();
       }
     }
+    return released >= bytes;
   }
 
   // Drops the references of a block (live ones in refs, pending ones in
@@ -427,12 +461,12 @@ struct DevicePool::Impl {
   // Cached granule g of r goes to the driver: from here it counts as neither
   // reserved nor cached, and it stays busy until its unmap returns (commit_unmaps).
   void queue_unmap(Region& r, std::uint64_t g) {
-    r.flags[g] = static_cast<std::uint8_t>((r.flags[g] & ~kMapped) | kBusy);
+    queued.push_back({static_cast<std::uint8_t>(&r - regions.data()), static_cast<std::uint32_t>(g)});
+    r.flags[g] = static_cast<std::uint8_t>((r.flags[g] & ~(kMapped | kStuck)) | kBusy);
     st.reserved_bytes -= granule;
     st.cached_bytes -= granule;
     unmapping_bytes += granule;
     ++busy_granules;
-    queued.push_back({static_cast<std::uint8_t>(&r - regions.data()), static_cast<std::uint32_t>(g)});
   }
 
   // Queues the unmap of every mapped granule that no block touches (or, unless
@@ -465,17 +499,25 @@ struct DevicePool::Impl {
   // unmaps failed); both are committed once the lock is back.
   template <class Work>
   void without_lock(Work&& work) {
-    std::vector<Unmap> jobs;
-    jobs.swap(queued);  // nothing queued outlives the critical section that queued it
+    // Takes mu back and commits the unmaps however `work` ends, a throw included,
+    // so that no granule stays busy with no call behind it.
+    struct Relock {
+      Impl& p;
+      std::vector<Unmap> jobs;
+      ~Relock() {
+        p.mu.lock();
+        if (!jobs.empty()) p.commit_unmaps(jobs);
+      }
+    } relock{*this, {}};
+    relock.jobs.swap(queued);  // nothing queued outlives the critical section that queued it
     mu.unlock();
     bool all = true;
-    for (Unmap& u : jobs) {
-      u.ok = backend.unmap(regions[u.region].base + std::uint64_t{u.granule} * granule, granule).ok();
+    for (Unmap& u : relock.jobs) {
+      const std::uint64_t at = regions[u.region].base + std::uint64_t{u.granule} * granule;
+      u.ok = driver_ok([&] { return backend.unmap(at, granule); });
       all &= u.ok;
     }
     work(all);
-    mu.lock();
-    if (!jobs.empty()) commit_unmaps(jobs);
   }
   // Runs what is queued before a public operation returns.
   void settle() {
@@ -492,7 +534,7 @@ struct DevicePool::Impl {
         ++st.unmaps;
         continue;
       }
-      r.flags[u.granule] |= kMapped;  // still mapped: cached again
+      r.flags[u.granule] |= kMapped | kStuck;  // still mapped: cached again, evicted last
       st.reserved_bytes += granule;
       st.cached_bytes += granule;
       list_cached(r, u.granule);
@@ -933,12 +975,12 @@ struct DevicePool::Impl {
     const auto a = regions[ri].space.allocate_range(best.node, best.offset, size / kAlign);
     Region& r = regions[ri];
     const std::uint64_t addr = r.base + a.offset * kAlign;
+    if (best.fresh < fresh) ++st.tight_fits;
     const Referenced referenced = reference_granules(r, addr, size, best.fresh);
     if (referenced != Referenced::yes) {
       r.space.free(a.node);
       return referenced == Referenced::busy ? kRetry : kNoFit;
     }
-    if (best.fresh < fresh) ++st.tight_fits;
     return place(ri, a, addr, size);
   }
 
@@ -1004,6 +1046,7 @@ struct DevicePool::Impl {
       check();
       return h;
     }
+    check();
     Ticket last = 0;
     Result<void> ordered;
     without_lock([&](bool) {
@@ -1309,6 +1352,8 @@ struct DevicePool::Impl {
           if (!is_mapped) unmapping += granule;
           if (is_mapped != r.in_use(g)) return fail("a busy granule is unmapped in use, or mapped for nobody");
         }
+        if ((r.flags[g] & kStuck) && (!is_mapped || r.in_use(g) || (r.flags[g] & kBusy)))
+          return fail("a granule marked stuck is not cached");
         if (r.flags[g] & kListed) ++listed;
         if (is_mapped) mapped += granule;
         if (is_mapped && !r.in_use(g)) {
@@ -1515,9 +1560,9 @@ bool detail::PoolTestAccess::set_free_slot_generation(DevicePool& pool, std::uin
   return true;
 }
 
+// Without the pool lock: a test must see a waiter even when a broken pool holds it.
 std::uint32_t detail::PoolTestAccess::driver_waiters(const DevicePool& pool) {
-  std::lock_guard lock(pool.impl_->mu);
-  return pool.impl_->driver_waiters;
+  return pool.impl_->driver_waiters.load(std::memory_order_relaxed);
 }
 
 bool DevicePool::validate(std::string* why) const {

@@ -635,8 +635,22 @@ class GatedDriver final : public ForwardingBackend {
     const std::uint64_t g = info().granularity;
     return mapped_.count(addr / g * g) > 0;
   }
+  // Unmaps of the granule at `addr` fail (0: none do).
+  void fail_unmaps_of(std::uint64_t addr) {
+    std::lock_guard lock(mu_);
+    stuck_ = addr;
+  }
+  // Maps that reached the device while the armed call was held.
+  int maps_while_held() {
+    std::lock_guard lock(mu_);
+    return maps_while_held_;
+  }
 
   Result<void> map(std::uint64_t addr, std::uint64_t bytes) override {
+    {
+      std::lock_guard lock(mu_);
+      if (held_ && !open_) ++maps_while_held_;
+    }
     if (gate(Call::map)) return make_error(ErrorCode::out_of_memory, "GatedDriver: the held map fails");
     Result<void> r = inner_.map(addr, bytes);
     if (r.ok()) note(addr, bytes, true);
@@ -644,6 +658,11 @@ class GatedDriver final : public ForwardingBackend {
   }
   Result<void> unmap(std::uint64_t addr, std::uint64_t bytes) override {
     (void)gate(Call::unmap);
+    {
+      std::lock_guard lock(mu_);
+      if (stuck_ != 0 && addr <= stuck_ && stuck_ < addr + bytes)
+        return make_error(ErrorCode::backend_error, "GatedDriver: this granule's unmap fails");
+    }
     Result<void> r = inner_.unmap(addr, bytes);
     if (r.ok()) note(addr, bytes, false);
     return r;
@@ -670,6 +689,8 @@ class GatedDriver final : public ForwardingBackend {
   std::condition_variable cv_;
   std::optional<Call> armed_;
   bool held_ = false, open_ = false, fail_ = false;
+  std::uint64_t stuck_ = 0;
+  int maps_while_held_ = 0;
   std::set<std::uint64_t> mapped_;
 };
 
@@ -709,9 +730,15 @@ class DevicePoolThreads : public ::testing::Test {
     });
     return f.wait_for(std::chrono::seconds(60)) == std::future_status::ready;
   }
-  // Waits (yielding, not sleeping) until a caller sleeps for a driver call, or `done`.
+  // Waits (yielding, not sleeping) until a caller sleeps for a driver call, or
+  // `done`. The bound only stops a broken pool (one that holds its lock across the
+  // call, so nobody gets to wait) from hanging the test.
   void wait_for_a_waiter(const std::atomic<bool>& done) const {
-    while (!done && detail::PoolTestAccess::driver_waiters(*pool_) == 0) std::this_thread::yield();
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (!done && detail::PoolTestAccess::driver_waiters(*pool_) == 0) {
+      ASSERT_LT(std::chrono::steady_clock::now(), give_up) << "nobody waited for the held driver call";
+      std::this_thread::yield();
+    }
   }
   void expect_valid() const {
     std::string why;
@@ -747,6 +774,14 @@ TEST_F(DevicePoolThreads, AMapRunsWithoutThePoolLock) {
     EXPECT_EQ(s.allocated_bytes, 2 * 4 * KiB) << "the block being mapped is not allocated yet";
     expect_valid();
     EXPECT_TRUE(p.free(*beside).ok());
+    // A map, a free and a trim of this thread's own (two fresh granules of the small range).
+    auto own = p.allocate(2 * granule(), 2);
+    ASSERT_TRUE(own.ok()) << own.error().message;
+    EXPECT_TRUE(driver_->is_mapped(p.resolve(*own)->addr));
+    EXPECT_TRUE(p.free(*own).ok());
+    EXPECT_TRUE(p.trim().ok());
+    EXPECT_EQ(p.stats().reserved_bytes, granule() + big_bytes);
+    expect_valid();
   }, prober);
   EXPECT_TRUE(went_on) << "an operation waited for another thread's map: the pool lock was held across it";
   driver_->open();
@@ -754,7 +789,7 @@ TEST_F(DevicePoolThreads, AMapRunsWithoutThePoolLock) {
   prober.join();
   ASSERT_TRUE(big.ok()) << big.error().message;
   for (std::uint64_t a = 0; a < big_bytes; a += granule()) EXPECT_TRUE(driver_->is_mapped(p.resolve(*big)->addr + a));
-  EXPECT_EQ(p.stats().maps, 2u);
+  EXPECT_EQ(p.stats().maps, 3u);  // the resident's granule, the big block's run, the prober's run
   expect_valid();
 }
 
@@ -834,6 +869,84 @@ TEST_F(DevicePoolThreads, AnUnmapRunsWithoutThePoolLockAndAReuseWaitsForIt) {
   const PoolStats s = p.stats();
   EXPECT_EQ(s.unmaps, 1u);
   EXPECT_EQ(s.reserved_bytes, 2 * granule());
+  expect_valid();
+}
+
+// Memory another thread is unmapping is still on the device: a map that needs its
+// room waits for the unmap to return, even where the two lie in different ranges.
+// Capacity two granules; the freed block's granule (large range) is being unmapped,
+// the new one (small range) needs a fresh granule.
+TEST_F(DevicePoolThreads, AMapWaitsForTheRoomAnotherThreadsUnmapReturns) {
+  PoolOptions o;
+  o.capacity = 2 * granule();
+  o.release_threshold = 0;
+  o.small_limit = granule() / 4;
+  o.validate_each_op = true;
+  pool_ = std::make_unique<DevicePool>(*order_, o);
+  DevicePool& p = *pool_;
+  auto gone = p.allocate(granule(), 0);  // both in the large range
+  auto kept = p.allocate(granule(), 0);
+  ASSERT_TRUE(gone.ok() && kept.ok());
+  const std::uint64_t gone_granule = granule_of(*gone);
+  driver_->arm(GatedDriver::Call::unmap);
+  std::thread freer([&] { EXPECT_TRUE(p.free(*gone).ok()); });
+  driver_->wait_until_held();
+  std::atomic<bool> done{false};
+  Result<DeviceHandle> small = make_error(ErrorCode::backend_error, "not run");
+  std::thread waiter([&] {
+    small = p.allocate(granule() / 8, 1);
+    done = true;
+  });
+  wait_for_a_waiter(done);
+  EXPECT_FALSE(done) << "the allocation returned while the unmap that makes its room was held";
+  EXPECT_EQ(driver_->maps_while_held(), 0) << "a map went beyond the capacity while an unmap was in flight";
+  driver_->open();
+  freer.join();
+  waiter.join();
+  ASSERT_TRUE(small.ok()) << small.error().message;
+  EXPECT_NE(granule_of(*small), gone_granule) << "the test meant the new block to lie elsewhere";
+  EXPECT_EQ(p.stats().reserved_bytes, 2 * granule());
+  expect_valid();
+}
+
+// An eviction whose unmap fails leaves that granule cached and passes it over:
+// another cached granule is evicted instead, so the allocation still fits (I4).
+// trim() still tries the granule, and unmaps it once the device lets it.
+TEST_F(DevicePoolThreads, AFailedEvictionEvictsAnotherCachedGranule) {
+  PoolOptions o;
+  o.capacity = 3 * granule();
+  o.small_limit = granule() / 2;
+  o.validate_each_op = true;
+  pool_ = std::make_unique<DevicePool>(*order_, o);
+  DevicePool& p = *pool_;
+  const std::uint64_t half = granule() / 2;
+  auto a1 = p.allocate(half, 0), a2 = p.allocate(half, 0);  // one small granule
+  auto b1 = p.allocate(half, 0), b2 = p.allocate(half, 0);  // another
+  auto c = p.allocate(granule(), 0);                         // a large one: the capacity is full
+  ASSERT_TRUE(a1.ok() && a2.ok() && b1.ok() && b2.ok() && c.ok());
+  ASSERT_NE(granule_of(*a1), granule_of(*b1));
+  const std::uint64_t a_addr = granule_of(*a1) * granule(), b_addr = granule_of(*b1) * granule();
+  for (DeviceHandle h : {*a1, *a2, *b1, *b2}) ASSERT_TRUE(p.free(h).ok());
+  ASSERT_EQ(p.stats().cached_bytes, 2 * granule());
+  // Whichever granule the eviction picks first, its unmap fails.
+  for (const std::uint64_t stuck : {b_addr, a_addr}) {
+    SCOPED_TRACE(stuck == b_addr ? "the second granule freed is stuck" : "the first granule freed is stuck");
+    driver_->fail_unmaps_of(stuck);
+    auto d = p.allocate(granule(), 0);
+    ASSERT_TRUE(d.ok()) << d.error().message;
+    EXPECT_TRUE(driver_->is_mapped(stuck)) << "the stuck granule stays cached";
+    EXPECT_EQ(p.stats().reserved_bytes, 3 * granule());
+    expect_valid();
+    ASSERT_TRUE(p.free(*d).ok());
+    driver_->fail_unmaps_of(0);
+    ASSERT_TRUE(p.trim().ok());
+    EXPECT_FALSE(driver_->is_mapped(stuck)) << "trim still unmaps a granule eviction passed over";
+    EXPECT_EQ(p.stats().reserved_bytes, granule());  // c alone
+    // Two small granules cached again for the second round.
+    a1 = p.allocate(half, 0), a2 = p.allocate(half, 0), b1 = p.allocate(half, 0), b2 = p.allocate(half, 0);
+    ASSERT_TRUE(a1.ok() && a2.ok() && b1.ok() && b2.ok());
+    for (DeviceHandle h : {*a1, *a2, *b1, *b2}) ASSERT_TRUE(p.free(h).ok());
+  }
   expect_valid();
 }
 
