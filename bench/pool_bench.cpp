@@ -89,6 +89,20 @@ BENCHMARK(BM_ReplaySoak)->ArgName("ops")->Arg(100'000)->Arg(1'000'000)->Iteratio
 constexpr std::size_t kChurnLive = 1000;
 constexpr std::int64_t kChurnIterations = 1'000'000;
 
+// One churn pair: frees a random live block and allocates its replacement.
+[[gnu::always_inline]] inline bool churn_step(DevicePool& pool, synthetic::Churn& churn,
+                                              std::vector<DeviceHandle>& live, benchmark::State& state) {
+  const synthetic::Churn::Step step = churn.next();
+  (void)pool.free(live[step.victim]);
+  Result<DeviceHandle> h = pool.allocate(step.bytes, 0);
+  if (!h.ok()) {
+    state.SkipWithError(h.error().message.c_str());
+    return false;
+  }
+  live[step.victim] = *h;
+  return true;
+}
+
 void BM_ChurnDevicePool(benchmark::State& state) {
   auto sim = make_sim_backend({*find_profile("h200"), 1, {}});
   StreamOrder order(*sim);
@@ -97,14 +111,7 @@ void BM_ChurnDevicePool(benchmark::State& state) {
   std::vector<DeviceHandle> live(kChurnLive);
   for (std::size_t i = 0; i < kChurnLive; ++i) live[i] = *pool.allocate(churn.initial(i), 0);
   for (auto _ : state) {
-    const synthetic::Churn::Step step = churn.next();
-    (void)pool.free(live[step.victim]);
-    Result<DeviceHandle> h = pool.allocate(step.bytes, 0);
-    if (!h.ok()) {
-      state.SkipWithError(h.error().message.c_str());
-      break;
-    }
-    live[step.victim] = *h;
+    if (!churn_step(pool, churn, live, state)) break;
   }
   state.SetItemsProcessed(state.iterations());
   state.counters["maps"] = double(pool.stats().maps);
@@ -173,14 +180,7 @@ void BM_ChurnBesideSlowMaps(benchmark::State& state) {
   });
   const auto t0 = std::chrono::steady_clock::now();
   for (auto _ : state) {
-    const synthetic::Churn::Step step = churn.next();
-    (void)pool.free(live[step.victim]);
-    Result<DeviceHandle> h = pool.allocate(step.bytes, 0);
-    if (!h.ok()) {
-      state.SkipWithError(h.error().message.c_str());
-      break;
-    }
-    live[step.victim] = *h;
+    if (!churn_step(pool, churn, live, state)) break;
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   stop = true;

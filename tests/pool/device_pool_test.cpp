@@ -28,6 +28,39 @@ using testing::read_back;
 
 constexpr std::uint64_t KiB = 1024, MiB = 1024 * 1024;
 
+// Four host threads, thread s on stream s, allocate (256 B up to `max_bytes`, each
+// filled) and free at random for `steps` steps each, then free what they hold.
+// Returns how many calls failed other than by out_of_memory.
+int random_traffic_from_four_threads(DevicePool& p, std::uint64_t max_bytes, int steps, std::uint64_t seed) {
+  std::vector<std::thread> threads;
+  std::atomic<int> failures{0};
+  for (StreamId s = 0; s < 4; ++s) {
+    threads.emplace_back([&, s] {
+      std::mt19937_64 rng(seed + s);
+      std::vector<DeviceHandle> mine;
+      for (int i = 0; i < steps; ++i) {
+        if (mine.size() < 4 || rng() % 2) {
+          auto h = p.allocate(256 + rng() % max_bytes, s);
+          if (!h.ok()) {
+            if (h.error().code != ErrorCode::out_of_memory) ++failures;
+            continue;
+          }
+          if (!enqueue_fill(p, s, *h, i).ok()) ++failures;
+          mine.push_back(*h);
+        } else {
+          const std::size_t k = rng() % mine.size();
+          if (!p.free(mine[k]).ok()) ++failures;
+          mine.erase(mine.begin() + static_cast<long>(k));
+        }
+      }
+      for (auto h : mine)
+        if (!p.free(h).ok()) ++failures;
+    });
+  }
+  for (auto& t : threads) t.join();
+  return failures.load();
+}
+
 class DevicePoolTest : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
@@ -338,34 +371,7 @@ TEST_P(DevicePoolTest, SeveralHostThreadsShareOnePool) {
   PoolOptions o;
   o.capacity = 16 * MiB;
   DevicePool& p = pool(o);
-  std::vector<std::thread> threads;
-  std::atomic<int> failures{0};
-  for (StreamId s = 0; s < 4; ++s) {
-    threads.emplace_back([&, s] {
-      std::mt19937_64 rng(s);
-      std::vector<DeviceHandle> mine;
-      for (int i = 0; i < 300; ++i) {
-        if (mine.size() < 4 || rng() % 2) {
-          auto h = p.allocate(256 + rng() % (512 * KiB), s);
-          if (!h.ok()) {
-            if (h.error().code != ErrorCode::out_of_memory) ++failures;
-            continue;
-          }
-          if (!enqueue_fill(p, s, *h, i).ok()) ++failures;
-          mine.push_back(*h);
-        } else {
-          const std::size_t k = rng() % mine.size();
-          if (!p.free(mine[k]).ok()) ++failures;
-          mine.erase(mine.begin() + static_cast<long>(k));
-        }
-      }
-      for (auto h : mine) {
-        if (!p.free(h).ok()) ++failures;
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  EXPECT_EQ(failures.load(), 0);
+  EXPECT_EQ(random_traffic_from_four_threads(p, 512 * KiB, 300, 0), 0);
   ASSERT_TRUE(backend_->synchronize().ok());
   ASSERT_TRUE(p.trim().ok());
   const PoolStats s = p.stats();
@@ -955,33 +961,7 @@ TEST_F(DevicePoolThreads, AFailedEvictionEvictsAnotherCachedGranule) {
 // that is not mapped (the sim counts such accesses), and the state stays valid.
 TEST_F(DevicePoolThreads, ManyThreadsMapAndUnmapAtOnce) {
   DevicePool& p = pool(/*release_threshold=*/0, /*capacity=*/64 * granule());
-  std::vector<std::thread> threads;
-  std::atomic<int> failures{0};
-  for (StreamId s = 0; s < 4; ++s) {
-    threads.emplace_back([&, s] {
-      std::mt19937_64 rng(100 + s);
-      std::vector<DeviceHandle> mine;
-      for (int i = 0; i < 400; ++i) {
-        if (mine.size() < 3 || rng() % 2) {
-          auto h = p.allocate(256 + rng() % (3 * granule()), s);
-          if (!h.ok()) {
-            if (h.error().code != ErrorCode::out_of_memory) ++failures;
-            continue;
-          }
-          if (!enqueue_fill(p, s, *h, i).ok()) ++failures;
-          mine.push_back(*h);
-        } else {
-          const std::size_t k = rng() % mine.size();
-          if (!p.free(mine[k]).ok()) ++failures;
-          mine.erase(mine.begin() + static_cast<long>(k));
-        }
-      }
-      for (auto h : mine)
-        if (!p.free(h).ok()) ++failures;
-    });
-  }
-  for (auto& t : threads) t.join();
-  EXPECT_EQ(failures.load(), 0);
+  EXPECT_EQ(random_traffic_from_four_threads(p, 3 * granule(), 400, 100), 0);
   ASSERT_TRUE(sim_->synchronize().ok());
   EXPECT_EQ(sim_->fault_counters().illegal_accesses, 0u) << "work touched memory that was not mapped";
   const PoolStats st = p.stats();
