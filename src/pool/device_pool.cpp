@@ -7,6 +7,7 @@
 #include <cinttypes>
 #include <cstdio>
 #include <mutex>
+#include <new>
 #include <utility>
 
 #include "core/invariant.hpp"
@@ -78,8 +79,6 @@ struct DevicePool::Impl {
   // (in use by that placement), without it unmapped (in use by nobody, counted
   // neither reserved nor cached). Nobody places over a busy granule: they wait.
   static constexpr std::uint8_t kBusy = 8;
-  // Cached, and its last unmap failed: evictions pass it over (trim still tries it).
-  static constexpr std::uint8_t kStuck = 16;
 
   // One reserved address range, carved by an offset allocator; physical granules
   // are mapped under it on demand. The per-granule arrays cover the granules used
@@ -267,6 +266,13 @@ struct DevicePool::Impl {
     // Growth is geometric, so steady-state work never allocates here.
     const std::uint64_t n = std::min<std::uint64_t>(std::max<std::uint64_t>(last + 1, 2 * r.refs.size()),
                                                     r.bytes >> granule_shift);
+    // Every array is reserved before any grows, so a throw leaves their lengths
+    // equal; the cached list holds a granule at most once (kListed), so no push
+    // to it allocates after this.
+    r.refs.reserve(n);
+    r.pending_refs.reserve(n);
+    r.flags.reserve(n);
+    r.cached_list.reserve(n);
     r.refs.resize(n, 0);
     r.pending_refs.resize(n, 0);
     r.flags.resize(n, 0);
@@ -303,12 +309,7 @@ struct DevicePool::Impl {
     }
     std::uint64_t unused = 0;  // granules no block, live or pending, touches
     for (std::uint64_t g = first; g <= last; ++g) unused += r.in_use(g) ? 0 : 1;
-    if (referenced_bytes() + unused * granule > capacity) {
-      // Another caller's maps may yet fail and give their room back: wait for them.
-      const std::uint64_t being_mapped = busy_granules * granule - unmapping_bytes;
-      return referenced_bytes() - being_mapped + unused * granule <= capacity ? Referenced::busy
-                                                                                : Referenced::no_room;
-    }
+    if (referenced_bytes() + unused * granule > capacity) return Referenced::no_room;
     // Runs of unmapped granules, mapped with one call each. Collected before
     // anything changes, so that an allocation that throws leaves no trace.
     std::vector<std::pair<std::uint64_t, std::uint64_t>> runs;  // first granule, count
@@ -328,41 +329,47 @@ struct DevicePool::Impl {
       st.reserved_bytes += n * granule;
     }
     for (std::uint64_t g = first; g <= last; ++g) {
-      if (!(r.flags[g] & kFresh) && !r.in_use(g)) {  // a cached granule is back in use
-        st.cached_bytes -= granule;
-        r.flags[g] &= static_cast<std::uint8_t>(~kStuck);
-      }
+      if (!(r.flags[g] & kFresh) && !r.in_use(g)) st.cached_bytes -= granule;  // a cached granule is back in use
       ++r.refs[g];
     }
     if (runs.empty()) return Referenced::yes;
     std::size_t runs_mapped = 0;
     Referenced outcome = Referenced::no_room;
-    for (;;) {
-      // Memory another caller is unmapping is on the device until its call returns.
-      if (unmapping_bytes > 0 && st.reserved_bytes + unmapping_bytes > capacity) {
-        outcome = Referenced::busy;
-        break;
-      }
-      // Cached granules elsewhere make the room; one whose unmap fails stays
-      // cached and is passed over (kStuck), so this ends when none is left.
-      if (st.reserved_bytes > capacity && !evict_cached(st.reserved_bytes - capacity, r, first, last)) break;
-      bool unmapped_all = false;
-      without_lock([&](bool all) {
-        unmapped_all = all;
-        if (!all) return;  // the room counted on an unmap that failed: make it again
-        for (; runs_mapped < runs.size(); ++runs_mapped) {
-          const auto& [g, n] = runs[runs_mapped];
-          if (!driver_ok([&] { return backend.map(r.base + g * granule, n * granule); })) {
-            for (std::size_t k = 0; k < runs_mapped; ++k)  // all or nothing
-              (void)driver_ok([&] { return backend.unmap(r.base + runs[k].first * granule, runs[k].second * granule); });
-            return;
-          }
+    // An eviction whose unmap fails leaves its granule cached, at the front of the
+    // list, so the next round evicts others first; a round per granule cached now
+    // bounds the rounds (and ends in no_room).
+    std::uint64_t rounds = st.cached_bytes / granule + 1;
+    try {
+      for (; rounds > 0; --rounds) {
+        // Memory on its way out is on the device until its unmap returns: the
+        // caller's own queued unmaps run before its maps, other callers' are in flight.
+        const std::uint64_t others = unmapping_bytes - queued.size() * granule;
+        const std::uint64_t need = st.reserved_bytes + others;
+        // Cached granules elsewhere make the room.
+        if (need > capacity && !evict_cached(need - capacity, r, first, last)) {
+          if (others > 0) outcome = Referenced::busy;  // their unmaps return room: wait for them
+          break;
         }
-      });
-      if (unmapped_all) {
-        if (runs_mapped == runs.size()) outcome = Referenced::yes;
-        break;
+        bool unmapped_all = false;
+        without_lock([&](bool all) {
+          unmapped_all = all;
+          if (!all) return;  // the room counted on an unmap that failed: make it again
+          for (; runs_mapped < runs.size(); ++runs_mapped) {
+            const auto& [g, n] = runs[runs_mapped];
+            if (!driver_ok([&] { return backend.map(r.base + g * granule, n * granule); })) {
+              for (std::size_t k = 0; k < runs_mapped; ++k)  // all or nothing
+                (void)driver_ok([&] { return backend.unmap(r.base + runs[k].first * granule, runs[k].second * granule); });
+              return;
+            }
+          }
+        });
+        if (unmapped_all) {
+          if (runs_mapped == runs.size()) outcome = Referenced::yes;
+          break;
+        }
       }
+    } catch (const std::bad_alloc&) {  // queueing an eviction: the placement fails and rolls back
+      outcome = Referenced::no_room;
     }
     st.maps += runs_mapped;  // successful calls, as counted before a rollback too
     mapping.erase(std::find_if(mapping.begin(), mapping.end(),
@@ -412,7 +419,7 @@ struct DevicePool::Impl {
 
   // Queues the unmap of cached granules until `bytes` are released (true) or none
   // is left (false), except granules [keep_first, keep_last] of `keep` (the
-  // placement under way) and granules whose last unmap failed.
+  // placement under way). From the back of the list: the most recently cached first.
   bool evict_cached(std::uint64_t bytes, const Region& keep, std::uint64_t keep_first,
                     std::uint64_t keep_last) {
     std::uint64_t released = 0;
@@ -422,7 +429,6 @@ struct DevicePool::Impl {
         const std::uint32_t g = list[i];
         const bool cached = (r.flags[g] & kMapped) && !r.in_use(g);
         if (cached && &r == &keep && g >= keep_first && g <= keep_last) continue;
-        if (cached && (r.flags[g] & kStuck)) continue;
         if (cached) {
           queue_unmap(r, g);
           released += granule;
@@ -462,7 +468,7 @@ struct DevicePool::Impl {
   // reserved nor cached, and it stays busy until its unmap returns (commit_unmaps).
   void queue_unmap(Region& r, std::uint64_t g) {
     queued.push_back({static_cast<std::uint8_t>(&r - regions.data()), static_cast<std::uint32_t>(g)});
-    r.flags[g] = static_cast<std::uint8_t>((r.flags[g] & ~(kMapped | kStuck)) | kBusy);
+    r.flags[g] = static_cast<std::uint8_t>((r.flags[g] & ~kMapped) | kBusy);
     st.reserved_bytes -= granule;
     st.cached_bytes -= granule;
     unmapping_bytes += granule;
@@ -534,10 +540,13 @@ struct DevicePool::Impl {
         ++st.unmaps;
         continue;
       }
-      r.flags[u.granule] |= kMapped | kStuck;  // still mapped: cached again, evicted last
+      r.flags[u.granule] |= kMapped;  // still mapped: cached again, evicted last
       st.reserved_bytes += granule;
       st.cached_bytes += granule;
-      list_cached(r, u.granule);
+      if (!(r.flags[u.granule] & kListed)) {
+        r.flags[u.granule] |= kListed;
+        r.cached_list.insert(r.cached_list.begin(), u.granule);  // no allocation: reserved in cover()
+      }
     }
     driver_done();
   }
@@ -547,10 +556,15 @@ struct DevicePool::Impl {
     if (driver_waiters > 0) driver_epoch.notify_all();
   }
 
-  // Sleeps without the lock until a driver call of another caller commits. Called
-  // after a fit found its granules busy: that caller runs the call now (queued is
-  // empty whenever the lock is free) and commits under the lock, after `seen`.
+  // Sleeps without the lock until a driver call of another caller commits, or
+  // first runs this caller's queued unmaps and returns (the caller fits again).
+  // Called after a fit found its granules busy: that caller runs the call now
+  // (queued is empty whenever the lock is free) and commits under the lock, after `seen`.
   void await_driver() {
+    if (!queued.empty()) {  // this caller's unmaps first, committed: others may need their room
+      settle();
+      return;
+    }
     const std::uint32_t seen = driver_epoch.load(std::memory_order_relaxed);
     ++driver_waiters;
     without_lock([&](bool) { driver_epoch.wait(seen, std::memory_order_acquire); });
@@ -977,8 +991,8 @@ struct DevicePool::Impl {
     const auto a = regions[ri].space.allocate_range(best.node, best.offset, size / kAlign);
     Region& r = regions[ri];
     const std::uint64_t addr = r.base + a.offset * kAlign;
-    if (best.fresh < fresh) ++st.tight_fits;
     const Referenced referenced = reference_granules(r, addr, size, best.fresh);
+    if (referenced != Referenced::busy && best.fresh < fresh) ++st.tight_fits;  // once per placement tried
     if (referenced != Referenced::yes) {
       r.space.free(a.node);
       return referenced == Referenced::busy ? kRetry : kNoFit;
@@ -1188,13 +1202,22 @@ struct DevicePool::Impl {
       return bind_ordered(b, size, bytes, stream);
     };
     // 1. Dispatch held commands, so held work can complete and release its leases.
-    //    No pool lock while the backend works.
+    //    No pool lock while the backend works (queued unmaps are committed first,
+    //    so their room does not wait for the flush).
+    settle();
     Result<void> flushed;
     without_lock([&](bool) { flushed = backend.flush_all(); });
     if (!flushed.ok()) return std::move(flushed).error();
-    // 2. Reuse frees whose work has completed.
+    // 2. Reuse frees whose work has completed; then, if other callers' maps are in
+    //    flight, wait for them once: a map that fails gives its room back.
     retire_pending();
     if (const std::uint32_t b = fit(size); b != kNoFit) return succeed(b);
+    settle();
+    if (busy_granules * granule > unmapping_bytes) {
+      await_driver();
+      retire_pending();
+      if (const std::uint32_t b = fit(size); b != kNoFit) return succeed(b);
+    }
     // 3. Cached free memory is released by every fit as it needs the room
     //    (reference_granules), so no retry here could place differently.
     // 4. Wait (bounded) for in-flight frees, then retry.
@@ -1204,6 +1227,7 @@ struct DevicePool::Impl {
       for (auto& list : pending_on)
         for (std::uint32_t b : list) in_flight.merge(leases[b].uses);
       if (in_flight.empty()) break;
+      settle();
       Result<void> waited;  // waiting holds no lock another caller needs
       without_lock([&](bool) { waited = order.wait(in_flight); });
       retire_pending();
@@ -1354,8 +1378,6 @@ struct DevicePool::Impl {
           if (!is_mapped) unmapping += granule;
           if (is_mapped != r.in_use(g)) return fail("a busy granule is unmapped in use, or mapped for nobody");
         }
-        if ((r.flags[g] & kStuck) && (!is_mapped || r.in_use(g) || (r.flags[g] & kBusy)))
-          return fail("a granule marked stuck is not cached");
         if (r.flags[g] & kListed) ++listed;
         if (is_mapped) mapped += granule;
         if (is_mapped && !r.in_use(g)) {
