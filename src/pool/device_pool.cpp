@@ -355,8 +355,9 @@ struct DevicePool::Impl {
           unmapped_all = all;
           if (!all) return;  // the room counted on an unmap that failed: make it again
           for (; runs_mapped < runs.size(); ++runs_mapped) {
-            const auto& [g, n] = runs[runs_mapped];
-            if (!driver_ok([&] { return backend.map(r.base + g * granule, n * granule); })) {
+            const std::uint64_t at = r.base + runs[runs_mapped].first * granule;
+            const std::uint64_t bytes = runs[runs_mapped].second * granule;
+            if (!driver_ok([&] { return backend.map(at, bytes); })) {
               for (std::size_t k = 0; k < runs_mapped; ++k)  // all or nothing
                 (void)driver_ok([&] { return backend.unmap(r.base + runs[k].first * granule, runs[k].second * granule); });
               return;
