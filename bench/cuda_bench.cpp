@@ -10,6 +10,13 @@
 //                                the pool's release threshold to the maximum, like the
 //                                cudaMallocAsync pool below; keep_all=0 is ferry's default
 //                                (256 MiB). Counters: driver maps/unmaps in the timed loop.
+//   BM_FerryPoolChurnBesideMaps  the same pairs on stream 0 while (mapper=1) a second
+//                                thread allocates and frees a 16 MiB block on stream 1,
+//                                with nothing cached (release threshold 0): every cycle of
+//                                it maps eight 2 MiB granules (cuMemCreate, cuMemMap,
+//                                cuMemSetAccess) and unmaps them, outside the pool lock.
+//                                Counters: map_cycle_us (one cycle, the mapper's time),
+//                                and the churn pair's real time against mapper=0.
 //   BM_CudaMallocAsyncAllocFree  the same pairs through cudaMallocFromPoolAsync /
 //                                cudaFreeAsync from a pool of its own (release threshold
 //                                UINT64_MAX) on a non-blocking stream
@@ -45,11 +52,13 @@
 #include <cuda_runtime_api.h>
 
 #include <array>
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <limits>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "replay/synthetic_traces.hpp"
@@ -136,6 +145,61 @@ BENCHMARK(BM_FerryPoolAllocFree)
     ->ArgsProduct({{1 << 20, 64 << 20}, {0, 1}})
     ->MinTime(kMinSeconds)
     ->UseRealTime();
+
+void BM_FerryPoolChurnBesideMaps(benchmark::State& state) {
+  const bool mapper_on = state.range(0) != 0;
+  auto backend = open_cuda(state);
+  if (!backend) return;
+  StreamOrder order(*backend);
+  PoolOptions options;
+  options.release_threshold = 0;
+  DevicePool pool(order, options);
+  if (!pool.status().ok()) return skip(state, "DevicePool", pool.status().error());
+  const auto sizes = synthetic::log_uniform_sizes(256, 1 << 20, kSizes, 42);
+  std::vector<DeviceHandle> keep;
+  for (std::size_t i = 0; i < kKeepLive; ++i) {
+    auto h = pool.allocate(sizes[i], 0);
+    if (!h.ok()) return skip(state, "allocating the live set", h.error());
+    keep.push_back(*h);
+  }
+  std::atomic<bool> stop{false};
+  std::atomic<std::uint64_t> cycles{0};
+  std::atomic<bool> mapper_failed{false};
+  const auto t0 = std::chrono::steady_clock::now();
+  std::thread mapper;
+  if (mapper_on) {
+    mapper = std::thread([&] {
+      while (!stop.load(std::memory_order_relaxed)) {
+        auto h = pool.allocate(16 * kMiB, 1);
+        if (!h.ok() || !pool.free(*h).ok()) {
+          mapper_failed = true;
+          return;
+        }
+        cycles.fetch_add(1, std::memory_order_relaxed);
+      }
+    });
+  }
+  std::size_t i = 0;
+  for (auto _ : state) {
+    auto h = pool.allocate(sizes[i++ & (kSizes - 1)], 0);
+    if (!h.ok()) {
+      skip(state, "DevicePool::allocate", h.error());
+      break;
+    }
+    benchmark::DoNotOptimize(h);
+    (void)pool.free(*h);
+  }
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  stop = true;
+  if (mapper.joinable()) mapper.join();
+  if (mapper_failed) state.SkipWithError("the mapper thread's allocate or free failed");
+  state.SetItemsProcessed(state.iterations());
+  const auto n = cycles.load();
+  state.counters["map_cycles"] = double(n);
+  if (n > 0) state.counters["map_cycle_us"] = seconds * 1e6 / double(n);
+  for (DeviceHandle h : keep) (void)pool.free(h);
+}
+BENCHMARK(BM_FerryPoolChurnBesideMaps)->ArgName("mapper")->Arg(0)->Arg(1)->MinTime(kMinSeconds)->UseRealTime();
 
 void BM_CudaMallocAsyncAllocFree(benchmark::State& state) {
   const auto max_size = static_cast<std::uint64_t>(state.range(0));
