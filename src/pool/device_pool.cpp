@@ -1079,7 +1079,11 @@ struct DevicePool::Impl {
     // Only a forged copy of h can have freed the block meanwhile: then nothing is left to order.
     const std::uint32_t b = find_block(h);
     if (!ordered.ok()) {
-      if (b != kNoBlock) release_handle(b);  // backend_error: nothing allocated
+      if (b != kNoBlock) {  // backend_error: nothing allocated, so neither an alloc nor a free is counted
+        release_handle(b);
+        --st.allocs;
+        --st.frees;
+      }
       settle();
       check();
       return std::move(ordered).error();

@@ -579,6 +579,47 @@ class ReportsAvailable final : public ForwardingBackend {
   DeviceInfo info_;
 };
 
+// A device whose flush fails once armed: the event wait an allocation enqueues
+// behind inherited work (which flushes that work's stream first) then fails.
+class FlushFails final : public ForwardingBackend {
+ public:
+  using ForwardingBackend::ForwardingBackend;
+  bool armed = false;
+  Result<void> flush(StreamId stream) override {
+    if (armed) return make_error(ErrorCode::backend_error, "FlushFails: flush refused");
+    return inner_.flush(stream);
+  }
+};
+
+// An allocation that fails while ordering itself after the work it inherited
+// returns backend_error with nothing allocated, and counts as neither an
+// allocation nor a free.
+TEST(DevicePoolSim, AnAllocationThatFailsToOrderItselfCountsNothing) {
+  auto sim = testing::make_backend("sim");
+  FlushFails device(*sim);
+  StreamOrder order(device);
+  DevicePool p(order);
+  auto a = p.allocate(256 * KiB, 0);
+  ASSERT_TRUE(a.ok());
+  sim->set_hold(0, true);  // a's fill stays queued, so its range stays leased
+  ASSERT_TRUE(enqueue_fill(p, 0, *a, 1).ok());
+  ASSERT_TRUE(p.free(*a).ok());
+  const PoolStats before = p.stats();
+  device.armed = true;
+  auto b = p.allocate(256 * KiB, 1);  // lands on a's range, behind its fill on stream 0
+  ASSERT_FALSE(b.ok());
+  EXPECT_EQ(b.error().code, ErrorCode::backend_error) << b.error().message;
+  const PoolStats after = p.stats();
+  EXPECT_EQ(after.allocs, before.allocs);
+  EXPECT_EQ(after.frees, before.frees);
+  EXPECT_EQ(after.allocated_bytes, 0u);
+  std::string why;
+  EXPECT_TRUE(p.validate(&why)) << why;
+  device.armed = false;
+  sim->set_hold(0, false);
+  ASSERT_TRUE(sim->synchronize().ok());
+}
+
 // Without VMM the pool's capacity is one allocation made at construction: the whole
 // card's memory can never be had, so the default and any explicit capacity stop at
 // what is available. With VMM only the default follows it.
