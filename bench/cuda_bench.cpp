@@ -105,6 +105,34 @@ void skip(benchmark::State& state, const std::string& what, const Error& error) 
 
 // --- alloc+free --------------------------------------------------------------------
 
+// The kKeepLive blocks kept live beside the pairs; false (and the benchmark skipped) on failure.
+bool keep_live(benchmark::State& state, DevicePool& pool, const std::vector<std::uint64_t>& sizes,
+               std::vector<DeviceHandle>& keep) {
+  for (std::size_t i = 0; i < kKeepLive; ++i) {
+    auto h = pool.allocate(sizes[i], 0);
+    if (!h.ok()) {
+      skip(state, "allocating the live set", h.error());
+      return false;
+    }
+    keep.push_back(*h);
+  }
+  return true;
+}
+
+// The timed loop: one allocate + free pair on stream 0 per iteration.
+void alloc_free_pairs(benchmark::State& state, DevicePool& pool, const std::vector<std::uint64_t>& sizes) {
+  std::size_t i = 0;
+  for (auto _ : state) {
+    auto h = pool.allocate(sizes[i++ & (kSizes - 1)], 0);
+    if (!h.ok()) {
+      skip(state, "DevicePool::allocate", h.error());
+      break;
+    }
+    benchmark::DoNotOptimize(h);
+    (void)pool.free(*h);
+  }
+}
+
 void BM_FerryPoolAllocFree(benchmark::State& state) {
   const auto max_size = static_cast<std::uint64_t>(state.range(0));
   const bool keep_all = state.range(1) != 0;
@@ -117,22 +145,9 @@ void BM_FerryPoolAllocFree(benchmark::State& state) {
   if (!pool.status().ok()) return skip(state, "DevicePool", pool.status().error());
   const auto sizes = synthetic::log_uniform_sizes(256, max_size, kSizes, 42);
   std::vector<DeviceHandle> keep;
-  for (std::size_t i = 0; i < kKeepLive; ++i) {
-    auto h = pool.allocate(sizes[i], 0);
-    if (!h.ok()) return skip(state, "allocating the live set", h.error());
-    keep.push_back(*h);
-  }
+  if (!keep_live(state, pool, sizes, keep)) return;
   const PoolStats before = pool.stats();
-  std::size_t i = 0;
-  for (auto _ : state) {
-    auto h = pool.allocate(sizes[i++ & (kSizes - 1)], 0);
-    if (!h.ok()) {
-      skip(state, "DevicePool::allocate", h.error());
-      break;
-    }
-    benchmark::DoNotOptimize(h);
-    (void)pool.free(*h);
-  }
+  alloc_free_pairs(state, pool, sizes);
   const PoolStats after = pool.stats();
   state.SetItemsProcessed(state.iterations());
   state.counters["maps"] = double(after.maps - before.maps);
@@ -157,11 +172,7 @@ void BM_FerryPoolChurnBesideMaps(benchmark::State& state) {
   if (!pool.status().ok()) return skip(state, "DevicePool", pool.status().error());
   const auto sizes = synthetic::log_uniform_sizes(256, 1 << 20, kSizes, 42);
   std::vector<DeviceHandle> keep;
-  for (std::size_t i = 0; i < kKeepLive; ++i) {
-    auto h = pool.allocate(sizes[i], 0);
-    if (!h.ok()) return skip(state, "allocating the live set", h.error());
-    keep.push_back(*h);
-  }
+  if (!keep_live(state, pool, sizes, keep)) return;
   std::atomic<bool> stop{false};
   std::atomic<std::uint64_t> cycles{0};
   std::atomic<bool> mapper_failed{false};
@@ -179,16 +190,7 @@ void BM_FerryPoolChurnBesideMaps(benchmark::State& state) {
       }
     });
   }
-  std::size_t i = 0;
-  for (auto _ : state) {
-    auto h = pool.allocate(sizes[i++ & (kSizes - 1)], 0);
-    if (!h.ok()) {
-      skip(state, "DevicePool::allocate", h.error());
-      break;
-    }
-    benchmark::DoNotOptimize(h);
-    (void)pool.free(*h);
-  }
+  alloc_free_pairs(state, pool, sizes);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   stop = true;
   if (mapper.joinable()) mapper.join();
