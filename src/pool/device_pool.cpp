@@ -910,7 +910,7 @@ struct DevicePool::Impl {
     // The hot path: every granule under the block is in use, so mapped already,
     // unless another caller's map of it is still running.
     auto [first, last] = granule_span(r, addr, size);
-    if (busy_granules != 0 && span_busy(r, first, last)) [[unlikely]] {
+    if (span_busy(r, first, last)) [[unlikely]] {
       r.space.free(a->node);
       return kRetry;
     }

@@ -19,6 +19,18 @@ namespace {
 
 using cuda_detail::HostJobs;
 
+// The buffer is free again: the next upload into it (from `src`, 16 bytes) copies,
+// passes its gate and finishes, and nothing is left pending.
+void expect_the_next_upload_runs(HostJobs& jobs, HostJobs::Lane& lane, std::uint8_t* staging,
+                                 const std::array<std::uint8_t, 16>& src) {
+  HostJobs::Job* next = jobs.add_upload(lane, 0, staging, src.data(), 16);
+  jobs.submit(next);
+  HostJobs::gate(next);
+  EXPECT_EQ(staging[0], src[0]);
+  HostJobs::finish(next);
+  EXPECT_EQ(jobs.pending(), 0u);
+}
+
 TEST(CudaHostJobs, JobsThatNeverRanAreFreedAtTeardown) {
   std::array<std::uint8_t, 64> src{};
   std::array<std::uint8_t, 64> dst{};
@@ -114,12 +126,7 @@ TEST(CudaHostJobs, AnUploadWhoseDmaNeverGotOnTheStreamStillOpensItsGate) {
   jobs.end_on_copy(failed);     // its DMA could not be: perhaps before the worker copied
   HostJobs::gate(failed);
   // Its use of the buffer ended with the copy: the next upload of that buffer runs.
-  HostJobs::Job* next = jobs.add_upload(lane, 0, staging.data(), more.data(), 16);
-  jobs.submit(next);
-  HostJobs::gate(next);
-  EXPECT_EQ(staging[0], 6);
-  HostJobs::finish(next);
-  EXPECT_EQ(jobs.pending(), 0u);
+  expect_the_next_upload_runs(jobs, lane, staging.data(), more);
   // A gate that could not be enqueued gives its use back: the one after starts at once.
   HostJobs::Job* refused = jobs.add_upload(lane, 1, staging.data(), src.data(), 16);
   jobs.cancel(refused);
@@ -147,12 +154,7 @@ TEST(CudaHostJobs, AnUploadCopiedOnTheWorkerThreadBeforeItsDmaFailedEndsWhenTold
   jobs.end_on_copy(failed);
   EXPECT_EQ(lane.finished[0], 1u);
   EXPECT_EQ(jobs.pending(), 0u);  // copied and gated: nothing else will free it
-  HostJobs::Job* next = jobs.add_upload(lane, 0, staging.data(), more.data(), 16);
-  jobs.submit(next);
-  HostJobs::gate(next);
-  EXPECT_EQ(staging[0], 6);
-  HostJobs::finish(next);
-  EXPECT_EQ(jobs.pending(), 0u);
+  expect_the_next_upload_runs(jobs, lane, staging.data(), more);
 }
 
 TEST(CudaHostJobs, AfterAbandonTheWorkerThreadReadsNoSourceAgain) {
