@@ -2,7 +2,7 @@
 // before an op gets a ticket, and how an op's operands are enumerated.
 //
 // HoldingBackend calls check_op for every backend, so the sim and cuda refuse
-// the same malformed ops with the same error (tests/core/op_contract_test.cpp
+// the same malformed ops with the same error (tests/backends/op_contract_test.cpp
 // runs one list of them on every backend). Beyond it, in HoldQueues::Device::
 // admit, every backend refuses with invalid_argument an op on memory that is not
 // mapped when it is enqueued (only the backend's address space knows; memory

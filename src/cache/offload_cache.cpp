@@ -2,9 +2,11 @@
 
 #include "core/invariant.hpp"
 #include "core/testing_hooks.hpp"
+#include "ferry/names.hpp"
 #include "ferry/validation.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cstdio>
 #include <cstdlib>
 #include <condition_variable>
@@ -23,7 +25,20 @@ constexpr std::uint64_t kNever = std::numeric_limits<std::uint64_t>::max();
 
 std::string key_text(CacheKey key) { return "cache entry " + std::to_string(key); }
 
+constexpr std::array<NamedValue<EvictionPolicy>, 3> kEvictionPolicies{{
+    {EvictionPolicy::lru, "lru"},
+    {EvictionPolicy::lfu, "lfu"},
+    {EvictionPolicy::optimal, "optimal"},
+}};
+
 }  // namespace
+
+std::string_view to_string(EvictionPolicy policy) noexcept {
+  return name_in<EvictionPolicy>(kEvictionPolicies, policy);
+}
+Result<EvictionPolicy> parse_eviction_policy(std::string_view text) {
+  return value_in<EvictionPolicy>(kEvictionPolicies, text, "eviction policy");
+}
 
 namespace {
 

@@ -8,11 +8,24 @@
 #include <vector>
 
 #include "core/content_words.hpp"
+#include "ferry/names.hpp"
 
 namespace ferry {
 
 static_assert(std::endian::native == std::endian::little,
               "content definitions assume a little-endian host");
+
+namespace {
+
+constexpr std::array<NamedValue<Pattern>, 2> kPatterns{{
+    {Pattern::bytes, "bytes"},
+    {Pattern::small_bf16, "small_bf16"},
+}};
+
+}  // namespace
+
+std::string_view to_string(Pattern pattern) noexcept { return name_in<Pattern>(kPatterns, pattern); }
+bool known_pattern(Pattern pattern) noexcept { return name_in<Pattern>(kPatterns, pattern) != "unknown"; }
 
 namespace {
 

@@ -1,7 +1,29 @@
 #include "ferry/result.hpp"
 
+#include <array>
 #include <cstdio>
 #include <cstdlib>
+
+#include "ferry/names.hpp"
+
+namespace ferry {
+namespace {
+
+constexpr std::array<NamedValue<ErrorCode>, 7> kErrorCodes{{
+    {ErrorCode::out_of_memory, "out_of_memory"},
+    {ErrorCode::stale_handle, "stale_handle"},
+    {ErrorCode::invalid_argument, "invalid_argument"},
+    {ErrorCode::transfer_corrupt, "transfer_corrupt"},
+    {ErrorCode::backend_error, "backend_error"},
+    {ErrorCode::unsupported, "unsupported"},
+    {ErrorCode::timeout, "timeout"},
+}};
+
+}  // namespace
+
+std::string_view to_string(ErrorCode code) noexcept { return name_in<ErrorCode>(kErrorCodes, code); }
+
+}  // namespace ferry
 
 namespace ferry::detail {
 

@@ -1,6 +1,6 @@
 // Test-only: drops the cross-stream waits one component inserts, so that a test
 // shows the race checker catching what each of them protects
-// (tests/sim/race_mutation_test.cpp). Nothing outside the tests sets it; a site
+// (tests/replay/race_mutation_test.cpp). Nothing outside the tests sets it; a site
 // pays one relaxed atomic load.
 #pragma once
 

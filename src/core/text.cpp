@@ -3,7 +3,7 @@
 #include <cinttypes>
 #include <cstdio>
 
-#include "ferry/device_pool.hpp"
+#include "ferry/device_handle.hpp"
 
 namespace ferry::text {
 
