@@ -7,8 +7,10 @@
 #pragma once
 
 #include <cstdint>
+#include <string_view>
 
 #include "ferry/api.hpp"
+#include "ferry/result.hpp"
 
 namespace ferry FERRY_API {
 
@@ -22,6 +24,10 @@ inline constexpr StreamId kMaxStreams = 64;
 // streams with; never the top four, where the transfer engine hashes by default.
 inline constexpr StreamId kFirstAdoptedStream = 32;
 inline constexpr StreamId kLastAdoptedStream = kMaxStreams - 5;
+
+// The one refusal of a stream id outside 0..kMaxStreams-1, before anything indexes per
+// stream. Errors: invalid_argument, "WHAT: stream N is out of range (streams are 0..63)".
+Result<void> check_stream(std::uint64_t stream, std::string_view what);
 
 struct StreamPoint {
   StreamId stream = 0;

@@ -98,11 +98,10 @@ struct OffloadCache::Impl {
   Impl(TransferEngine& e, CacheOptions o) : engine(e), pool(e.pool()), options(o) {
     if (options.slots == 0) {
       status = make_error(ErrorCode::invalid_argument, "offload cache: slots must be >= 1");
-    } else if (options.upload_stream >= kMaxStreams || options.prefetch_stream >= kMaxStreams) {
-      status = make_error(ErrorCode::invalid_argument,
-                          "offload cache: upload stream " + std::to_string(options.upload_stream) +
-                              " or prefetch stream " + std::to_string(options.prefetch_stream) +
-                              " is out of range");
+    } else if (Result<void> up = check_stream(options.upload_stream, "offload cache: upload_stream"); !up.ok()) {
+      status = std::move(up).error();
+    } else if (Result<void> pre = check_stream(options.prefetch_stream, "offload cache: prefetch_stream"); !pre.ok()) {
+      status = std::move(pre).error();
     } else if (!engine.status().ok()) {
       status = engine.status().error();
     }
@@ -262,10 +261,7 @@ struct OffloadCache::Impl {
   // acquire() and acquire_if_resident(): `fetch` says whether a miss fetches.
   Result<std::optional<CacheRef>> acquire(CacheKey key, StreamId use_stream, bool fetch) {
     FERRY_TRY(status);
-    if (use_stream >= kMaxStreams) {
-      return make_error(ErrorCode::invalid_argument,
-                        "acquire " + key_text(key) + ": stream " + std::to_string(use_stream) + " is out of range");
-    }
+    FERRY_TRY(check_stream(use_stream, "acquire " + key_text(key)));
     std::unique_lock lock(mu);
     auto it = entries.find(key);
     if (it == entries.end()) {

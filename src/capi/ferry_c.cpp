@@ -92,9 +92,7 @@ ferry_status fail(ferry_status status, const char* message) {
 // `call`'s refusal of a stream id outside 0..kMaxStreams-1 (checked before it
 // indexes anything per stream).
 ferry_status stream_out_of_range(const char* call, uint32_t stream) {
-  return fail(FERRY_ERROR_INVALID_ARGUMENT, (std::string(call) + ": stream " + std::to_string(stream) +
-                                             " is out of range (streams are 0.." +
-                                             std::to_string(ferry::kMaxStreams - 1) + ")").c_str());
+  return fail(ferry::check_stream(stream, call).error());
 }
 
 ferry_status ok() {

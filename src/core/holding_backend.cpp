@@ -13,11 +13,7 @@ namespace {
 
 constexpr Ticket kAll = std::numeric_limits<Ticket>::max();
 
-Error bad_stream(const char* what, StreamId stream) {
-  return make_error(ErrorCode::invalid_argument, std::string(what) + " of stream " + std::to_string(stream) +
-                                                     ": out of range (streams are 0.." +
-                                                     std::to_string(kMaxStreams - 1) + ")");
-}
+Error bad_stream(const char* what, StreamId stream) { return check_stream(stream, what).error(); }
 
 }  // namespace
 

@@ -41,9 +41,7 @@ Result<void> check_op(StreamId stream, const Op& op, const DeviceInfo& info,
   const auto bad = [&](std::string why) {
     return Result<void>(make_error(ErrorCode::invalid_argument, where() + std::move(why)));
   };
-  if (stream >= kMaxStreams) {
-    return bad("out of range (streams are 0.." + std::to_string(kMaxStreams - 1) + ")");
-  }
+  if (Result<void> s = check_stream(stream, "enqueue(" + std::string(op_name(op)) + ")"); !s.ok()) return s;
   const auto device = [&](std::uint64_t addr, std::uint64_t bytes, const char* role) {
     return device_range_ok(addr, bytes)
                ? Result<void>()
@@ -107,10 +105,7 @@ Result<void> check_op(StreamId stream, const Op& op, const DeviceInfo& info,
             return {};
           },
           [&](const WaitOp& w) -> Result<void> {
-            if (w.point.stream >= kMaxStreams) {
-              return bad("waits for stream " + std::to_string(w.point.stream) + ", out of range (streams are 0.." +
-                         std::to_string(kMaxStreams - 1) + ")");
-            }
+            if (Result<void> s = check_stream(w.point.stream, where() + "its wait"); !s.ok()) return s;
             // Only enqueued work can be waited for, which also rules out cycles.
             const Ticket last = submitted(w.point.stream);
             if (w.point.ticket > last) {

@@ -19,13 +19,6 @@ std::uint64_t key_of(DeviceHandle h) noexcept {
   return (std::uint64_t{h.slot} << 32) | h.generation;
 }
 
-Result<void> check_stream(StreamId stream) {
-  if (stream < kMaxStreams) return {};
-  return make_error(ErrorCode::invalid_argument,
-                    "stream " + std::to_string(stream) + " is out of range (streams are 0.." +
-                        std::to_string(kMaxStreams - 1) + ")");
-}
-
 }  // namespace
 
 struct RecordingPool::Impl {
@@ -132,7 +125,7 @@ RecordingPool::~RecordingPool() { (void)flush(); }
 
 Result<DeviceHandle> RecordingPool::allocate(std::uint64_t bytes, StreamId stream, std::string_view tag) {
   Impl& p = *impl_;
-  if (!check_stream(stream).ok()) {
+  if (!check_stream(stream, "trace").ok()) {
     p.unrecorded();
     return p.pool.allocate(bytes, stream);
   }
@@ -180,7 +173,7 @@ Result<void> RecordingPool::trim() {
 Result<Ticket> RecordingPool::fill(StreamId stream, DeviceHandle dst, std::uint64_t seed) {
   Impl& p = *impl_;
   std::optional<std::vector<std::string>> id;
-  if (check_stream(stream).ok()) id = p.lookup({&dst, 1});
+  if (check_stream(stream, "trace").ok()) id = p.lookup({&dst, 1});
   else p.unrecorded();
   Result<Ticket> t = enqueue_fill(p.pool, stream, dst, seed);
   if (id) p.write(Line{{"op", "fill"}, {"id", (*id)[0]}, {"stream", stream}, {"seed", seed}}, t);
@@ -193,7 +186,7 @@ Result<Ticket> RecordingPool::compute(StreamId stream, std::span<const DeviceHan
   std::vector<DeviceHandle> named(inputs.begin(), inputs.end());
   named.push_back(output);
   std::optional<std::vector<std::string>> ids;
-  if (check_stream(stream).ok()) ids = p.lookup(named);
+  if (check_stream(stream, "trace").ok()) ids = p.lookup(named);
   else p.unrecorded();
   const std::uint64_t seed = inputs.empty() && ids ? p.fresh_seed() : 0;
   Result<Ticket> t = enqueue_compute(p.pool, stream, inputs, output, flops, mem_bytes);
@@ -214,7 +207,7 @@ Result<Ticket> RecordingPool::user(StreamId stream, std::span<const Operand> ope
   std::vector<DeviceHandle> named;
   for (const Operand& o : operands) named.push_back(o.handle);
   std::optional<std::vector<std::string>> ids;
-  if (check_stream(stream).ok() && !named.empty()) ids = p.lookup(named);
+  if (check_stream(stream, "trace").ok() && !named.empty()) ids = p.lookup(named);
   else p.unrecorded();
   Line line{{"op", "user"}, {"stream", stream}};
   if (ids) {
@@ -236,7 +229,7 @@ Result<Ticket> RecordingPool::user(StreamId stream, std::span<const Operand> ope
 Result<Ticket> RecordingPool::copy_to_host(StreamId stream, DeviceHandle src, std::span<std::byte> dst) {
   Impl& p = *impl_;
   std::optional<std::vector<std::string>> id;
-  if (check_stream(stream).ok()) id = p.lookup({&src, 1});
+  if (check_stream(stream, "trace").ok()) id = p.lookup({&src, 1});
   else p.unrecorded();
   Result<Ticket> t = enqueue_copy_to_host(p.pool, stream, src, dst);
   if (id) p.write(Line{{"op", "check"}, {"id", (*id)[0]}}, t);
@@ -252,7 +245,7 @@ Result<TransferReceipt> RecordingPool::upload(TransferEngine& engine, StreamId s
     if (std::find(dsts.begin(), dsts.end(), r.dst) == dsts.end()) dsts.push_back(r.dst);
   }
   std::optional<std::vector<std::string>> ids;
-  if (check_stream(stream).ok() && !dsts.empty()) ids = p.lookup(dsts);
+  if (check_stream(stream, "trace").ok() && !dsts.empty()) ids = p.lookup(dsts);
   else p.unrecorded();
   Result<TransferReceipt> receipt = engine.upload(stream, plan);
   if (!ids) return receipt;
@@ -268,7 +261,7 @@ Result<TransferReceipt> RecordingPool::download(TransferEngine& engine, StreamId
                                                 std::uint64_t src_offset, std::span<std::byte> dst) {
   Impl& p = *impl_;
   std::optional<std::vector<std::string>> id;
-  if (check_stream(stream).ok()) id = p.lookup({&src, 1});
+  if (check_stream(stream, "trace").ok()) id = p.lookup({&src, 1});
   else p.unrecorded();
   Result<TransferReceipt> r = engine.download(stream, src, src_offset, dst);
   if (id) p.write(Line{{"op", "check"}, {"id", (*id)[0]}}, r);
@@ -282,7 +275,7 @@ Result<TransferReceipt> RecordingPool::copy_on_device(TransferEngine& engine, St
   Impl& p = *impl_;
   const DeviceHandle named[] = {src, dst};
   std::optional<std::vector<std::string>> ids;
-  if (check_stream(stream).ok() && bytes > 0) ids = p.lookup(named);
+  if (check_stream(stream, "trace").ok() && bytes > 0) ids = p.lookup(named);
   else p.unrecorded();  // a user operand is never 0 bytes
   Result<TransferReceipt> r = engine.copy_on_device(stream, dst, dst_offset, src, src_offset, bytes);
   if (ids) {
@@ -303,7 +296,7 @@ Result<TransferReceipt> RecordingPool::copy_on_device(TransferEngine& engine, St
 
 Result<void> RecordingPool::hold(StreamId stream) {
   Impl& p = *impl_;
-  if (Result<void> s = check_stream(stream); !s.ok()) {
+  if (Result<void> s = check_stream(stream, "trace"); !s.ok()) {
     p.unrecorded();
     return s;
   }
@@ -330,7 +323,7 @@ Result<void> RecordingPool::wait(StreamId stream, StreamId for_stream) {
 
 Result<void> RecordingPool::release(StreamId stream) {
   Impl& p = *impl_;
-  if (Result<void> s = check_stream(stream); !s.ok()) {
+  if (Result<void> s = check_stream(stream, "trace"); !s.ok()) {
     p.unrecorded();
     return s;
   }
@@ -343,7 +336,7 @@ Result<void> RecordingPool::release(StreamId stream) {
 
 Result<void> RecordingPool::synchronize(StreamId stream) {
   Impl& p = *impl_;
-  if (Result<void> s = check_stream(stream); !s.ok()) {
+  if (Result<void> s = check_stream(stream, "trace"); !s.ok()) {
     p.unrecorded();
     return s;
   }

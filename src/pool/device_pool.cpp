@@ -1188,9 +1188,7 @@ struct DevicePool::Impl {
       return make_error(ErrorCode::invalid_argument, "allocation of 0 bytes on stream " +
                                                          std::to_string(stream) + " (sizes must be > 0)");
     }
-    return make_error(ErrorCode::invalid_argument,
-                      "allocation on stream " + std::to_string(stream) + ": streams are 0.." +
-                          std::to_string(kMaxStreams - 1));
+    return check_stream(stream, "allocation").error();
   }
   [[gnu::noinline]] Error too_large(std::uint64_t bytes, StreamId stream) {
     ++st.ooms;

@@ -169,10 +169,7 @@ class FieldReader {
   std::optional<StreamId> stream(const char* key) {
     const std::optional<std::uint64_t> s = u64(key);
     if (!s) return std::nullopt;
-    if (*s >= kMaxStreams) {
-      return fail("field " + in_quotes(key) + " is " + std::to_string(*s) + ", outside 0.." +
-                  std::to_string(kMaxStreams - 1));
-    }
+    if (Result<void> r = check_stream(*s, "field " + in_quotes(key)); !r.ok()) return fail(r.error().message);
     return static_cast<StreamId>(*s);
   }
 

@@ -26,10 +26,8 @@ TransferEngine::TransferEngine(DevicePool& pool, HostArena& arena, EngineOptions
   }
   if (options_.max_attempts == 0) options_.max_attempts = 1;
   if (options_.probe_every_transfers == 0) options_.probe_every_transfers = 1;
-  if (options_.probe_stream >= kMaxStreams) {
-    e.status = make_error(ErrorCode::invalid_argument,
-                          "transfer engine: probe_stream " +
-                              std::to_string(options_.probe_stream) + " is out of range");
+  if (Result<void> s = check_stream(options_.probe_stream, "transfer engine: probe_stream"); !s.ok()) {
+    e.status = std::move(s).error();
     return;
   }
   if (options_.verify_streams == 0) options_.verify_streams = 1;

@@ -288,10 +288,7 @@ Result<PendingUpload> TransferEngine::begin_upload(StreamId stream, const Transf
   FERRY_TRY(state_->status);
   detail::EngineState& e = *state_;
   e.prune();
-  if (stream >= kMaxStreams) {
-    return make_error(ErrorCode::invalid_argument,
-                      "upload on stream " + std::to_string(stream) + ": out of range");
-  }
+  FERRY_TRY(check_stream(stream, "upload"));
   auto state = std::make_unique<detail::UploadState>();
   detail::UploadState& s = *state;
   s.arena = &arena_;
