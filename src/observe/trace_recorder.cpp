@@ -309,7 +309,7 @@ Result<void> RecordingPool::hold(StreamId stream) {
 Result<void> RecordingPool::wait(StreamId stream, StreamId for_stream) {
   Impl& p = *impl_;
   for (StreamId s : {stream, for_stream}) {
-    if (Result<void> bad = check_stream(s); !bad.ok()) {
+    if (Result<void> bad = check_stream(s, "trace"); !bad.ok()) {
       p.unrecorded();
       return bad;
     }
