@@ -1,21 +1,45 @@
 #!/usr/bin/env bash
 # run.sh — ferry's GPU run, from a bundle made by tools/gpu-bundle (this file is copied there
-# as run.sh). Runs, under ONE deadline (FERRY_GPU_SECONDS, default 420; each step gets what
-# is left, through `timeout`):
+# as run.sh). Runs, under ONE deadline (FERRY_GPU_SECONDS, default 420; each phase keeps a
+# share of it for the phases after, so a short budget still reaches every phase):
 #   ferry doctor --backend cuda (text and JSON), the GPU tests (gpu-tests.txt: each binary
 #   with its explicit gtest filter, never a name regex), the three workloads on cuda, the
-#   CUDA benchmarks (JSON), the examples with --backend cuda, and tools/torch-check.py where
+#   CUDA benchmarks (one process and one JSON file per family, so a cap loses only the
+#   family it stopped), the examples with --backend cuda, and tools/torch-check.py where
 #   PyTorch is installed.
 # Writes exactly two files into $OUT (default ./out): ferry-gpu-run.tar.gz (every log, XML
-# and JSON) and summary.md.
+# and JSON) and summary.md, headed by the device, driver, toolkit and commit.
+#
+# usage: run.sh [--only-failed[=SUMMARY]] [--plan]
+#   --only-failed  reruns only what failed in an earlier run's summary.md (default
+#                  SUMMARY: first-summary.md in the bundle): the failed tests of each test
+#                  binary by name, a binary that crashed, timed out or got no time whole,
+#                  and each failed workload, benchmark family, example and torch check;
+#                  ferry doctor always runs.
+#   --plan         prints the steps it would run, one a line, and exits 0.
 #
 # Exit status: 0 nothing failed (on a machine without a GPU: every GPU step skipped and said
-# why); 1 a step failed, a workload did not match, or a GPU is present and GPU tests skipped.
+# why); 1 a step failed, a workload did not match, or a GPU is present and GPU tests skipped;
+# 64 bad usage or an unreadable SUMMARY.
 # Environment: FERRY_GPU_SECONDS, OUT, FERRY_CUBLAS_PATH (cuBLAS's file or folder, else
 # found: the PyTorch wheel's nvidia/cu13/lib, $CUDA_HOME/lib64, the loader's path).
 set -u -o pipefail
 
 BUNDLE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+ONLY_FAILED=
+PLAN_ONLY=0
+for arg in "$@"; do
+  case "$arg" in
+    --only-failed) ONLY_FAILED=$BUNDLE/first-summary.md ;;
+    --only-failed=*) ONLY_FAILED=${arg#--only-failed=} ;;
+    --plan) PLAN_ONLY=1 ;;
+    *) echo "usage: run.sh [--only-failed[=SUMMARY]] [--plan]" >&2; exit 64 ;;
+  esac
+done
+if [[ -n "$ONLY_FAILED" && ! -r "$ONLY_FAILED" ]]; then
+  echo "run.sh: --only-failed: cannot read $ONLY_FAILED (copy the first run's summary.md there)" >&2
+  exit 64
+fi
 OUT=${OUT:-$PWD/out}
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
@@ -117,14 +141,105 @@ export PYTHONPATH=$BUNDLE/python${PYTHONPATH:+:$PYTHONPATH} PYTHONDONTWRITEBYTEC
   echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
 } >>"$LOGS/machine.txt"
 
+# --- The plan: what this run runs --------------------------------------------------------
+# A full run plans everything; --only-failed plans what the SUMMARY says failed. Then the
+# steps below run the plan, and --plan prints it.
+declare -A TEST_FILTER=()   # every GPU test binary's filter, from gpu-tests.txt
+TEST_ORDER=()
+while read -r bin filter; do
+  [[ -z "$bin" ]] && continue
+  TEST_FILTER[$bin]=$filter
+  TEST_ORDER+=("$bin")
+done <"$BUNDLE/gpu-tests.txt"
+ALL_WORKLOADS=(dense-stream moe-offload dequant-train)
+ALL_EXAMPLES=(own_kernel foreign_stream lazy_queue)
+# The benchmark families, in the order cuda_bench registers them.
+mapfile -t ALL_FAMILIES < <("$BIN/cuda_bench" --benchmark_list_tests=true 2>/dev/null | sed 's|/.*||' | awk 'NF && !seen[$0]++')
+
+PLAN_TESTS=()      # "BINARY FILTER"
+PLAN_WORKLOADS=()
+PLAN_FAMILIES=()
+PLAN_EXAMPLES=()
+PLAN_TORCH=0
+PLAN_DOCTOR_ALL=1  # the JSON and default-backend doctors too (a rerun: the text one only)
+if [[ -z "$ONLY_FAILED" ]]; then
+  for bin in "${TEST_ORDER[@]}"; do PLAN_TESTS+=("$bin ${TEST_FILTER[$bin]}"); done
+  PLAN_WORKLOADS=("${ALL_WORKLOADS[@]}")
+  PLAN_FAMILIES=("${ALL_FAMILIES[@]}")
+  [[ ${#ALL_FAMILIES[@]} -eq 0 ]] && PLAN_FAMILIES=(all)  # cuda_bench would not list: run it whole
+  PLAN_EXAMPLES=("${ALL_EXAMPLES[@]}")
+  [[ -f "$BUNDLE/tools/torch-check.py" ]] && PLAN_TORCH=1
+else
+  PLAN_DOCTOR_ALL=0
+  # The steps table's rows whose status is neither ok nor a skip for a missing PyTorch.
+  mapfile -t failed_steps < <(awk -F' [|] ' '/^## Steps/ {on = 1; next} /^## / {on = 0}
+    on && /^\| / {name = substr($1, 3); if (name != "step" && $2 != "ok" && $2 !~ /^skipped: no PyTorch/) print name}' "$ONLY_FAILED")
+  # The failed tests by name ("- BINARY: Suite.Test" under "Failed:").
+  declare -A failed_tests=()
+  while read -r bin name; do
+    failed_tests[$bin]+="${failed_tests[$bin]:+:}$name"
+  done < <(awk '/^Failed:$/ {on = 1; next} on && /^- / {sub(/^- /, ""); sub(/: /, " "); print; next} on {on = 0}' "$ONLY_FAILED")
+  for step_name in "${failed_steps[@]}"; do
+    case "$step_name" in
+      "tests "*)
+        bin=${step_name#tests }
+        [[ -n "${TEST_FILTER[$bin]:-}" ]] || continue
+        # By name where the binary said which failed; whole where it crashed, timed out or got no time.
+        PLAN_TESTS+=("$bin ${failed_tests[$bin]:-${TEST_FILTER[$bin]}}") ;;
+      "ferry run "*" --backend cuda") w=${step_name#ferry run }; PLAN_WORKLOADS+=("${w% --backend cuda}") ;;
+      "cuda_bench") PLAN_FAMILIES=("${ALL_FAMILIES[@]:-all}") ;;
+      "cuda_bench "*) PLAN_FAMILIES+=("${step_name#cuda_bench }") ;;
+      "example "*" --backend cuda") e=${step_name#example }; PLAN_EXAMPLES+=("${e% --backend cuda}") ;;
+      "tools/torch-check.py") [[ -f "$BUNDLE/tools/torch-check.py" ]] && PLAN_TORCH=1 ;;
+    esac
+  done
+fi
+
+# Shares of the budget, in seconds of a 420 s run: doctor 15, tests 150, workloads 100,
+# benchmarks 90, examples 15, torch 50. A phase with nothing planned gives its share to
+# the others; each phase keeps, for the planned phases after it, their shares of the
+# whole budget (reserve_after), so a short budget or a long test still reaches them.
+TOTAL=${FERRY_GPU_SECONDS:-420}
+declare -A WEIGHT=([doctor]=15 [tests]=150 [workloads]=100 [bench]=90 [examples]=15 [torch]=50)
+PHASES=(doctor tests workloads bench examples torch)
+declare -A PLANNED=([doctor]=1 [tests]=${#PLAN_TESTS[@]} [workloads]=${#PLAN_WORKLOADS[@]}
+  [bench]=${#PLAN_FAMILIES[@]} [examples]=${#PLAN_EXAMPLES[@]} [torch]=$PLAN_TORCH)
+weight_sum=0
+for ph in "${PHASES[@]}"; do ((PLANNED[$ph] > 0)) && weight_sum=$((weight_sum + WEIGHT[$ph])); done
+# share PHASE: its seconds of the budget.
+share() { echo $((TOTAL * WEIGHT[$1] / weight_sum)); }
+# reserve_after PHASE: the seconds the planned phases after it keep.
+reserve_after() {
+  local ph after=0 seen=0
+  for ph in "${PHASES[@]}"; do
+    ((seen && PLANNED[$ph] > 0)) && after=$((after + WEIGHT[$ph]))
+    [[ $ph == "$1" ]] && seen=1
+  done
+  echo $((TOTAL * after / weight_sum))
+}
+
+if ((PLAN_ONLY)); then
+  echo "doctor --backend cuda"
+  ((PLAN_DOCTOR_ALL)) && echo "doctor --backend cuda --json" && echo "doctor"
+  for t in "${PLAN_TESTS[@]}"; do echo "tests ${t% *} --gtest_filter=${t#* }"; done
+  for w in "${PLAN_WORKLOADS[@]}"; do echo "run $w --backend cuda"; done
+  for f in "${PLAN_FAMILIES[@]}"; do echo "cuda_bench $f"; done
+  for e in "${PLAN_EXAMPLES[@]}"; do echo "example $e --backend cuda"; done
+  ((PLAN_TORCH)) && echo "tools/torch-check.py"
+  echo "# budget ${TOTAL}s: reserves after doctor $(reserve_after doctor)s, tests $(reserve_after tests)s, workloads $(reserve_after workloads)s, benchmarks $(reserve_after bench)s, examples $(reserve_after examples)s"
+  rm -rf "$LOGS"
+  exit 0
+fi
+
 # --- ferry doctor ------------------------------------------------------------------------
-# Later steps' minimum shares: tests 150, workloads 45, bench 60, examples 15, torch 60.
-# The first doctor runs under any deadline (seconds when healthy): a short rerun
-# (FERRY_GPU_SECONDS=200) still says what the device and driver are.
+# The first doctor runs under any deadline (seconds when healthy): a short rerun still
+# says what the device and driver are.
 step "ferry doctor --backend cuda" doctor.txt "$(cap 45)" "$BIN/ferry" doctor --backend cuda
 doctor_rc=$?
-step "ferry doctor --backend cuda --json" doctor.json "$(cap 30 180)" "$BIN/ferry" doctor --backend cuda --json
-step "ferry doctor (default backend)" doctor-default.txt "$(cap 30 180)" "$BIN/ferry" doctor
+if ((PLAN_DOCTOR_ALL)); then
+  step "ferry doctor --backend cuda --json" doctor.json "$(cap 30 "$(reserve_after doctor)")" "$BIN/ferry" doctor --backend cuda --json
+  step "ferry doctor (default backend)" doctor-default.txt "$(cap 30 "$(reserve_after doctor)")" "$BIN/ferry" doctor
+fi
 ((gpu_present == 1 && doctor_rc != 0)) && STATUS=1
 
 # --- GPU tests: one binary at a time (some take the whole device) -----------------------
@@ -133,10 +248,13 @@ skipped_lines=()
 failed_lines=()
 total_skipped=0
 total_failed=0
-while read -r bin filter; do
-  [[ -z "$bin" ]] && continue
+# One binary may take three quarters of the tests' share: a hang leaves time for the rest.
+test_cap=$(($(share tests) * 3 / 4))
+for planned in "${PLAN_TESTS[@]}"; do
+  bin=${planned%% *}
+  filter=${planned#* }
   xml=$LOGS/test-$bin.xml
-  step "tests $bin" "test-$bin.log" "$(cap 150 180)" "$BIN/$bin" --gtest_filter="$filter" \
+  step "tests $bin" "test-$bin.log" "$(cap "$test_cap" "$(reserve_after tests)")" "$BIN/$bin" --gtest_filter="$filter" \
     --gtest_output="xml:$xml" --gtest_color=no
   rc=$?
   if [[ -s "$xml" ]]; then
@@ -158,19 +276,20 @@ while read -r bin filter; do
   while IFS= read -r line; do failed_lines+=("$line"); done < <(awk -v b="$bin" '
     /<testcase /{match($0, /name="[^"]*"/); n=substr($0, RSTART+6, RLENGTH-7); match($0, /classname="[^"]*"/); c=substr($0, RSTART+11, RLENGTH-12)}
     /<failure/{print "- " b ": " c "." n}' "$xml" 2>/dev/null | sort -u)
-done <"$BUNDLE/gpu-tests.txt"
+done
 if ((gpu_present == 1 && total_skipped > 0)); then
   STATUS=1
 fi
 
 # --- Workloads on cuda (cuBLAS GEMMs, checked bit for bit against the host) -------------
 run_rows=()
-for w in dense-stream moe-offload dequant-train; do
-  step "ferry run $w --backend cuda" "run-$w.log" "$(cap 60 135)" "$BIN/ferry" run "$w" --backend cuda \
+run_cap=$(($(share workloads) * 7 / 10))
+for w in "${PLAN_WORKLOADS[@]}"; do
+  step "ferry run $w --backend cuda" "run-$w.log" "$(cap "$run_cap" "$(reserve_after workloads)")" "$BIN/ferry" run "$w" --backend cuda \
     --quiet --report "$LOGS/run-$w.json"
   rc=$?
   ((gpu_present == 1 && rc != 0)) && STATUS=1
-  row=$(python3 - "$LOGS/run-$w.json" <<'PY' 2>/dev/null
+  row=$([[ -s "$LOGS/run-$w.json" ]] && python3 - "$LOGS/run-$w.json" <<'PY' 2>/dev/null
 import json, sys
 r = json.load(open(sys.argv[1]))
 t, m = r["time"], r["memory"]
@@ -183,39 +302,55 @@ PY
   run_rows+=("${row:-| $w | no report (exit $rc): $(tail -1 "$LOGS/run-$w.log" 2>/dev/null | tr '|' '/') | | | | | | |}")
 done
 
-# --- CUDA benchmarks --------------------------------------------------------------------
-step "cuda_bench" bench-cuda.log "$(cap 150 75)" "$BIN/cuda_bench" --benchmark_out="$LOGS/bench-cuda.json" \
-  --benchmark_out_format=json
-bench_rc=$?
-((gpu_present == 1 && bench_rc != 0)) && STATUS=1
-bench_table=$(python3 - "$LOGS/bench-cuda.json" <<'PY' 2>/dev/null
+# --- CUDA benchmarks: one process and one JSON file per family ---------------------------
+# A family stopped by its cap loses its own figures only; the others' files are complete.
+bench_cap=$(($(share bench) / 2))
+bench_failed=()
+for fam in "${PLAN_FAMILIES[@]}"; do
+  if [[ $fam == all ]]; then
+    step "cuda_bench" bench-cuda.log "$(cap "$(share bench)" "$(reserve_after bench)")" "$BIN/cuda_bench" \
+      --benchmark_out="$LOGS/bench-all.json" --benchmark_out_format=json
+  else
+    step "cuda_bench $fam" "bench-$fam.log" "$(cap "$bench_cap" "$(reserve_after bench)")" "$BIN/cuda_bench" \
+      --benchmark_filter="^$fam(/|\$)" --benchmark_out="$LOGS/bench-$fam.json" --benchmark_out_format=json
+  fi
+  rc=$?
+  ((rc != 0)) && bench_failed+=("$fam")
+  ((gpu_present == 1 && rc != 0)) && STATUS=1
+done
+bench_table=$(python3 - "$LOGS"/bench-*.json <<'PY' 2>/dev/null
 import json, sys
-data = json.load(open(sys.argv[1]))
 rows = ["| benchmark | time | unit | rate / counters |", "|---|---|---|---|"]
 skip = {"real_time", "cpu_time", "iterations", "bytes_per_second", "items_per_second", "repetitions",
         "repetition_index", "threads", "family_index", "per_family_instance_index"}
-for b in data.get("benchmarks", []):
-    if b.get("error_occurred"):
-        rows.append("| %s | skipped | | %s |" % (b.get("name", "?"), b.get("error_message", "")))
-        continue
-    rate = "%.2f GB/s" % (b["bytes_per_second"] / 1e9) if "bytes_per_second" in b else ""
-    extra = [k + "=" + ("%.4g" % v) for k, v in b.items() if isinstance(v, (int, float)) and k not in skip]
-    rows.append("| %s | %.4g | %s | %s |" % (b.get("name", "?"), b.get("real_time", 0), b.get("time_unit", ""),
-                                            " ".join([rate] + extra).strip()))
-print("\n".join(rows))
+for path in sys.argv[1:]:
+    try:
+        data = json.load(open(path))
+    except (OSError, ValueError):
+        continue  # a family stopped before it wrote its file
+    for b in data.get("benchmarks", []):
+        if b.get("error_occurred"):
+            rows.append("| %s | skipped | | %s |" % (b.get("name", "?"), b.get("error_message", "")))
+            continue
+        rate = "%.2f GB/s" % (b["bytes_per_second"] / 1e9) if "bytes_per_second" in b else ""
+        extra = [k + "=" + ("%.4g" % v) for k, v in b.items() if isinstance(v, (int, float)) and k not in skip]
+        rows.append("| %s | %.4g | %s | %s |" % (b.get("name", "?"), b.get("real_time", 0), b.get("time_unit", ""),
+                                                " ".join([rate] + extra).strip()))
+if len(rows) > 2:
+    print("\n".join(rows))
 PY
 )
 
 # --- Examples with --backend cuda -----------------------------------------------------------
-for e in own_kernel foreign_stream lazy_queue; do
-  step "example $e --backend cuda" "example-$e.log" "$(cap 20 60)" "$BIN/$e" --backend cuda
+for e in "${PLAN_EXAMPLES[@]}"; do
+  step "example $e --backend cuda" "example-$e.log" "$(cap 20 "$(reserve_after examples)")" "$BIN/$e" --backend cuda
   rc=$?
   ((gpu_present == 1 && rc != 0)) && STATUS=1
 done
 
 # --- PyTorch ------------------------------------------------------------------------------
 torch_note="not run"
-if [[ -f "$BUNDLE/tools/torch-check.py" ]]; then
+if ((PLAN_TORCH)); then
   if python3 -c 'import torch' >/dev/null 2>&1; then
     step "tools/torch-check.py" torch-check.log "$(cap 120 5)" python3 "$BUNDLE/tools/torch-check.py"
     rc=$?
@@ -232,10 +367,25 @@ verdict="every step passed"
 ((gpu_present == 0)) && verdict="no GPU on this machine: the GPU steps ran and skipped (reasons below)"
 ((STATUS != 0)) && verdict="FAILED: see the rows marked exit/TIMED OUT, and the failed tests"
 ((gpu_present == 1 && total_skipped > 0)) && verdict="FAILED: a GPU is present but $total_skipped GPU tests skipped"
+# The head: device, driver, toolkit, commit.
+smi_line=$( (nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null | head -1) || true)
+device=${smi_line%%,*}
+driver=$(echo "$smi_line" | awk -F', *' '{print $3}')
+[[ -z "$driver" && -e /proc/driver/nvidia/version ]] && driver=$(head -1 /proc/driver/nvidia/version)
+driver_cuda=$( (nvidia-smi 2>/dev/null | grep -o 'CUDA Version: *[0-9.]*' | head -1) || true)
+built_with=$(sed -n 's/^nvcc: //p' "$BUNDLE/BUILD_INFO" 2>/dev/null)
+commit=$(sed -n 's/^commit: //p' "$BUNDLE/BUILD_INFO" 2>/dev/null)
+uncommitted=$(sed -n 's/^uncommitted files: //p' "$BUNDLE/BUILD_INFO" 2>/dev/null)
 {
   echo "# ferry GPU run"
   echo
-  echo "Verdict: **$verdict**. Exit status $STATUS. Total $(($(date +%s) - START)) s of ${FERRY_GPU_SECONDS:-420}."
+  echo "- device: ${device:-none found ($(grep -m1 'nvidia-smi' "$LOGS/machine.txt" 2>/dev/null || echo 'no GPU'))}${smi_line:+ (${smi_line#*, })}"
+  echo "- driver: ${driver:-none}${driver_cuda:+ ($driver_cuda)}"
+  echo "- toolkit: bundle built with ${built_with:-unknown}; nvcc here: $( (nvcc --version 2>/dev/null | tail -1) || true)"
+  echo "- commit: ${commit:-unknown}${uncommitted:+ ($uncommitted uncommitted files)}"
+  echo "- run: $([[ -n "$ONLY_FAILED" ]] && echo "--only-failed, from $ONLY_FAILED" || echo full), budget ${TOTAL} s"
+  echo
+  echo "Verdict: **$verdict**. Exit status $STATUS. Total $(($(date +%s) - START)) s of ${TOTAL}."
   echo
   echo '```'
   cat "$LOGS/machine.txt"
@@ -279,7 +429,11 @@ verdict="every step passed"
   echo
   echo "## cuda_bench"
   echo
-  if [[ -n "$bench_table" ]]; then echo "$bench_table"; else echo "no JSON; the log ends:"; echo '```'; tail -5 "$LOGS/bench-cuda.log" 2>/dev/null; echo '```'; fi
+  if [[ -n "$bench_table" ]]; then echo "$bench_table"; else echo "no figures."; fi
+  if ((${#bench_failed[@]} > 0)); then
+    echo
+    echo "Families without figures (their steps above failed or ran out of time): ${bench_failed[*]}"
+  fi
   echo
   echo "## tools/torch-check.py"
   echo

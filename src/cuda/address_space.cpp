@@ -20,8 +20,9 @@ using text::range;
 }  // namespace
 
 CudaAddressSpace::CudaAddressSpace(const DriverApi* driver, CUdevice device, int ordinal,
-                                   std::uint64_t granularity)
-    : driver_(driver), device_(device), ordinal_(ordinal), granularity_(granularity) {}
+                                   std::uint64_t granularity, std::uint64_t physical_bytes)
+    : driver_(driver), device_(device), ordinal_(ordinal), granularity_(granularity),
+      physical_bytes_(physical_bytes) {}
 
 CudaAddressSpace::~CudaAddressSpace() {
   std::map<std::uint64_t, Reservation> all;
@@ -195,6 +196,12 @@ void CudaAddressSpace::unmap_granule(std::uint64_t addr, CUmemGenericAllocationH
 
 Result<void> CudaAddressSpace::map(std::uint64_t addr, std::uint64_t bytes) {
   FERRY_TRY(check_range(addr, bytes, "map"));
+  // A run larger than the device can never be mapped: refused before one granule is
+  // created, instead of creating and releasing the whole device's worth one by one.
+  if (physical_bytes_ != 0 && bytes > physical_bytes_) {
+    return make_error(ErrorCode::out_of_memory, "map " + range(addr, bytes) + ": larger than the device's " +
+                                                    std::to_string(physical_bytes_) + " bytes of memory");
+  }
   std::uint64_t base = 0;
   std::size_t first = 0;
   const std::size_t count = bytes / granularity_;

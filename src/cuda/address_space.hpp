@@ -32,8 +32,9 @@ namespace ferry::cuda_detail {
 class CudaAddressSpace {
  public:
   // `driver` null: the fallback (plain allocations). `granularity` is a power of two.
+  // `physical_bytes`: the device's memory (0: unknown); no map beyond it is tried.
   CudaAddressSpace(const DriverApi* driver, CUdevice device, int ordinal,
-                   std::uint64_t granularity);
+                   std::uint64_t granularity, std::uint64_t physical_bytes = 0);
   ~CudaAddressSpace();
   CudaAddressSpace(const CudaAddressSpace&) = delete;
   CudaAddressSpace& operator=(const CudaAddressSpace&) = delete;
@@ -44,7 +45,8 @@ class CudaAddressSpace {
   // (not a reservation, wrong size, a map/unmap in progress), backend_error.
   Result<void> release(std::uint64_t base, std::uint64_t bytes);
   // All or nothing. Errors: invalid_argument (unaligned, outside one reservation,
-  // already mapped), out_of_memory (physical memory exhausted), backend_error.
+  // already mapped), out_of_memory (physical memory exhausted; at once, with no
+  // driver call, when bytes exceeds physical_bytes), backend_error.
   Result<void> map(std::uint64_t addr, std::uint64_t bytes);
   // Errors: invalid_argument (unaligned, outside one reservation, not mapped),
   // backend_error.
@@ -87,6 +89,7 @@ class CudaAddressSpace {
   CUdevice device_;
   int ordinal_;
   std::uint64_t granularity_;
+  std::uint64_t physical_bytes_;
 
   mutable std::mutex mu_;
   std::map<std::uint64_t, Reservation> reservations_;  // by base address

@@ -203,7 +203,7 @@ CudaBackend::CudaBackend(Setup setup)
     : device_(setup.device),
       info_(std::move(setup.info)),
       driver_(std::move(setup.driver)),
-      space_(driver_.get(), setup.cu_device, setup.device, info_.granularity),
+      space_(driver_.get(), setup.cu_device, setup.device, info_.granularity, info_.capacity),
       memory_pools_(setup.memory_pools),
       register_read_only_(setup.register_read_only) {
   start_queues();

@@ -24,10 +24,12 @@ namespace {
 constexpr StreamId kCompute = 0;
 constexpr StreamId kUpload = 1;
 
-// A sim, its pool, arena and engine, and host entries of known bytes.
+// A sim on device profile `profile`, its pool, arena and engine, and host entries of
+// known bytes.
 struct Rig {
-  explicit Rig(PoolOptions pool_options = {}, SimFaults faults = {}, IntegrityPolicy policy = IntegrityPolicy::verify)
-      : sim(make_sim_backend({*find_profile("tiny"), 3, faults})),
+  explicit Rig(const std::string& profile, PoolOptions pool_options = {}, SimFaults faults = {},
+               IntegrityPolicy policy = IntegrityPolicy::verify)
+      : sim(make_sim_backend({*find_profile(profile), 3, faults})),
         order(std::make_unique<StreamOrder>(*sim)),
         pool(std::make_unique<DevicePool>(*order, pool_options)),
         arena(std::make_unique<HostArena>(*order)) {
@@ -106,7 +108,11 @@ CacheOptions opts(std::uint32_t slots, EvictionPolicy p) {
   return o;
 }
 
-TEST(OffloadCache, PolicyNames) {
+// Every test runs on the tiny profile (64 KiB granules) and again on the h200
+// profile (the H200's 2 MiB granule), so that none assumes the granule.
+class OffloadCacheTest : public ::testing::TestWithParam<std::string> {};
+
+TEST(EvictionPolicyNames, RoundTrip) {
   for (auto p : {EvictionPolicy::lru, EvictionPolicy::lfu, EvictionPolicy::optimal}) {
     auto back = parse_eviction_policy(to_string(p));
     ASSERT_TRUE(back.ok());
@@ -115,8 +121,8 @@ TEST(OffloadCache, PolicyNames) {
   EXPECT_FALSE(parse_eviction_policy("fifo").ok());
 }
 
-TEST(OffloadCache, AcquireUploadsThePiecesWhereTheRefSays) {
-  Rig rig;
+TEST_P(OffloadCacheTest, AcquireUploadsThePiecesWhereTheRefSays) {
+  Rig rig(GetParam());
   rig.make_cache(opts(2, EvictionPolicy::lru), 3);
   auto r = rig.cache->acquire(1, kCompute);
   ASSERT_TRUE(r.ok()) << r.error().message;
@@ -136,8 +142,8 @@ TEST(OffloadCache, AcquireUploadsThePiecesWhereTheRefSays) {
   rig.check();
 }
 
-TEST(OffloadCache, LruEvictsTheLeastRecentlyUsed) {
-  Rig rig;
+TEST_P(OffloadCacheTest, LruEvictsTheLeastRecentlyUsed) {
+  Rig rig(GetParam());
   rig.make_cache(opts(2, EvictionPolicy::lru), 4);
   rig.touch(0);
   rig.touch(1);
@@ -151,8 +157,8 @@ TEST(OffloadCache, LruEvictsTheLeastRecentlyUsed) {
   EXPECT_EQ(rig.cache->stats().evictions, 2u);
 }
 
-TEST(OffloadCache, LfuEvictsTheLeastFrequentlyUsedAndRemembersCounts) {
-  Rig rig;
+TEST_P(OffloadCacheTest, LfuEvictsTheLeastFrequentlyUsedAndRemembersCounts) {
+  Rig rig(GetParam());
   rig.make_cache(opts(2, EvictionPolicy::lfu), 4);
   rig.touch(0);
   rig.touch(0);
@@ -169,8 +175,8 @@ TEST(OffloadCache, LfuEvictsTheLeastFrequentlyUsedAndRemembersCounts) {
   EXPECT_FALSE(rig.cache->resident(1));
 }
 
-TEST(OffloadCache, OptimalEvictsTheEntryNeededLatest) {
-  Rig rig;
+TEST_P(OffloadCacheTest, OptimalEvictsTheEntryNeededLatest) {
+  Rig rig(GetParam());
   rig.make_cache(opts(2, EvictionPolicy::optimal), 4);
   const std::vector<CacheKey> plan = {0, 1, 2, 0, 1, 3, 0};
   rig.cache->set_access_plan(plan);
@@ -186,8 +192,8 @@ TEST(OffloadCache, OptimalEvictsTheEntryNeededLatest) {
   EXPECT_TRUE(rig.touch(0));
 }
 
-TEST(OffloadCache, OptimalNeedsAPlan) {
-  Rig rig;
+TEST_P(OffloadCacheTest, OptimalNeedsAPlan) {
+  Rig rig(GetParam());
   rig.make_cache(opts(2, EvictionPolicy::optimal), 2);
   auto r = rig.cache->acquire(0, kCompute);
   ASSERT_FALSE(r.ok());
@@ -197,7 +203,7 @@ TEST(OffloadCache, OptimalNeedsAPlan) {
 }
 
 // A seeded Zipf-skewed trace: Belady's hit rate bounds LRU's and LFU's.
-TEST(OffloadCache, OptimalBeatsLruAndLfuOnASkewedTrace) {
+TEST_P(OffloadCacheTest, OptimalBeatsLruAndLfuOnASkewedTrace) {
   constexpr std::uint32_t kKeys = 32;
   std::vector<double> cdf(kKeys);
   double sum = 0;
@@ -210,7 +216,7 @@ TEST(OffloadCache, OptimalBeatsLruAndLfuOnASkewedTrace) {
   }
   double rate[3];
   for (auto p : {EvictionPolicy::lru, EvictionPolicy::lfu, EvictionPolicy::optimal}) {
-    Rig rig;
+    Rig rig(GetParam());
     rig.make_cache(opts(6, p), kKeys, 1024);
     rig.cache->set_access_plan(trace);
     for (CacheKey k : trace) {
@@ -234,13 +240,16 @@ TEST(OffloadCache, OptimalBeatsLruAndLfuOnASkewedTrace) {
 // is released. The kernel must still read the old entry's bytes. The refill
 // may land on the evicted slot's memory at once (with the pool too small for
 // two slots it must): then behind an event wait that dispatches the held kernel.
-TEST(OffloadCache, EvictingASlotThatQueuedWorkReadsKeepsItsBytes) {
+TEST_P(OffloadCacheTest, EvictingASlotThatQueuedWorkReadsKeepsItsBytes) {
   for (bool tight : {false, true}) {
     SCOPED_TRACE(tight ? "pool holds one slot" : "pool holds many slots");
+    // Pieces of 3/8 granule: one granule holds one slot and the output, never a second slot.
+    const std::uint64_t g = find_profile(GetParam())->granularity;
     PoolOptions po;
-    if (tight) po.capacity = 64 * 1024;  // one granule: one 48 KiB slot + the output, no second slot
-    Rig rig(po);
-    rig.make_cache(opts(1, EvictionPolicy::lru), 2, 24 * 1024);
+    if (tight) po.capacity = g;
+    po.small_limit = g;
+    Rig rig(GetParam(), po);
+    rig.make_cache(opts(1, EvictionPolicy::lru), 2, g / 8 * 3);
     auto out = rig.pool->allocate(4096, kCompute);
     ASSERT_TRUE(out.ok());
 
@@ -288,8 +297,8 @@ TEST(OffloadCache, EvictingASlotThatQueuedWorkReadsKeepsItsBytes) {
   }
 }
 
-TEST(OffloadCache, PrefetchIsCountedAndRespectsPins) {
-  Rig rig;
+TEST_P(OffloadCacheTest, PrefetchIsCountedAndRespectsPins) {
+  Rig rig(GetParam());
   rig.make_cache(opts(2, EvictionPolicy::lru), 4);
   const std::vector<CacheKey> ab{0, 1};
   auto issued = rig.cache->prefetch(ab);
@@ -322,8 +331,8 @@ TEST(OffloadCache, PrefetchIsCountedAndRespectsPins) {
   rig.check();
 }
 
-TEST(OffloadCache, AcquireIfResidentDoesNotFetch) {
-  Rig rig;
+TEST_P(OffloadCacheTest, AcquireIfResidentDoesNotFetch) {
+  Rig rig(GetParam());
   rig.make_cache(opts(2, EvictionPolicy::lru), 2);
   auto miss = rig.cache->acquire_if_resident(0, kCompute);
   ASSERT_TRUE(miss.ok());
@@ -338,8 +347,8 @@ TEST(OffloadCache, AcquireIfResidentDoesNotFetch) {
   EXPECT_EQ(rig.cache->stats().hits, 1u);
 }
 
-TEST(OffloadCache, ErrorsAreValues) {
-  Rig rig;
+TEST_P(OffloadCacheTest, ErrorsAreValues) {
+  Rig rig(GetParam());
   rig.make_cache(opts(1, EvictionPolicy::lru), 2);
   EXPECT_EQ(rig.cache->acquire(99, kCompute).error().code, ErrorCode::invalid_argument);
   EXPECT_EQ(rig.cache->acquire(0, kMaxStreams).error().code, ErrorCode::invalid_argument);
@@ -363,10 +372,10 @@ TEST(OffloadCache, ErrorsAreValues) {
 
 // Report 000 under the cache: every pinned mapping goes stale; verify keeps
 // every resident entry's bytes right.
-TEST(OffloadCache, UploadsStayRightUnderPinnedNoop) {
+TEST_P(OffloadCacheTest, UploadsStayRightUnderPinnedNoop) {
   SimFaults f;
   f.pinned_noop = 1;
-  Rig rig({}, f);
+  Rig rig(GetParam(), {}, f);
   rig.make_cache(opts(3, EvictionPolicy::lfu), 8);
   for (int round = 0; round < 40; ++round) {
     const CacheKey k = static_cast<CacheKey>(splitmix64(static_cast<std::uint64_t>(round)) % 8);
@@ -383,8 +392,8 @@ TEST(OffloadCache, UploadsStayRightUnderPinnedNoop) {
 }
 
 // Several threads acquire, enqueue a kernel and release concurrently.
-TEST(OffloadCache, ThreadsShareTheCache) {
-  Rig rig;
+TEST_P(OffloadCacheTest, ThreadsShareTheCache) {
+  Rig rig(GetParam());
   rig.make_cache(opts(4, EvictionPolicy::lru), 10, 2048);
   std::vector<std::thread> threads;
   std::atomic<int> failures{0};
@@ -420,6 +429,9 @@ TEST(OffloadCache, ThreadsShareTheCache) {
   EXPECT_LE(rig.cache->occupied(), 4u);
   EXPECT_GT(st.hits + st.misses, 100u);
 }
+
+INSTANTIATE_TEST_SUITE_P(Profiles, OffloadCacheTest, ::testing::Values(std::string("tiny"), std::string("h200")),
+                         [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
 
 }  // namespace
 }  // namespace ferry

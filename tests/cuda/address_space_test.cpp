@@ -120,6 +120,24 @@ TEST_F(CudaAddressSpaceTest, AFailedCreateOrMapLeavesNothingBehind) {
   }
 }
 
+// CudaBackendTest.MappingBeyondPhysicalMemoryIsOutOfMemory's bound on the device: a
+// run larger than the device is refused before one granule is created.
+TEST_F(CudaAddressSpaceTest, ARunLargerThanTheDeviceIsRefusedWithoutADriverCall) {
+  CudaAddressSpace space(&api, 0, 0, kGranule, 4 * kGranule);
+  auto base = space.reserve(8 * kGranule);
+  ASSERT_TRUE(base.ok());
+  auto r = space.map(*base, 5 * kGranule);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().code, ErrorCode::out_of_memory);
+  EXPECT_EQ(state.creates, 0);
+  EXPECT_EQ(state.maps, 0);
+  EXPECT_EQ(space.mapped_bytes(), 0u);
+  // The whole device in one run, and a granule past its end, are still tried.
+  ASSERT_TRUE(space.map(*base, 4 * kGranule).ok());
+  ASSERT_TRUE(space.map(*base + 7 * kGranule, kGranule).ok());
+  EXPECT_EQ(state.creates, 5);
+}
+
 TEST_F(CudaAddressSpaceTest, AFailedSetAccessUnmapsAndReleasesTheWholeRun) {
   state.fail_access = 1;
   CudaAddressSpace space(&api, 0, 0, kGranule);

@@ -126,12 +126,16 @@ TEST_P(DevicePoolTest, StaleHandlesOfEveryKindAreRefused) {
 // I2 + I4: report 003's four steps ----------------------------------------------
 
 TEST_P(DevicePoolTest, Report003HeldKernelKeepsItsTransientThroughReclaim) {
+  // In units of four granules (256 KiB at 64 KiB): the transient takes granules of its
+  // own, so freeing it is what lets the big request fit, on every granule.
+  const std::uint64_t u = 4 * granule();
   PoolOptions o;
-  o.capacity = 8 * MiB;
+  o.capacity = 8 * u;
+  o.small_limit = u;
   DevicePool& p = pool(o);
-  auto resident = p.allocate(6 * MiB, 0);
-  auto transient = p.allocate(1 * MiB, 0);
-  auto out = p.allocate(64 * KiB, 0);
+  auto resident = p.allocate(6 * u, 0);
+  auto transient = p.allocate(u, 0);
+  auto out = p.allocate(u / 16, 0);
   ASSERT_TRUE(resident.ok() && transient.ok() && out.ok());
   ASSERT_TRUE(enqueue_fill(p, 0, *resident, 1).ok());
   ASSERT_TRUE(enqueue_fill(p, 0, *transient, 2).ok());
@@ -144,7 +148,7 @@ TEST_P(DevicePoolTest, Report003HeldKernelKeepsItsTransientThroughReclaim) {
   // 2. the transient's host handle is dropped
   ASSERT_TRUE(p.free(*transient).ok());
   // 3. an allocation on another stream only fits by reclaiming
-  auto big = p.allocate(1536 * KiB, 1);
+  auto big = p.allocate(u + u / 2, 1);
   ASSERT_TRUE(big.ok()) << big.error().message;
   const PoolStats s = p.stats();
   EXPECT_GE(s.reclaims, 1u);
@@ -155,13 +159,13 @@ TEST_P(DevicePoolTest, Report003HeldKernelKeepsItsTransientThroughReclaim) {
   ASSERT_TRUE(backend_->synchronize().ok());
   auto got = read_back(p, *out, 0);
   ASSERT_TRUE(got.ok()) << got.error().message;
-  EXPECT_EQ(*got, mix_bytes({pattern(2, 1 * MiB)}, 64 * KiB));
+  EXPECT_EQ(*got, mix_bytes({pattern(2, u)}, u / 16));
   auto big_bytes = read_back(p, *big, 1);
   ASSERT_TRUE(big_bytes.ok());
-  EXPECT_EQ(*big_bytes, pattern(3, 1536 * KiB));
+  EXPECT_EQ(*big_bytes, pattern(3, u + u / 2));
   auto res_bytes = read_back(p, *resident, 0);
   ASSERT_TRUE(res_bytes.ok());
-  EXPECT_EQ(*res_bytes, pattern(1, 6 * MiB));
+  EXPECT_EQ(*res_bytes, pattern(1, 6 * u));
   expect_valid();
 }
 
@@ -510,6 +514,7 @@ TEST_P(DevicePoolTest, AnIdleDeviceLeavesNoPendingFree) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, DevicePoolTest, FERRY_BACKENDS);
+INSTANTIATE_TEST_SUITE_P(H200, DevicePoolTest, FERRY_SIM_H200);
 
 // Sim-only: the model's own detectors stay quiet.
 TEST(DevicePoolSim, PressureWithHeldWorkNeverTouchesUnmappedMemory) {

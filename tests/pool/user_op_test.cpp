@@ -31,10 +31,11 @@ class UserOpTest : public ::testing::TestWithParam<std::string> {
     FERRY_REQUIRE_BACKEND(backend_, GetParam());
     order_ = std::make_unique<StreamOrder>(*backend_);
   }
-  DevicePool& pool(std::uint64_t capacity = 0) {
+  DevicePool& pool(std::uint64_t capacity = 0, std::uint64_t small_limit = PoolOptions{}.small_limit) {
     if (!pool_) {
       PoolOptions o;
       o.capacity = capacity;
+      o.small_limit = small_limit;
       pool_ = std::make_unique<DevicePool>(*order_, o);
       EXPECT_TRUE(pool_->status().ok());
     }
@@ -45,6 +46,7 @@ class UserOpTest : public ::testing::TestWithParam<std::string> {
     EXPECT_TRUE(pool_->validate(&why)) << why;
   }
   Result<void> sync(StreamId s) { return order_->wait({s, backend_->submitted(s)}); }
+  std::uint64_t granule() const { return backend_->info().granularity; }
 
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<StreamOrder> order_;
@@ -57,9 +59,12 @@ UserKernel copier() {
 
 // Report 003's four steps with the program's own kernel.
 TEST_P(UserOpTest, HeldUserOpKeepsItsFreedOperandThroughReclaim) {
-  DevicePool& p = pool(8 * MiB);
-  auto resident = p.allocate(6 * MiB, 0);
-  auto transient = p.allocate(1 * MiB, 0);
+  // In units of four granules (256 KiB at 64 KiB): the operand takes granules of its
+  // own, so freeing it is what lets the big request fit, on every granule.
+  const std::uint64_t u = 4 * granule();
+  DevicePool& p = pool(8 * u, u);
+  auto resident = p.allocate(6 * u, 0);
+  auto transient = p.allocate(u, 0);
   auto out = p.allocate(64 * KiB, 0);
   ASSERT_TRUE(resident.ok() && transient.ok() && out.ok());
   ASSERT_TRUE(enqueue_fill(p, 0, *resident, 1).ok());
@@ -72,7 +77,7 @@ TEST_P(UserOpTest, HeldUserOpKeepsItsFreedOperandThroughReclaim) {
   ASSERT_TRUE(t.ok()) << t.error().message;
   ASSERT_TRUE(p.free(*transient).ok());  // 2. its operand's handle is dropped
   // 3. an allocation on another stream that only fits by reclaiming
-  auto big = p.allocate(1536 * KiB, 1);
+  auto big = p.allocate(u + u / 2, 1);
   ASSERT_TRUE(big.ok()) << big.error().message;
   EXPECT_GE(p.stats().reclaims, 1u);
   EXPECT_GE(p.stats().ooms_survived, 1u);
@@ -83,15 +88,14 @@ TEST_P(UserOpTest, HeldUserOpKeepsItsFreedOperandThroughReclaim) {
   ASSERT_TRUE(order_->wait({0, *t}).ok());
   auto got = read_back(p, *out, 0);
   ASSERT_TRUE(got.ok()) << got.error().message;
-  const std::vector<std::byte> transient_bytes = pattern(2, 1 * MiB);
-  EXPECT_EQ(*got, std::vector<std::byte>(transient_bytes.begin(), transient_bytes.begin() + 64 * KiB))
-      << "the held kernel read memory that stream 1 reused";
+  const std::vector<std::byte> transient_bytes = pattern(2, 64 * KiB);
+  EXPECT_EQ(*got, transient_bytes) << "the held kernel read memory that stream 1 reused";
   auto big_bytes = read_back(p, *big, 1);
   ASSERT_TRUE(big_bytes.ok());
-  EXPECT_EQ(*big_bytes, pattern(3, 1536 * KiB));
+  EXPECT_EQ(*big_bytes, pattern(3, u + u / 2));
   auto resident_bytes = read_back(p, *resident, 0);
   ASSERT_TRUE(resident_bytes.ok());
-  EXPECT_EQ(*resident_bytes, pattern(1, 6 * MiB));
+  EXPECT_EQ(*resident_bytes, pattern(1, 6 * u));
   expect_valid();
 }
 
@@ -280,6 +284,7 @@ TEST_P(UserOpTest, ExportedEventOrdersAnotherStream) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, UserOpTest, FERRY_BACKENDS);
+INSTANTIATE_TEST_SUITE_P(H200, UserOpTest, FERRY_SIM_H200);
 
 // The sim names a program's stream by any pointer of the program's; it is adopted
 // like a cudaStream_t (tests/cuda/adopted_stream_test.cpp runs a real one).

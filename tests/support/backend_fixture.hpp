@@ -14,12 +14,18 @@
 
 namespace ferry::testing {
 
-// The spec of the backend named `name` (a test parameter: "sim" or "cuda").
+// The sim instance that models the H200's 2 MiB granule (the h200 profile), run
+// beside "sim" (64 KiB granules) so that no test assumes the granule it was written on.
+inline constexpr const char* kSimH200 = "sim_h200";
+
+// The spec of the backend named `name` (a test parameter: "sim", "cuda", or
+// kSimH200, the sim on the h200 profile whatever `profile` says).
 inline BackendSpec backend_spec(const std::string& name, SimFaults faults = {}, std::uint64_t seed = 1,
                                 const char* profile = "tiny") {
   BackendSpec spec;
-  spec.kind = parse_backend_kind(name).value_or(BackendKind::sim);
-  spec.profile = profile;
+  const bool h200 = name == kSimH200;
+  spec.kind = h200 ? BackendKind::sim : parse_backend_kind(name).value_or(BackendKind::sim);
+  spec.profile = h200 ? "h200" : profile;
   spec.seed = seed;
   if (spec.kind == BackendKind::sim) spec.faults = faults;
   return spec;
@@ -66,6 +72,9 @@ inline std::string backend_name(const ::testing::TestParamInfo<std::string>& inf
 // INSTANTIATE_TEST_SUITE_P(Backends, Suite, FERRY_BACKENDS).
 #define FERRY_BACKEND_NAMES ::testing::Values(std::string("sim"), std::string("cuda"))
 #define FERRY_BACKENDS FERRY_BACKEND_NAMES, ::ferry::testing::backend_name
+// The second sim pass at the H200's granule: INSTANTIATE_TEST_SUITE_P(H200, Suite,
+// FERRY_SIM_H200) names its instances H200/Suite.Test/sim_h200.
+#define FERRY_SIM_H200 ::testing::Values(std::string(::ferry::testing::kSimH200)), ::ferry::testing::backend_name
 // Inside a ::testing::Combine (which names its instances itself): FERRY_BACKEND_NAMES.
 
 // When `backend` is null: skips the current test if the machine lacks the backend,
