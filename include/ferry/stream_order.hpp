@@ -94,6 +94,11 @@ class StreamOrder {
   // backend_error (a device fault).
   Result<void> wait(StreamPoint point);
   Result<void> wait(const UseSet& uses);
+  // wait(point), then the fault of point's stream at or before it (a failed user
+  // kernel: Backend::wait's answer) is this wait's error too: for a host that
+  // reads what the point produced, so stale bytes never read as success.
+  // Errors: timeout, backend_error, the fault's code.
+  Result<void> wait_for_result(StreamPoint point);
 
   // Orders later work on `stream` after `point` (an event wait on the device):
   // enqueues a WaitOp unless the point is on `stream` itself or has completed.
