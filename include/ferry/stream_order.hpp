@@ -32,6 +32,7 @@
 #include "ferry/backend.hpp"
 #include "ferry/result.hpp"
 #include "ferry/stream.hpp"
+#include "ferry/user_kernel.hpp"
 
 namespace ferry FERRY_API {
 
@@ -128,6 +129,8 @@ Result<Ticket> StreamOrder::submit(StreamId stream, Prepare&& prepare) {
                       "stream " + std::to_string(stream) + " is out of range (streams are 0.." +
                           std::to_string(kMaxStreams - 1) + ")");
   }
+  // Before prepare() leases anything: a refused enqueue could not even fill its ticket.
+  FERRY_TRY(refuse_inside_user_kernel("submit"));
   // The submission lock makes the ticket that prepare() records equal to the one
   // the backend hands out: nothing else enqueues on this stream meanwhile.
   std::lock_guard<std::mutex> lock(submit_mutex_[stream]);
