@@ -10,7 +10,11 @@
 //     launches, once ordered by the stream or a synchronize), unless the
 //     integrity policy is allowed to miss a corruption it was asked to inject;
 //   * a cache slot holds its entry's pieces at the offsets acquire returned;
-//   * a launch sees its operands' sizes and a view of each on the sim.
+//   * a launch sees its operands' sizes and a view of each on the sim;
+//   * a launch function that calls ferry back (any entry point) is refused with
+//     INVALID_ARGUMENT naming the rule, never a deadlock;
+//   * a thread toggling ferry_trace_start / ferry_trace_stop beside the calls
+//     never blocks them nor is blocked for good (the input ends; it is joined).
 #include <algorithm>
 #include <array>
 #include <cstddef>
@@ -18,12 +22,17 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <atomic>
 #include <deque>
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
+
+#include <unistd.h>
 
 #include "ferry/ferry.h"
 
@@ -37,6 +46,14 @@ constexpr std::size_t kMaxOps = 120;
 
 using ferry_fuzz::Input;
 [[noreturn]] void finding(const std::string& what) { ferry_fuzz::finding("fuzz_capi", what); }
+
+// A regular file for traces, one per process (and per writer).
+const std::string& trace_path(int writer = 0) {
+  static const std::string paths[2] = {
+      (std::filesystem::temp_directory_path() / ("ferry-fuzz-trace-" + std::to_string(::getpid()))).string(),
+      (std::filesystem::temp_directory_path() / ("ferry-fuzz-trace-t-" + std::to_string(::getpid()))).string()};
+  return paths[writer];
+}
 
 bool same(ferry_handle a, ferry_handle b) {
   return a.pool == b.pool && a.slot == b.slot && a.generation == b.generation;
@@ -99,7 +116,36 @@ struct LaunchPlan {
   std::uint8_t seed = 0;
   int result = FERRY_OK;  // what the function returns: now and then an error, or no status at all
   bool ran = false;
+  ferry_runtime reenter = nullptr;  // set: the function calls ferry back, which must be refused
+  std::uint8_t reentry = 0;         // which call
 };
+
+// A call made from inside a launch function: INVALID_ARGUMENT naming the rule.
+void expect_refused_inside(ferry_status s, const char* call) {
+  if (s != FERRY_ERROR_INVALID_ARGUMENT || std::string(ferry_last_error()).find("inside a user kernel") == std::string::npos) {
+    finding(std::string(call) + " from inside a launch function: " + ferry_status_name(s) + ": " + ferry_last_error());
+  }
+}
+
+void call_back_into_ferry(ferry_runtime rt, std::uint8_t which, const ferry_launch_context* ctx) {
+  std::uint8_t buf[8] = {};
+  ferry_handle h{};
+  switch (which % 8) {
+    case 0: expect_refused_inside(ferry_synchronize(rt), "ferry_synchronize"); break;
+    case 1: expect_refused_inside(ferry_alloc(rt, 64, 0, &h), "ferry_alloc"); break;
+    case 2: expect_refused_inside(ferry_free(rt, h), "ferry_free"); break;
+    case 3: expect_refused_inside(ferry_download(rt, 0, h, 0, buf, sizeof buf), "ferry_download"); break;
+    case 4: expect_refused_inside(ferry_stream_wait(rt, 1, 0), "ferry_stream_wait"); break;
+    case 5: expect_refused_inside(ferry_trace_start(rt, "never-written.jsonl"), "ferry_trace_start"); break;
+    case 6: expect_refused_inside(ferry_hold(rt, 0, 1), "ferry_hold"); break;
+    case 7:
+      expect_refused_inside(ferry_launch(rt, 0, nullptr, 0, [](const ferry_launch_context*, void*) { return FERRY_OK; },
+                                         nullptr, 0, 0),
+                            "ferry_launch");
+      break;
+  }
+  (void)ctx;
+}
 
 }  // namespace
 
@@ -108,6 +154,7 @@ extern "C" ferry_status fuzz_launch(const ferry_launch_context* ctx, void* user_
 extern "C" int fuzz_launch_body(const ferry_launch_context* ctx, void* user_data) {
   auto* plan = static_cast<LaunchPlan*>(user_data);
   plan->ran = true;
+  if (plan->reenter != nullptr) call_back_into_ferry(plan->reenter, plan->reentry, ctx);
   if (ctx == nullptr || ctx->operand_count != plan->operands.size()) finding("launch: wrong operand count");
   for (std::uint32_t i = 0; i < ctx->operand_count; ++i) {
     if (ctx->bytes[i] != plan->sizes[i]) finding("launch: an operand's size differs from the request");
@@ -357,6 +404,10 @@ class Harness {
       targets.push_back(b);
     }
     plan->seed = in.byte();
+    if (const std::uint8_t k = in.byte(); k < 24) {
+      plan->reenter = rt_;
+      plan->reentry = k;
+    }
     const std::uint8_t r = in.byte();
     plan->result = r < 240 ? FERRY_OK : r < 248 ? static_cast<int>(r % 8) : static_cast<int>(r) - 300;
     const double flops = static_cast<double>(in.u64(2));
@@ -537,7 +588,10 @@ class Harness {
 
   void trace(Input& in) {
     if (in.byte() % 2) {
-      checked(ferry_trace_start(rt_, in.byte() % 8 == 0 ? nullptr : "/dev/null"), "ferry_trace_start");
+      const std::uint8_t k = in.byte() % 8;
+      // A regular file mostly; now and then NULL or a device, which start refuses at once.
+      checked(ferry_trace_start(rt_, k == 0 ? nullptr : k == 1 ? "/dev/null" : trace_path().c_str()),
+              "ferry_trace_start");
     } else {
       checked(ferry_trace_stop(rt_), "ferry_trace_stop");
     }
@@ -555,6 +609,24 @@ class Harness {
   std::deque<std::vector<std::vector<std::uint8_t>>> pieces_;  // must outlive the runtime (ferry.h)
   std::map<std::uint64_t, const std::vector<std::vector<std::uint8_t>>*> entries_;
   std::map<std::uint64_t, std::uint64_t> acquired_;
+};
+
+// Toggles the runtime's trace `toggles` times, beside the harness's calls.
+class TraceToggler {
+ public:
+  TraceToggler(ferry_runtime rt, std::uint32_t toggles)
+      : thread_([rt, toggles] {
+          for (std::uint32_t i = 0; i < toggles; ++i) {
+            checked(i % 2 == 0 ? ferry_trace_start(rt, trace_path(1).c_str()) : ferry_trace_stop(rt),
+                    "ferry_trace_start/stop (toggler)");
+          }
+        }) {}
+  ~TraceToggler() { thread_.join(); }
+  TraceToggler(const TraceToggler&) = delete;
+  TraceToggler& operator=(const TraceToggler&) = delete;
+
+ private:
+  std::thread thread_;
 };
 
 // Every call with a NULL runtime is INVALID_ARGUMENT (destroy: a no-op).
@@ -624,7 +696,12 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
                      (faults.find("pinned") == std::string::npos && faults.find("batch-broken") == std::string::npos);
   {
     Harness harness(rt, exact, options.cache_slots > 0);
-    for (std::size_t i = 0; i < kMaxOps && !in.empty(); ++i) harness.step(in);
+    {
+      const std::uint8_t t = in.byte();
+      std::optional<TraceToggler> toggler;
+      if (t < 64) toggler.emplace(rt, 1 + t % 16);
+      for (std::size_t i = 0; i < kMaxOps && !in.empty(); ++i) harness.step(in);
+    }  // the toggler is joined before the last calls
     harness.finish();
     ferry_runtime_destroy(rt);  // before the harness's launch plans and cache pieces go
   }

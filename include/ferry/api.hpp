@@ -5,6 +5,9 @@
 
 #if defined(__GNUC__) || defined(__clang__)
 #define FERRY_API __attribute__((visibility("default")))
+// A type a public header must name but the library never exports (test hooks).
+#define FERRY_HIDDEN __attribute__((visibility("hidden")))
 #else
 #define FERRY_API
+#define FERRY_HIDDEN
 #endif

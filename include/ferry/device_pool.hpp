@@ -89,6 +89,13 @@ struct DeviceSpan {
   std::uint64_t bytes = 0;  // the requested size
 };
 
+// A live block and the handle that names it (live_blocks()).
+struct LiveBlock {
+  DeviceHandle handle;
+  std::uint64_t bytes = 0;  // the requested size
+  StreamId stream = 0;      // the stream it was allocated on
+};
+
 // One block in a snapshot (observability).
 struct BlockInfo {
   std::uint64_t addr = 0;
@@ -115,7 +122,7 @@ struct SegmentInfo {
 };
 
 namespace detail {
-struct PoolTestAccess;  // tests only (src/pool/pool_test_access.hpp)
+struct FERRY_HIDDEN PoolTestAccess;  // tests only (src/pool/pool_test_access.hpp); not exported
 }  // namespace detail
 
 class DevicePool {
@@ -187,6 +194,9 @@ class DevicePool {
   std::uint64_t largest_free_extent() const;
   std::uint64_t capacity() const noexcept;
   std::vector<BlockInfo> snapshot() const;
+  // Every live block with its handle, by handle slot (a recorder names what was
+  // allocated before it started). Never fails, never blocks on the device.
+  std::vector<LiveBlock> live_blocks() const;
   // Every reserved range, by address. Scans every granule of the ranges (for
   // inspection, not for hot paths). Never blocks on the device.
   std::vector<SegmentInfo> segments() const;

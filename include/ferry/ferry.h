@@ -87,7 +87,8 @@ FERRY_C_API void ferry_runtime_destroy(ferry_runtime rt);
 
 /* ---- Device memory (the pool). */
 /* Errors: INVALID_ARGUMENT (0 bytes, bad stream), OUT_OF_MEMORY (after the reclaim
- * sequence; the message carries the pool's diagnostic). May block (bounded) in
+ * sequence; the message carries the pool's diagnostic, whose cause says when the
+ * request is larger than the whole capacity). May block (bounded) in
  * the reclaim, waiting for in-flight frees. */
 FERRY_C_API ferry_status ferry_alloc(ferry_runtime rt, uint64_t bytes, uint32_t stream, ferry_handle* out);
 /* Stream-ordered: legal with work in flight. Errors: STALE_HANDLE. Never blocks. */
@@ -109,7 +110,9 @@ FERRY_C_API ferry_status ferry_trim(ferry_runtime rt);
  * STALE_HANDLE, TRANSFER_CORRUPT (never verified), TIMEOUT, BACKEND. Blocks. */
 FERRY_C_API ferry_status ferry_upload(ferry_runtime rt, uint32_t stream, ferry_handle dst, uint64_t dst_offset,
                                       const void* src, uint64_t bytes);
-/* Device -> host; blocks until the bytes are in dst. Errors as ferry_upload. */
+/* Device -> host; blocks until the bytes are in dst. Errors as ferry_upload, and
+ * the sticky fault of `stream` (a failed launch ordered before the copy): the
+ * status the launch function returned, never the stale bytes as a success. */
 FERRY_C_API ferry_status ferry_download(ferry_runtime rt, uint32_t stream, ferry_handle src, uint64_t src_offset,
                                         void* dst, uint64_t bytes);
 
@@ -118,7 +121,7 @@ enum { FERRY_READ = 1, FERRY_WRITE = 2, FERRY_READ_WRITE = 3 };
 typedef struct ferry_operand {
   ferry_handle handle;
   uint64_t offset;
-  uint64_t bytes; /* 0: from offset to the end of the block */
+  uint64_t bytes; /* 0: from offset to the end of the block, which must hold at least 1 byte */
   uint32_t access; /* FERRY_READ, FERRY_WRITE or FERRY_READ_WRITE */
 } ferry_operand;
 typedef struct ferry_launch_context {
@@ -131,9 +134,12 @@ typedef struct ferry_launch_context {
 /* Runs when the op is dispatched (cuda: enqueue your kernels on native_stream)
  * or completes (sim: compute on host_views). Return FERRY_OK, or a status that
  * becomes the op's error and a sticky fault of its stream (reported by every
- * later wait, ferry_synchronize included). It runs under ferry's internal lock:
- * it must not call ferry, must not block on the device, and must touch only its
- * operands. The context is valid during the call only. */
+ * later wait on the stream, ferry_download and ferry_synchronize included: the
+ * pre-kernel bytes never download as a success). It runs under ferry's internal
+ * lock: it must not call ferry (every entry point called from it returns
+ * INVALID_ARGUMENT naming the rule; ferry_runtime_destroy does nothing), must not
+ * block on the device, and must touch only its operands. The context is valid
+ * during the call only. */
 typedef ferry_status (*ferry_launch_fn)(const ferry_launch_context* ctx, void* user_data);
 /* Enqueues fn over the operands on `stream`, leasing them until it completes
  * (a held launch holds its blocks). operands: nullable when operand_count is 0;
@@ -233,10 +239,16 @@ FERRY_C_API ferry_status ferry_get_cache_stats(ferry_runtime rt, ferry_cache_sta
 
 /* ---- Trace recording: from ferry_trace_start until ferry_trace_stop, the pool
  * calls above (alloc, free, upload, download, hold, synchronize, trim) are written
- * to `path` in the replay format (docs/spec.md §3; `ferry replay FILE`). */
+ * to `path` in the replay format (docs/spec.md §3; `ferry replay FILE`). Blocks
+ * live at start are recorded first, as allocs marked "existing". The file is
+ * opened without blocking and its first lines are written and flushed before the
+ * call returns. Errors: INVALID_ARGUMENT (already recording; the path cannot be
+ * opened, is not a regular file — a FIFO, /dev/full — or cannot be written).
+ * Never waits behind other threads' calls. */
 FERRY_C_API ferry_status ferry_trace_start(ferry_runtime rt, const char* path);
-/* Flushes and closes the trace. Errors: INVALID_ARGUMENT (not recording), BACKEND
- * (a write failed). */
+/* Flushes and closes the trace, once the calls that were recording when it was
+ * called have returned (never later ones). Errors: INVALID_ARGUMENT (not
+ * recording), BACKEND (a write failed). */
 FERRY_C_API ferry_status ferry_trace_stop(ferry_runtime rt);
 
 #ifdef __cplusplus

@@ -126,8 +126,9 @@ class OffloadCache {
 
   // Declares an entry: its host pieces, uploaded in order, back to back. The
   // bytes must stay valid and unchanged while the cache lives (a WeightBank's).
-  // Errors: invalid_argument (duplicate key, no piece, an empty piece, larger
-  // than slot_bytes when that is fixed or slots already filled). Never blocks.
+  // Errors: invalid_argument (duplicate key, no piece, an empty piece, sizes
+  // that sum past 2^64, larger than the device pool's capacity, larger than
+  // slot_bytes when that is fixed or slots already filled). Never blocks.
   Result<void> define(CacheKey key, std::vector<std::span<const std::byte>> pieces);
 
   // The future acquires, in order (acquire and acquire_if_resident consume it).

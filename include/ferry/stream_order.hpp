@@ -32,6 +32,7 @@
 #include "ferry/backend.hpp"
 #include "ferry/result.hpp"
 #include "ferry/stream.hpp"
+#include "ferry/user_kernel.hpp"
 
 namespace ferry FERRY_API {
 
@@ -94,6 +95,11 @@ class StreamOrder {
   // backend_error (a device fault).
   Result<void> wait(StreamPoint point);
   Result<void> wait(const UseSet& uses);
+  // wait(point), then the fault of point's stream at or before it (a failed user
+  // kernel: Backend::wait's answer) is this wait's error too: for a host that
+  // reads what the point produced, so stale bytes never read as success.
+  // Errors: timeout, backend_error, the fault's code.
+  Result<void> wait_for_result(StreamPoint point);
 
   // Orders later work on `stream` after `point` (an event wait on the device):
   // enqueues a WaitOp unless the point is on `stream` itself or has completed.
@@ -123,6 +129,8 @@ Result<Ticket> StreamOrder::submit(StreamId stream, Prepare&& prepare) {
                       "stream " + std::to_string(stream) + " is out of range (streams are 0.." +
                           std::to_string(kMaxStreams - 1) + ")");
   }
+  // Before prepare() leases anything: a refused enqueue could not even fill its ticket.
+  FERRY_TRY(refuse_inside_user_kernel("submit"));
   // The submission lock makes the ticket that prepare() records equal to the one
   // the backend hands out: nothing else enqueues on this stream meanwhile.
   std::lock_guard<std::mutex> lock(submit_mutex_[stream]);

@@ -13,6 +13,9 @@
 // one forgotten call silently breaks the trace.
 //
 // The first line is {"op":"meta","capacity":C}: the wrapped pool's capacity.
+// Then one alloc line per block live when recording starts, with
+// "existing": true (the replay allocates it there; its bytes are unknown), so
+// later calls on blocks allocated before the recorder are recorded too.
 // What is written, per call (one line each):
 //   allocate        alloc {id, bytes, stream}
 //   free            free {id}
@@ -92,8 +95,11 @@ class RecordingPool {
 
   // Records to `out`, which must outlive the recorder. `pool` must outlive it too.
   RecordingPool(DevicePool& pool, std::ostream& out);
-  // Records to a file it creates (truncating). Errors: invalid_argument (the
-  // file cannot be opened for writing; the message names it).
+  // Records to a file it creates (truncating), opened without blocking, and
+  // writes and flushes its first lines before it returns. Errors:
+  // invalid_argument (the file cannot be opened for writing, is not a regular
+  // file — a FIFO, a device — or its first lines cannot be written; the message
+  // names it). Never blocks on a FIFO.
   static Result<std::unique_ptr<RecordingPool>> to_file(DevicePool& pool, const std::string& path);
 
   ~RecordingPool();  // flushes

@@ -20,7 +20,8 @@
 // What a callable may and may not do. It runs on whichever host thread dispatches
 // (cuda) or completes (sim) the operation, with the backend's internal lock held
 // (and, on cuda, the hold layer's): it must not call any ferry function on any
-// stream (it would deadlock or reorder), must not block on device work
+// stream (it would deadlock or reorder: such a call returns invalid_argument,
+// see refuse_inside_user_kernel), must not block on device work
 // (cudaStreamSynchronize, cudaDeviceSynchronize, cudaMalloc may), must enqueue
 // work only on `stream`, and must not touch device memory outside its operands.
 // It may launch kernels and async copies on `stream`, call cuBLAS bound to it, and
@@ -71,7 +72,16 @@ struct KernelLaunch {
 using UserKernel = std::function<Result<void>(const KernelLaunch&)>;
 
 // Calls `kernel`, turning an exception into backend_error and naming the
-// operation in a failure's message. For backends.
+// operation in a failure's message; the calling thread is inside a user kernel
+// meanwhile. For backends.
 Result<void> call_user_kernel(const UserKernel& kernel, const KernelLaunch& launch) noexcept;
+
+// True on a thread while it runs a user kernel's callable.
+bool inside_user_kernel() noexcept;
+// The refusal of a ferry call made from inside a user kernel (it would deadlock
+// on the lock the kernel runs under): invalid_argument naming `call` and the rule;
+// ok on any other thread. Every public entry point that may block or enqueue
+// (the backend's hold layer, DevicePool, Runtime, the C ABI) asks it first.
+Result<void> refuse_inside_user_kernel(std::string_view call);
 
 }  // namespace ferry

@@ -34,7 +34,8 @@ struct Operand {
 
 // The device bytes [offset, offset + bytes) of a block of `span` (kRestOfBlock:
 // to its end): the one rule of an operand's range. Errors: invalid_argument when
-// the range leaves the block; the message starts with `what`.
+// the range leaves the block or is empty (offset at the block's end with
+// kRestOfBlock); the message starts with `what`.
 Result<DeviceRange> operand_range(const DeviceSpan& span, std::uint64_t offset, std::uint64_t bytes,
                                   std::string_view what);
 

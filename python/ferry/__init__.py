@@ -21,6 +21,8 @@ import collections
 import ctypes
 import dataclasses
 import itertools
+import os
+import threading
 import weakref
 
 from . import _lib
@@ -104,8 +106,11 @@ def library_version():
 
 
 def status_name(status):
-    """The name of a ferry status ("ok", "out_of_memory", ...)."""
-    return _lib.lib().ferry_status_name(int(status)).decode()
+    """The name of a ferry status ("ok", "out_of_memory", ...; "unknown" for another
+    C int). InvalidArgumentError when status is not an int that fits a C int."""
+    if isinstance(status, bool) or not isinstance(status, int) or not -(1 << 31) <= status < (1 << 31):
+        raise _invalid("status_name: %r is not a ferry status (a C int)" % (status,))
+    return _lib.lib().ferry_status_name(status).decode()
 
 
 # ---- Values -----------------------------------------------------------------------
@@ -138,7 +143,9 @@ class LaunchContext:
     """What a launch callable gets, valid during the call only.
 
     views: one memoryview per operand on sim (writable where the operand is "w" or
-        "rw", read-only where "r"); None on cuda. They are released after the call.
+        "rw", read-only where "r"); None on cuda. They view copies that Python owns:
+        what a writable one holds when the call returns is written back, and a
+        view (or slice) kept past the call sees only that copy, never ferry's memory.
     native_stream: the cudaStream_t (int) on cuda, None on sim.
     device_addresses, bytes: per operand.
     """
@@ -158,8 +165,10 @@ _ACCESS = {"r": _lib.READ, "read": _lib.READ, "w": _lib.WRITE, "write": _lib.WRI
 
 def _int(value, what, bits):
     """value as an unsigned C integer of `bits`, else InvalidArgumentError (ctypes
-    would wrap a negative number silently)."""
-    if isinstance(value, bool) or not isinstance(value, int):
+    would wrap a negative number silently; True is not a size)."""
+    if isinstance(value, bool):
+        raise _invalid("%s: %r is a bool, not an integer" % (what, value))
+    if not isinstance(value, int):
         try:
             value = value.__index__()
         except (AttributeError, TypeError):
@@ -178,12 +187,24 @@ def _handle(h, what):
         raise _invalid("%s: %r is not a ferry.Handle" % (what, h)) from None
 
 
-def _text(value, what):
-    if value is None:
+def _text(value, what, optional=True):
+    if value is None and optional:
         return None
     if not isinstance(value, str):
         raise _invalid("%s: %r is not a string" % (what, value))
+    if "\0" in value:  # C would read it only up to the NUL
+        raise _invalid("%s: %r holds a NUL character" % (what, value))
     return value.encode()
+
+
+# The thread running a launch callable: ferry must not be called from it.
+_inside = threading.local()
+
+
+def _refuse_inside_callable(what):
+    if getattr(_inside, "depth", 0):
+        raise _invalid("%s: called from inside a launch callable; a callable must not call ferry (it runs "
+                       "under ferry's lock: the call would deadlock)" % what)
 
 
 # ---- The runtime ------------------------------------------------------------------
@@ -234,7 +255,9 @@ class Runtime:
     # -- lifetime
     def close(self):
         """ferry_runtime_destroy: waits for the runtime's work, then frees everything.
-        Idempotent. Handles of this runtime are dead afterwards."""
+        Idempotent. Handles of this runtime are dead afterwards. InvalidArgumentError
+        from inside a launch callable (nothing is closed)."""
+        _refuse_inside_callable("close")
         rt, self._rt = self._rt, None
         if rt:
             self._lib.ferry_runtime_destroy(rt)
@@ -254,7 +277,7 @@ class Runtime:
     def __del__(self):
         try:
             self.close()
-        except Exception:  # interpreter teardown: the library may be gone already
+        except Exception:  # inside a callable, or  # interpreter teardown: the library may be gone already
             pass
 
     @property
@@ -407,28 +430,37 @@ class Runtime:
         if entry is None:  # ferry called back twice, or for a launch it refused: our bug
             return BackendError.status
         fn, writable = entry
-        views = []
+        _inside.depth = getattr(_inside, "depth", 0) + 1
+        views = None
         try:
             ctx = ctx_ptr.contents
             n = ctx.operand_count
             nbytes = [ctx.bytes[i] for i in range(n)] if n else []
             addresses = [ctx.device_addresses[i] for i in range(n)] if n else []
+            copies = None
             if ctx.host_views:
-                views = [_lib.memory_view(ctx.host_views[i], nbytes[i], writable[i] if i < len(writable) else False)
-                         for i in range(n)]
-            result = fn(LaunchContext(views if ctx.host_views else None, ctx.native_stream, addresses, nbytes))
-            if isinstance(result, int) and not isinstance(result, bool) and result in _ERRORS:
-                return result
-            return _lib.OK
+                # Copies, never views of ferry's memory: a view can outlive the call.
+                copies = [_lib.copy_in(ctx.host_views[i], nbytes[i], writable[i] if i < len(writable) else False)
+                          for i in range(n)]
+            views = [memoryview(c) for c in copies] if copies is not None else None
+            result = fn(LaunchContext(views, ctx.native_stream, addresses, nbytes))
+            if result is not None and (isinstance(result, bool) or not isinstance(result, int)
+                                       or (result != _lib.OK and result not in _ERRORS)):
+                raise TypeError("the launch callable returned %r: return None, 0 (ok) or a ferry status" % (result,))
+            for i, c in enumerate(copies or ()):
+                if isinstance(c, bytearray):
+                    _lib.copy_out(ctx.host_views[i], c)
+            return result if result else _lib.OK
         except BaseException as e:  # noqa: B902 — KeyboardInterrupt included: never across C
             if len(self._callable_errors) < 16:
                 self._callable_errors.append((BackendError.status, e))
             return BackendError.status
         finally:
-            for v in views:  # the bytes are ferry's only during the call
+            _inside.depth -= 1
+            for v in views or ():  # a view kept past the call is released (its slices see only the copy)
                 try:
                     v.release()
-                except BufferError:  # the callable kept a view of it (numpy.frombuffer)
+                except BufferError:  # exported (numpy.frombuffer): harmless, it views a copy
                     pass
 
     def record_use(self, stream, handles):
@@ -588,8 +620,12 @@ class Runtime:
 
     # -- trace recording
     def trace_start(self, path):
-        """Records the pool calls to `path` in the replay format (`ferry replay PATH`)."""
-        self._check(self._lib.ferry_trace_start(self._live(), _text(str(path), "trace_start: path")))
+        """Records the pool calls to `path` (a str or path object) in the replay format
+        (`ferry replay PATH`). InvalidArgumentError (None, already recording, a path
+        that is not a writable regular file: a FIFO, a device). Never blocks."""
+        if isinstance(path, os.PathLike):
+            path = os.fspath(path)
+        self._check(self._lib.ferry_trace_start(self._live(), _text(path, "trace_start: path", optional=False)))
 
     def trace_stop(self):
         """Flushes and closes the trace. InvalidArgumentError (not recording), BackendError."""

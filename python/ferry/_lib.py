@@ -209,10 +209,6 @@ _get_buffer.restype = ctypes.c_int
 _release_buffer = ctypes.pythonapi.PyBuffer_Release
 _release_buffer.argtypes = [ctypes.POINTER(_PyBuffer)]
 _release_buffer.restype = None
-_memory_view = ctypes.pythonapi.PyMemoryView_FromMemory
-_memory_view.argtypes = [ctypes.c_void_p, ctypes.c_ssize_t, ctypes.c_int]
-_memory_view.restype = ctypes.py_object
-_PyBUF_READ, _PyBUF_WRITE = 0x100, 0x200
 
 
 class Buffer:
@@ -250,6 +246,13 @@ class Buffer:
         self.release()
 
 
-def memory_view(address, nbytes, writable):
-    """A memoryview ('B') over nbytes at address; read-only unless writable."""
-    return _memory_view(address, nbytes, _PyBUF_WRITE if writable else _PyBUF_READ)
+def copy_in(address, nbytes, writable):
+    """nbytes at address as a Python-owned copy: a bytearray when writable, else bytes."""
+    data = ctypes.string_at(address, nbytes) if nbytes else b""
+    return bytearray(data) if writable else data
+
+
+def copy_out(address, data):
+    """data's bytes (a bytearray) back to address."""
+    if data:
+        ctypes.memmove(address, (ctypes.c_char * len(data)).from_buffer(data), len(data))

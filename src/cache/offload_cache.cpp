@@ -404,11 +404,26 @@ Result<void> OffloadCache::define(CacheKey key, std::vector<std::span<const std:
       return make_error(ErrorCode::invalid_argument,
                         "define " + key_text(key) + ": piece " + std::to_string(i) + " is empty");
     }
+    // Sizes past 2^64 would wrap into a small entry: refused here, before any slot is sized by it.
+    if (offset > UINT64_MAX - (kPieceAlign - 1) ||
+        pieces[i].size() > UINT64_MAX - (offset + kPieceAlign - 1) / kPieceAlign * kPieceAlign) {
+      return make_error(ErrorCode::invalid_argument,
+                        "define " + key_text(key) + ": the pieces' sizes sum past 2^64 bytes at piece " +
+                            std::to_string(i));
+    }
     offset = (offset + kPieceAlign - 1) / kPieceAlign * kPieceAlign;
     e.offsets.push_back(offset);
     offset += pieces[i].size();
   }
   e.bytes = offset;
+  // Slots are sized by the largest entry (slot_bytes 0): one larger than the pool
+  // would make every later acquire out_of_memory, small entries included.
+  if (e.bytes > p.pool.capacity()) {
+    return make_error(ErrorCode::invalid_argument,
+                      "define " + key_text(key) + ": " + std::to_string(e.bytes) +
+                          " bytes are larger than the device pool's capacity of " +
+                          std::to_string(p.pool.capacity()) + " bytes");
+  }
   e.pieces = std::move(pieces);
   std::lock_guard lock(p.mu);
   if (p.entries.count(key) != 0) {

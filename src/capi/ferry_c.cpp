@@ -7,8 +7,8 @@
 #include <exception>
 #include <memory>
 #include <mutex>
+#include <future>
 #include <set>
-#include <shared_mutex>
 #include <new>
 #include <string>
 #include <utility>
@@ -18,15 +18,28 @@
 #include "ferry/integrity.hpp"
 #include "ferry/runtime.hpp"
 #include "ferry/trace_recorder.hpp"
+#include "ferry/user_kernel.hpp"
 #include "ferry/user_op.hpp"
+
+// A recording in progress. Each call that may record holds a reference for its
+// whole run, so a call and its trace line are never split by ferry_trace_stop;
+// the last reference flushes and hands the result to the stop that waits for it.
+struct ferry_trace_s {
+  std::unique_ptr<ferry::RecordingPool> recorder;
+  std::promise<ferry::Result<void>> flushed;
+  ~ferry_trace_s() { flushed.set_value(recorder->flush()); }
+};
 
 struct ferry_runtime_s {
   std::unique_ptr<ferry::Runtime> runtime;
-  // Guards `recorder`: shared by every call that may record (the recorder is
-  // thread-safe itself), exclusive to start and stop it, so a call and its trace
-  // line are never split by ferry_trace_stop.
-  std::shared_mutex trace_mu;
-  std::unique_ptr<ferry::RecordingPool> recorder;
+  // Guards only the pointer's copy and swap (never a call's run, a file's open or
+  // a flush), so start and stop are bounded however many threads call.
+  std::mutex trace_mu;
+  std::shared_ptr<ferry_trace_s> trace;
+  std::shared_ptr<ferry_trace_s> active_trace() {
+    std::lock_guard lock(trace_mu);
+    return trace;
+  }
   // Tags ferry_get_races handed out: interned, never erased, so the strings stay
   // valid for the runtime's life whatever another thread asks meanwhile.
   std::mutex tags_mu;
@@ -109,6 +122,7 @@ ferry_status done(const ferry::Result<T>& r) {
 template <class Body>
 ferry_status guarded(const char* fn, Body&& body) noexcept {
   try {
+    if (ferry::Result<void> inside = ferry::refuse_inside_user_kernel(fn); !inside.ok()) return fail(inside.error());
     return body();
   } catch (const std::bad_alloc&) {
     t_last_error = std::string(fn) + ": out of host memory";
@@ -206,8 +220,8 @@ ferry_status ferry_alloc(ferry_runtime rt, uint64_t bytes, uint32_t stream, ferr
   return guarded("ferry_alloc", [&] {
     FERRY_C_CHECK(rt != nullptr, "ferry_alloc", "rt");
     FERRY_C_CHECK(out != nullptr, "ferry_alloc", "out");
-    std::shared_lock lock(rt->trace_mu);
-    auto h = rt->recorder ? rt->recorder->allocate(bytes, stream) : rt->runtime->pool().allocate(bytes, stream);
+    const auto trace = rt->active_trace();
+    auto h = trace ? trace->recorder->allocate(bytes, stream) : rt->runtime->pool().allocate(bytes, stream);
     if (!h.ok()) return fail(h.error());
     *out = to_c(*h);
     return ok();
@@ -217,8 +231,8 @@ ferry_status ferry_alloc(ferry_runtime rt, uint64_t bytes, uint32_t stream, ferr
 ferry_status ferry_free(ferry_runtime rt, ferry_handle h) {
   return guarded("ferry_free", [&] {
     FERRY_C_CHECK(rt != nullptr, "ferry_free", "rt");
-    std::shared_lock lock(rt->trace_mu);
-    return done(rt->recorder ? rt->recorder->free(to_cpp(h)) : rt->runtime->pool().free(to_cpp(h)));
+    const auto trace = rt->active_trace();
+    return done(trace ? trace->recorder->free(to_cpp(h)) : rt->runtime->pool().free(to_cpp(h)));
   });
 }
 
@@ -246,8 +260,8 @@ ferry_status ferry_set_tag(ferry_runtime rt, ferry_handle h, const char* tag) {
 ferry_status ferry_trim(ferry_runtime rt) {
   return guarded("ferry_trim", [&] {
     FERRY_C_CHECK(rt != nullptr, "ferry_trim", "rt");
-    std::shared_lock lock(rt->trace_mu);
-    return done(rt->recorder ? rt->recorder->trim() : rt->runtime->pool().trim());
+    const auto trace = rt->active_trace();
+    return done(trace ? trace->recorder->trim() : rt->runtime->pool().trim());
   });
 }
 
@@ -259,8 +273,8 @@ ferry_status ferry_upload(ferry_runtime rt, uint32_t stream, ferry_handle dst, u
     ferry::TransferPlan plan;
     plan.add(static_cast<const std::byte*>(src), to_cpp(dst), dst_offset, bytes);
     ferry::TransferEngine& engine = rt->runtime->engine();
-    std::shared_lock lock(rt->trace_mu);
-    return done(rt->recorder ? rt->recorder->upload(engine, stream, plan) : engine.upload(stream, plan));
+    const auto trace = rt->active_trace();
+    return done(trace ? trace->recorder->upload(engine, stream, plan) : engine.upload(stream, plan));
   });
 }
 
@@ -272,8 +286,8 @@ ferry_status ferry_download(ferry_runtime rt, uint32_t stream, ferry_handle src,
     if (bytes == 0) return fail(FERRY_ERROR_INVALID_ARGUMENT, "ferry_download: 0 bytes");
     const std::span<std::byte> out(static_cast<std::byte*>(dst), bytes);
     ferry::TransferEngine& engine = rt->runtime->engine();
-    std::shared_lock lock(rt->trace_mu);
-    return done(rt->recorder ? rt->recorder->download(engine, stream, to_cpp(src), src_offset, out)
+    const auto trace = rt->active_trace();
+    return done(trace ? trace->recorder->download(engine, stream, to_cpp(src), src_offset, out)
                              : engine.download(stream, to_cpp(src), src_offset, out));
   });
 }
@@ -318,8 +332,8 @@ ferry_status ferry_launch(ferry_runtime rt, uint32_t stream, const ferry_operand
       return ferry::make_error(code_of(s), "the launch function returned " + std::string(name_of(s)) + " (" +
                                                std::to_string(s) + ")");
     };
-    std::shared_lock lock(rt->trace_mu);
-    if (rt->recorder) return done(rt->recorder->user(stream, ops, std::move(kernel), {flops, mem_bytes}));
+    const auto trace = rt->active_trace();
+    if (trace) return done(trace->recorder->user(stream, ops, std::move(kernel), {flops, mem_bytes}));
     return done(ferry::enqueue_user(rt->runtime->pool(), stream, ops, std::move(kernel), {flops, mem_bytes}));
   });
 }
@@ -340,8 +354,8 @@ ferry_status ferry_stream_wait(ferry_runtime rt, uint32_t stream, uint32_t for_s
     for (uint32_t s : {stream, for_stream}) {
       if (s >= ferry::kMaxStreams) return stream_out_of_range("ferry_stream_wait", s);
     }
-    std::shared_lock lock(rt->trace_mu);
-    if (rt->recorder) return done(rt->recorder->wait(stream, for_stream));
+    const auto trace = rt->active_trace();
+    if (trace) return done(trace->recorder->wait(stream, for_stream));
     ferry::StreamOrder& order = rt->runtime->order();
     auto t = order.order_after(stream, {for_stream, order.backend().submitted(for_stream)});
     return t.ok() ? ok() : fail(t.error());
@@ -352,8 +366,8 @@ ferry_status ferry_hold(ferry_runtime rt, uint32_t stream, int hold) {
   return guarded("ferry_hold", [&] {
     FERRY_C_CHECK(rt != nullptr, "ferry_hold", "rt");
     if (stream >= ferry::kMaxStreams) return stream_out_of_range("ferry_hold", stream);
-    std::shared_lock lock(rt->trace_mu);
-    if (rt->recorder) return done(hold != 0 ? rt->recorder->hold(stream) : rt->recorder->release(stream));
+    const auto trace = rt->active_trace();
+    if (trace) return done(hold != 0 ? trace->recorder->hold(stream) : trace->recorder->release(stream));
     ferry::Backend& b = rt->runtime->backend();
     b.set_hold(stream, hold != 0);
     return hold != 0 ? ok() : done(b.flush(stream));
@@ -364,8 +378,8 @@ ferry_status ferry_synchronize(ferry_runtime rt) {
   return guarded("ferry_synchronize", [&] {
     FERRY_C_CHECK(rt != nullptr, "ferry_synchronize", "rt");
     {
-      std::shared_lock lock(rt->trace_mu);
-      auto r = rt->recorder ? rt->recorder->synchronize() : rt->runtime->synchronize();
+      const auto trace = rt->active_trace();
+      auto r = trace ? trace->recorder->synchronize() : rt->runtime->synchronize();
       if (!r.ok()) return fail(r.error());
     }
     // A failed launch is a sticky fault of its stream, which a backend wait on the
@@ -550,11 +564,15 @@ ferry_status ferry_trace_start(ferry_runtime rt, const char* path) {
   return guarded("ferry_trace_start", [&] {
     FERRY_C_CHECK(rt != nullptr, "ferry_trace_start", "rt");
     FERRY_C_CHECK(path != nullptr, "ferry_trace_start", "path");
-    std::unique_lock lock(rt->trace_mu);
-    if (rt->recorder) return fail(FERRY_ERROR_INVALID_ARGUMENT, "ferry_trace_start: already recording");
+    if (rt->active_trace()) return fail(FERRY_ERROR_INVALID_ARGUMENT, "ferry_trace_start: already recording");
+    // Opened (without blocking) and its first lines written with no lock held.
     auto recorder = ferry::RecordingPool::to_file(rt->runtime->pool(), path);
     if (!recorder.ok()) return fail(recorder.error());
-    rt->recorder = std::move(recorder).value();
+    auto trace = std::make_shared<ferry_trace_s>();
+    trace->recorder = std::move(recorder).value();
+    std::lock_guard lock(rt->trace_mu);
+    if (rt->trace) return fail(FERRY_ERROR_INVALID_ARGUMENT, "ferry_trace_start: already recording");
+    rt->trace = std::move(trace);
     return ok();
   });
 }
@@ -562,11 +580,18 @@ ferry_status ferry_trace_start(ferry_runtime rt, const char* path) {
 ferry_status ferry_trace_stop(ferry_runtime rt) {
   return guarded("ferry_trace_stop", [&] {
     FERRY_C_CHECK(rt != nullptr, "ferry_trace_stop", "rt");
-    std::unique_lock lock(rt->trace_mu);
-    if (!rt->recorder) return fail(FERRY_ERROR_INVALID_ARGUMENT, "ferry_trace_stop: not recording");
-    auto flushed = rt->recorder->flush();
-    rt->recorder.reset();
-    if (!flushed.ok()) return fail(FERRY_ERROR_BACKEND, ("ferry_trace_stop: " + flushed.error().message).c_str());
+    std::shared_ptr<ferry_trace_s> trace;
+    {
+      std::lock_guard lock(rt->trace_mu);
+      trace = std::move(rt->trace);
+      rt->trace = nullptr;
+    }
+    if (!trace) return fail(FERRY_ERROR_INVALID_ARGUMENT, "ferry_trace_stop: not recording");
+    // Waits only for the calls that took the recorder before the swap.
+    std::future<ferry::Result<void>> flushed = trace->flushed.get_future();
+    trace.reset();
+    const ferry::Result<void> r = flushed.get();
+    if (!r.ok()) return fail(FERRY_ERROR_BACKEND, ("ferry_trace_stop: " + r.error().message).c_str());
     return ok();
   });
 }

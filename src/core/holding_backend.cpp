@@ -6,6 +6,7 @@
 #include "core/text.hpp"
 #include "ferry/holding_backend.hpp"
 #include "ferry/op_contract.hpp"
+#include "ferry/user_kernel.hpp"
 #include "ferry/validation.hpp"
 
 namespace ferry {
@@ -18,6 +19,7 @@ Error bad_stream(const char* what, StreamId stream) { return check_stream(stream
 }  // namespace
 
 Result<Ticket> HoldQueues::enqueue(StreamId stream, Op op) {
+  FERRY_TRY(refuse_inside_user_kernel("enqueue"));
   {
     std::lock_guard lock(mu_);
     FERRY_TRY(check_op(stream, op, info_, [&](StreamId s) { return queues_[s].submitted; }));
@@ -60,6 +62,7 @@ Ticket HoldQueues::completed(StreamId stream) {
 }
 
 void HoldQueues::set_hold(StreamId stream, bool hold) {
+  if (inside_user_kernel()) return;  // refused (refuse_inside_user_kernel): it would deadlock
   if (stream >= kMaxStreams) return;
   std::lock_guard lock(mu_);
   if (queues_[stream].adopted != nullptr) return;  // the program's stream: never held
@@ -79,6 +82,7 @@ bool HoldQueues::held(StreamId stream) const {
 }
 
 Result<void> HoldQueues::flush(StreamId stream) {
+  FERRY_TRY(refuse_inside_user_kernel("flush"));
   if (stream >= kMaxStreams) return bad_stream("flush", stream);
   std::lock_guard lock(mu_);
   Result<void> r = dispatch_through(stream, kAll);
@@ -88,6 +92,7 @@ Result<void> HoldQueues::flush(StreamId stream) {
 }
 
 Result<void> HoldQueues::flush_all() {
+  FERRY_TRY(refuse_inside_user_kernel("flush"));
   std::lock_guard lock(mu_);
   Result<void> first;
   // Rounds until nothing moves: a stream blocked on another's held work goes
@@ -124,6 +129,7 @@ Result<void> HoldQueues::issue_for_host(StreamPoint point, std::string_view what
 }
 
 Result<void> HoldQueues::wait(StreamPoint point, std::chrono::nanoseconds timeout) {
+  FERRY_TRY(refuse_inside_user_kernel("wait"));
   if (point.stream >= kMaxStreams) return bad_stream("wait", point.stream);
   {
     std::lock_guard lock(mu_);
@@ -136,6 +142,7 @@ Result<void> HoldQueues::wait(StreamPoint point, std::chrono::nanoseconds timeou
 }
 
 Result<void> HoldQueues::synchronize() {
+  FERRY_TRY(refuse_inside_user_kernel("synchronize"));
   Result<void> first = flush_all();
   Result<void> done = device_.synchronize_issued();
   return first.ok() ? done : first;
@@ -285,6 +292,7 @@ Result<NativeStream> HoldQueues::native_stream(StreamId stream) {
 }
 
 Result<StreamId> HoldQueues::adopt_stream(NativeStream native) {
+  FERRY_TRY(refuse_inside_user_kernel("adopt_stream"));
   if (native == nullptr) return make_error(ErrorCode::invalid_argument, "adopt_stream: the native stream is null");
   std::lock_guard lock(mu_);
   for (StreamId s = 0; s < kMaxStreams; ++s) {
@@ -311,6 +319,7 @@ Result<StreamId> HoldQueues::adopt_stream(NativeStream native) {
 }
 
 Result<void> HoldQueues::release_stream(StreamId stream, std::chrono::nanoseconds timeout) {
+  FERRY_TRY(refuse_inside_user_kernel("release_stream"));
   if (stream >= kMaxStreams) return bad_stream("release_stream", stream);
   const auto not_adopted = [&] {
     return make_error(ErrorCode::invalid_argument,

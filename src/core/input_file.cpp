@@ -15,8 +15,13 @@
 namespace ferry {
 namespace {
 
-// Why a file that is not a regular one is refused: "PATH: is a FIFO, ...".
-const char* refusal(mode_t mode) noexcept {
+Error input_error(const std::string& path, const std::string& what) {
+  return make_error(ErrorCode::invalid_argument, path + ": " + what);
+}
+
+}  // namespace
+
+const char* not_regular_reason(unsigned mode) noexcept {
   if (S_ISDIR(mode)) return "is a directory, not a regular file";
   if (S_ISFIFO(mode)) return "is a FIFO (a named pipe), not a regular file";
   if (S_ISSOCK(mode)) return "is a socket, not a regular file";
@@ -24,12 +29,6 @@ const char* refusal(mode_t mode) noexcept {
   if (S_ISBLK(mode)) return "is a block device, not a regular file";
   return "is not a regular file";
 }
-
-Error input_error(const std::string& path, const std::string& what) {
-  return make_error(ErrorCode::invalid_argument, path + ": " + what);
-}
-
-}  // namespace
 
 Result<InputFile> InputFile::open(const std::string& path) {
   // O_NONBLOCK: opening a FIFO with no writer returns at once instead of hanging;
@@ -44,7 +43,7 @@ Result<InputFile> InputFile::open(const std::string& path) {
   }
   if (!S_ISREG(st.st_mode)) {
     ::close(fd);
-    return input_error(path, refusal(st.st_mode));
+    return input_error(path, not_regular_reason(st.st_mode));
   }
   return InputFile(fd, path, static_cast<std::uint64_t>(st.st_size));
 }

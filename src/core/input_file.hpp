@@ -54,6 +54,10 @@ class InputFile {
   std::uint64_t offset_ = 0;  // bytes read so far
 };
 
+// Why a file of this st_mode, not a regular one, is refused: "is a FIFO (a named
+// pipe), not a regular file", "is a character device, ...".
+const char* not_regular_reason(unsigned mode) noexcept;
+
 // InputFile::open(path) then read_rest(max_bytes, what).
 Result<std::string> read_input_file(const std::string& path, std::uint64_t max_bytes, std::string_view what);
 

@@ -84,6 +84,11 @@ Result<void> StreamOrder::wait(StreamPoint point) {
   return {};
 }
 
+Result<void> StreamOrder::wait_for_result(StreamPoint point) {
+  FERRY_TRY(wait(point));
+  return backend_.wait(point, wait_timeout_);  // complete: answers the stream's fault at once
+}
+
 Result<void> StreamOrder::wait(const UseSet& uses) {
   Result<void> first;  // every point is waited for, even after one failed
   for (const StreamPoint& p : uses.points()) {

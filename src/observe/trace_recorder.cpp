@@ -4,11 +4,12 @@
 
 #include <algorithm>
 #include <deque>
-#include <fstream>
 #include <mutex>
 #include <ostream>
 #include <unordered_map>
 #include <vector>
+
+#include "core/output_file.hpp"
 
 namespace ferry {
 namespace {
@@ -28,7 +29,7 @@ struct RecordingPool::Impl {
   };
 
   DevicePool& pool;
-  std::unique_ptr<std::ofstream> owned;  // set by to_file()
+  std::unique_ptr<std::ostream> owned;  // set by to_file()
   std::ostream& out;
 
   mutable std::mutex mu;  // guards what follows; never held while the pool runs
@@ -40,9 +41,28 @@ struct RecordingPool::Impl {
   RecordingStats st;
   Result<void> write_status;
 
-  Impl(DevicePool& p, std::ostream& o) : pool(p), out(o) { write_meta(); }
-  Impl(DevicePool& p, std::unique_ptr<std::ofstream> f) : pool(p), owned(std::move(f)), out(*owned) {
+  Impl(DevicePool& p, std::ostream& o) : pool(p), out(o) { write_start(); }
+  Impl(DevicePool& p, std::unique_ptr<std::ostream> f) : pool(p), owned(std::move(f)), out(*owned) {
+    write_start();
+  }
+
+  void write_start() {
     write_meta();
+    write_existing();
+  }
+
+  // The blocks live before recording began, as allocs marked "existing": later
+  // lines that use them name their ids instead of going unrecorded.
+  void write_existing() {
+    const std::vector<LiveBlock> live = pool.live_blocks();
+    std::lock_guard lock(mu);
+    for (const LiveBlock& b : live) {
+      if (!pool_id) pool_id = b.handle.pool;
+      std::string id = "b" + std::to_string(++allocations);
+      write_locked(Line{{"op", "alloc"}, {"id", id}, {"bytes", b.bytes}, {"stream", b.stream}, {"existing", true}},
+                   nullptr);
+      ids[key_of(b.handle)] = Entry{std::move(id), true};
+    }
   }
 
   // The first line: the capacity the program ran with, which a replay uses
@@ -114,11 +134,20 @@ RecordingPool::RecordingPool(DevicePool& pool, std::ostream& out)
 RecordingPool::RecordingPool(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 Result<std::unique_ptr<RecordingPool>> RecordingPool::to_file(DevicePool& pool, const std::string& path) {
-  auto file = std::make_unique<std::ofstream>(path, std::ios::binary | std::ios::trunc);
-  if (!*file) {
-    return make_error(ErrorCode::invalid_argument, path + ": cannot open the trace file for writing");
+  Result<std::unique_ptr<std::ostream>> file = open_output_file(path);
+  if (!file.ok()) {
+    Error e = std::move(file).error();
+    e.message = "the trace file " + e.message;
+    return e;
   }
-  return std::unique_ptr<RecordingPool>(new RecordingPool(std::make_unique<Impl>(pool, std::move(file))));
+  std::unique_ptr<RecordingPool> recorder(new RecordingPool(std::make_unique<Impl>(pool, std::move(file).value())));
+  // The first lines reach the file now: a path that cannot be written (a full
+  // device, /proc/self/mem) is refused here, not at the end of the recording.
+  if (Result<void> written = recorder->flush(); !written.ok()) {
+    return make_error(ErrorCode::invalid_argument,
+                      path + ": the trace file cannot be written: " + written.error().message);
+  }
+  return recorder;
 }
 
 RecordingPool::~RecordingPool() { (void)flush(); }

@@ -15,6 +15,7 @@
 #include "core/testing_hooks.hpp"
 #include "core/text.hpp"
 #include "pool/futex_mutex.hpp"
+#include "ferry/user_kernel.hpp"
 #include "pool/pool_test_access.hpp"
 
 namespace ferry {
@@ -1166,9 +1167,12 @@ struct DevicePool::Impl {
 
   std::string diagnostic(std::uint64_t bytes, StreamId stream) const {
     const std::uint64_t held = st.allocated_bytes + st.pending_free_bytes;
-    const std::uint64_t size = (bytes + kAlign - 1) / kAlign * kAlign;
+    // Past the capacity the rounding (and held + size) would wrap: a request that
+    // large is named as such, never as fragmentation.
+    const std::uint64_t size = bytes > capacity ? 0 : (bytes + kAlign - 1) / kAlign * kAlign;
     const std::string cause =
-        held + size > capacity
+        bytes > capacity ? std::string("capacity: the request is larger than the whole capacity")
+        : held + size > capacity
             ? "capacity: live + pending-free + the request exceed the capacity by " +
                   bytes_str(held + size - capacity)
             : "fragmentation: " + bytes_str(capacity - held) +
@@ -1192,8 +1196,7 @@ struct DevicePool::Impl {
   }
   [[gnu::noinline]] Error too_large(std::uint64_t bytes, StreamId stream) {
     ++st.ooms;
-    return make_error(ErrorCode::out_of_memory,
-                      diagnostic(bytes, stream) + "; the request is larger than the whole capacity");
+    return make_error(ErrorCode::out_of_memory, diagnostic(bytes, stream));
   }
 
   // allocate() after a failed fit (`size`: the rounded request).
@@ -1412,6 +1415,7 @@ std::uint64_t DevicePool::capacity() const noexcept { return impl_->capacity; }
 StreamOrder& DevicePool::order() noexcept { return impl_->order; }
 
 Result<DeviceHandle> DevicePool::allocate(std::uint64_t bytes, StreamId stream) {
+  FERRY_TRY(refuse_inside_user_kernel("allocate"));
   Impl& p = *impl_;
   if (!p.status.ok() || bytes == 0 || stream >= kMaxStreams) [[unlikely]] return p.refuse(bytes, stream);
   std::lock_guard lock(p.mu);
@@ -1426,6 +1430,7 @@ Result<DeviceHandle> DevicePool::allocate(std::uint64_t bytes, StreamId stream) 
 }
 
 Result<void> DevicePool::free(DeviceHandle handle) {
+  FERRY_TRY(refuse_inside_user_kernel("free"));
   Impl& p = *impl_;
   std::lock_guard lock(p.mu);
   const std::uint32_t b = p.find_block(handle);
@@ -1480,6 +1485,7 @@ Result<void> DevicePool::make_ready(DeviceHandle handle, StreamId stream) {
 }
 
 Result<void> DevicePool::trim() {
+  FERRY_TRY(refuse_inside_user_kernel("trim"));
   Impl& p = *impl_;
   std::lock_guard lock(p.mu);
   ++p.st.reclaims;
@@ -1535,6 +1541,19 @@ std::vector<BlockInfo> DevicePool::snapshot() const {
                             blk.stream});
   }
   std::sort(out.begin(), out.end(), [](const BlockInfo& a, const BlockInfo& b) { return a.addr < b.addr; });
+  return out;
+}
+
+std::vector<LiveBlock> DevicePool::live_blocks() const {
+  const Impl& p = *impl_;
+  std::lock_guard lock(p.mu);
+  std::vector<LiveBlock> out;
+  for (std::size_t b = 0; b < p.blocks.size(); ++b) {
+    const Impl::Block& blk = p.blocks[b];
+    if (blk.state != Impl::BlockState::live) continue;
+    out.push_back(LiveBlock{DeviceHandle{p.id, static_cast<std::uint32_t>(b), blk.generation}, blk.requested,
+                            blk.stream});
+  }
   return out;
 }
 

@@ -8,7 +8,8 @@
 
 namespace ferry::detail {
 
-struct PoolTestAccess {
+// Hidden: linked into the tests from the static library, never exported by libferry.so.
+struct FERRY_HIDDEN PoolTestAccess {
   // Sets the generation of a free (spare) slot, so the next allocation that takes
   // the slot hands it out at `generation`. False when the slot is not free or
   // `generation` is 0.

@@ -11,10 +11,13 @@ namespace ferry {
 Result<DeviceRange> operand_range(const DeviceSpan& span, std::uint64_t offset, std::uint64_t bytes,
                                   std::string_view what) {
   const std::uint64_t n = bytes == kRestOfBlock && offset <= span.bytes ? span.bytes - offset : bytes;
-  if (offset > span.bytes || n > span.bytes - offset) {
+  if (offset > span.bytes || n > span.bytes - offset || n == 0) {
     return make_error(ErrorCode::invalid_argument,
                       std::string(what) + " asks for bytes [" + std::to_string(offset) + ", +" +
-                          std::to_string(bytes) + ") of a block of " + std::to_string(span.bytes) + " bytes");
+                          (bytes == kRestOfBlock ? std::string("rest") : std::to_string(bytes)) +
+                          ") of a block of " + std::to_string(span.bytes) + " bytes" +
+                          (n == 0 && offset <= span.bytes ? " (an empty range: an operand has at least 1 byte)"
+                                                          : ""));
   }
   return DeviceRange{span.addr + offset, n};
 }

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <new>
@@ -439,16 +440,19 @@ class Replayer {
     // In pieces, so a check of gigabytes needs little host memory.
     const StreamId stream = b.last_write ? b.last_write->stream : 0;
     const std::uint64_t size = b.expected.size();
-    std::vector<std::byte> host(static_cast<std::size_t>(std::min(size, kCheckPiece)));
+    // The copy's host buffer is a copy target of the runner's; it leaves them only
+    // once its copies completed, so an error return leaves it to finish().
+    std::vector<std::byte>& host = copy_targets_.emplace_back(static_cast<std::size_t>(std::min(size, kCheckPiece)));
     std::optional<std::uint64_t> at;
     for (std::uint64_t off = 0; off < size && !at; off += kCheckPiece) {
       const std::span<std::byte> piece(host.data(), static_cast<std::size_t>(std::min(kCheckPiece, size - off)));
       Result<Ticket> t = enqueue_copy_to_host(*pool_, stream, b.handle, off, piece);
       if (!outcome(op, t)) return;
       b.reads.add({stream, *t});
-      if (!outcome(op, order_.wait(StreamPoint{stream, *t}))) return;
+      if (!outcome(op, order_.wait_for_result(StreamPoint{stream, *t}))) return;
       at = b.expected.first_mismatch(piece, off);
     }
+    copy_targets_.pop_back();
     ++report_.checks;
     if (at) {
       ++report_.corrupt;
@@ -578,6 +582,7 @@ class Replayer {
       if (b.allocated) (void)pool_->free(b.handle);
       b.allocated = false;
     }
+    copy_targets_.clear();
   }
 
   const Trace& trace_;
@@ -589,6 +594,9 @@ class Replayer {
   std::unique_ptr<HostArena> arena_;
   std::unique_ptr<TransferEngine> engine_;
   std::vector<Buffer> buffers_;
+  // Host buffers handed to enqueued copies to host: each lives until its copy
+  // completed (the op that waited for it drops it) or finish() synchronized.
+  std::deque<std::vector<std::byte>> copy_targets_;
   const bool racing_;  // the backend checks races: keep what names their sides
   std::array<std::vector<WorkRun>, kMaxStreams> work_;
   // For an observer: which id's allocation last covered each byte, as disjoint

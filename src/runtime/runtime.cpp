@@ -3,6 +3,8 @@
 #include <string>
 #include <utility>
 
+#include "ferry/user_kernel.hpp"
+
 namespace ferry {
 namespace {
 
@@ -69,6 +71,7 @@ Result<void> Runtime::status() const {
 }
 
 Result<void> Runtime::synchronize() {
+  FERRY_TRY(refuse_inside_user_kernel("Runtime::synchronize"));
   Result<void> r = backend_->synchronize();
   if (!r.ok() && r.error().code == ErrorCode::backend_error) {
     std::lock_guard lock(fault_mu_);
@@ -79,6 +82,7 @@ Result<void> Runtime::synchronize() {
 }
 
 Result<Allocation> Runtime::allocate(std::uint64_t bytes, StreamId stream) {
+  FERRY_TRY(refuse_inside_user_kernel("Runtime::allocate"));
   return Allocation::allocate(*pool_, bytes, stream);
 }
 

@@ -132,7 +132,7 @@ Result<TransferReceipt> TransferEngine::download(StreamId stream, DeviceHandle s
       return std::move(c).error();
     }
     e.count([&](IntegrityCounters& k) { k.bytes_moved += bytes; });
-    if (auto w = e.order.wait(*c); !w.ok()) {
+    if (auto w = e.order.wait_for_result(*c); !w.ok()) {
       e.park(*c, bounce);
       e.park(*c, hash);
       return std::move(w).error();

@@ -370,6 +370,36 @@ TEST_P(OffloadCacheTest, ErrorsAreValues) {
   EXPECT_FALSE(zero.status().ok());
 }
 
+// Issue 24 item 11: piece sizes that sum past 2^64 wrapped into a small entry.
+// (The spans are never read: define only sizes them.)
+TEST(OffloadCache, PieceSizesSummingPast2To64AreRefusedAtDefine) {
+  Rig rig;
+  rig.make_cache(opts(2, EvictionPolicy::lru), 1);
+  std::vector<std::byte> bytes(64);
+  const std::span<const std::byte> half(bytes.data(), std::size_t{1} << 63);
+  auto r = rig.cache->define(9, {half, half, std::span<const std::byte>(bytes)});
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().code, ErrorCode::invalid_argument);
+  EXPECT_NE(r.error().message.find("2^64"), std::string::npos) << r.error().message;
+  EXPECT_FALSE(rig.touch(0)) << "the cache still works";
+  rig.check();
+}
+
+// Issue 24 item 12: with slots sized by the largest entry (slot_bytes 0), one
+// entry larger than the pool made every later acquire out_of_memory.
+TEST(OffloadCache, AnEntryLargerThanThePoolIsRefusedAtDefine) {
+  Rig rig;
+  rig.make_cache(opts(2, EvictionPolicy::lru), 2);
+  std::vector<std::byte> bytes(64);
+  const std::span<const std::byte> huge(bytes.data(), rig.pool->capacity() + 1);
+  auto r = rig.cache->define(9, {huge});
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().code, ErrorCode::invalid_argument);
+  EXPECT_NE(r.error().message.find("capacity"), std::string::npos) << r.error().message;
+  EXPECT_FALSE(rig.touch(0)) << "a small entry is still acquired (a miss, then filled)";
+  EXPECT_TRUE(rig.touch(0));
+}
+
 // Report 000 under the cache: every pinned mapping goes stale; verify keeps
 // every resident entry's bytes right.
 TEST_P(OffloadCacheTest, UploadsStayRightUnderPinnedNoop) {

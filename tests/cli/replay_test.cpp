@@ -35,6 +35,16 @@ ReplayReport replay_ok(std::string_view text, const ReplayOptions& options = wit
   return r.ok() ? std::move(r).value() : ReplayReport{};
 }
 
+// Issue 24 item 1's reproducer (also fuzz/corpus/replay/issue24-check-after-failed-wait.jsonl).
+constexpr std::string_view kCheckAfterAFailedWaitTrace = R"({"op":"hold","stream":1}
+{"op":"alloc","id":"b","bytes":4096,"stream":1}
+{"op":"fill","id":"b","stream":1,"seed":1}
+{"op":"wait","stream":0,"for":1}
+{"op":"alloc","id":"a","bytes":4096,"stream":0}
+{"op":"fill","id":"a","stream":0,"seed":2}
+{"op":"check","id":"a"}
+)";
+
 // --- the committed traces (capacities as in tests/traces/README.md) -------------
 
 struct TraceCase {
@@ -222,6 +232,19 @@ TEST(Replay, CrossStreamDependenciesAreOrderedEvenWhenTheProducerIsHeld) {
   EXPECT_EQ(r.checks, 4u);
   EXPECT_EQ(r.corrupt, 0u);
   EXPECT_TRUE(r.passed()) << report_summary(r);
+}
+
+// Issue 24 item 1: the check's wait fails (its stream waits on a held one) with
+// its copy still queued; the copy runs at the final synchronize, into a buffer
+// that must still be there (ASan sees the use after free otherwise).
+TEST(Replay, ACheckWhoseWaitFailsKeepsItsBufferUntilItsCopyRan) {
+  ReplayReport r = replay_ok(kCheckAfterAFailedWaitTrace);
+  EXPECT_FALSE(r.passed());
+  ASSERT_EQ(r.errors.count("timeout"), 1u) << report_summary(r);
+  ASSERT_FALSE(r.problems.empty());
+  EXPECT_EQ(r.problems.front().line, 7u);
+  EXPECT_EQ(r.problems.front().what, "timeout");
+  EXPECT_EQ(r.checks, 0u);
 }
 
 TEST(Replay, SyncOfAHeldStreamDispatchesWhatItHoldsAndTheHoldStays) {

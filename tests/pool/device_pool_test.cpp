@@ -303,7 +303,10 @@ TEST_P(DevicePoolTest, AbsurdSizesAreErrorsNotCrashes) {
     auto r = p.allocate(huge, 0);
     ASSERT_FALSE(r.ok());
     EXPECT_EQ(r.error().code, ErrorCode::out_of_memory);
-    EXPECT_NE(r.error().message.find("larger than the whole capacity"), std::string::npos);
+    EXPECT_NE(r.error().message.find("cause: capacity: the request is larger than the whole capacity"),
+              std::string::npos)
+        << r.error().message;
+    EXPECT_EQ(r.error().message.find("fragmentation"), std::string::npos) << r.error().message;  // issue 24 item 7
   }
   EXPECT_EQ(p.allocate(1, kMaxStreams).error().code, ErrorCode::invalid_argument);
   EXPECT_TRUE(p.allocate(1, 0).ok());

@@ -196,6 +196,23 @@ TEST_P(UserOpTest, BadOperandsAreRefusedAtEnqueue) {
   expect_valid();
 }
 
+// Issue 24 item 10: an operand at the block's end with the rest of the block
+// (C's bytes 0) is empty, and refused like any range outside the block.
+TEST_P(UserOpTest, AZeroLengthOperandIsRefused) {
+  DevicePool& p = pool();
+  auto b = p.allocate(4 * KiB, 0);
+  ASSERT_TRUE(b.ok());
+  const Ticket before = backend_->submitted(0);
+  const Operand at_end[] = {{*b, Access::read, 4 * KiB, kRestOfBlock}};
+  auto r = enqueue_user(p, 0, at_end, copier());
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().code, ErrorCode::invalid_argument);
+  EXPECT_NE(r.error().message.find("empty range"), std::string::npos) << r.error().message;
+  EXPECT_EQ(backend_->submitted(0), before);
+  ASSERT_TRUE(p.free(*b).ok());
+  expect_valid();
+}
+
 // record_use: work the pool did not enqueue (here enqueued on the backend
 // directly, as a program enqueues on the native stream) keeps the block.
 TEST_P(UserOpTest, RecordUseKeepsABlockAliveAcrossAFree) {

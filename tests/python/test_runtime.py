@@ -311,6 +311,93 @@ def test_a_kept_view_is_released_after_the_call(rt):
         kept[0][0]
 
 
+def test_a_slice_kept_past_the_call_never_touches_ferrys_memory(rt):
+    # Issue 24 item 2: a slice or cast of the view outlived release() and read or
+    # wrote freed heap.
+    h = rt.alloc(4096)
+    rt.upload(h, pattern(4096, 3))
+    keep = []
+
+    def kernel(ctx):
+        keep.append(ctx.views[0][:])
+        keep.append(ctx.views[0].cast("B"))
+        ctx.views[0][0] = 7
+
+    rt.launch(0, [(h, "rw")], kernel)
+    rt.synchronize()
+    for _ in range(3):  # churn the sim's host buffers
+        rt.launch(0, [(h, "rw")], lambda ctx: None)
+        rt.synchronize()
+    for k in keep:
+        assert bytes(k[1:]) == pattern(4096, 3)[1:]
+        k[:] = b"\xff" * len(k)  # lands in the copy only
+    assert rt.download(h) == b"\x07" + pattern(4096, 3)[1:]
+
+
+def test_a_callable_that_calls_ferry_is_refused(rt):
+    # Issue 24 item 5: download, free, synchronize, close from inside a callable
+    # deadlocked; each is an InvalidArgumentError naming the rule.
+    h = rt.alloc(64)
+    other = rt.alloc(64)
+    refused = []
+
+    def kernel(ctx):
+        for call in (lambda: rt.download(other, 8), lambda: rt.free(other), rt.synchronize, rt.close,
+                     lambda: rt.launch(0, [], lambda c: None)):
+            try:
+                call()
+            except ferry.InvalidArgumentError as e:
+                refused.append(str(e))
+
+    rt.launch(0, [(h, "r")], kernel)
+    rt.synchronize()
+    assert len(refused) == 5, refused
+    assert all("inside" in m and "callable" in m or "inside a user kernel" in m for m in refused), refused
+    assert not rt.closed
+    rt.free(other)
+
+
+def test_a_download_after_a_failed_launch_raises(rt):
+    # Issue 24 item 6: the download returned the pre-kernel bytes as a success.
+    h = rt.alloc(64)
+    rt.upload(h, b"\x05" * 64)
+
+    def kernel(ctx):
+        ctx.views[0][:] = b"\x09" * 64
+        raise ValueError("no luck")
+
+    rt.launch(2, [(h, "rw")], kernel)
+    with pytest.raises(ferry.BackendError, match="no luck"):
+        rt.download(h, stream=2)
+
+
+@pytest.mark.parametrize("returned", [99, "err", 2.5, True])
+def test_a_callable_returning_something_else_fails_the_op(rt, returned):
+    # Issue 24 item 13: 99 or 'err' counted as success.
+    h = rt.alloc(64)
+    rt.launch(0, [(h, "r")], lambda ctx: returned)
+    with pytest.raises(ferry.BackendError, match="returned"):
+        rt.synchronize()
+
+
+def test_python_arguments_c_would_misread_are_refused(rt, tmp_path):
+    # Issue 24 item 13: each of these was silently taken as something else.
+    with pytest.raises(ferry.InvalidArgumentError):
+        ferry.status_name(2 ** 40)
+    with pytest.raises(ferry.InvalidArgumentError):
+        ferry.status_name("ok")
+    assert ferry.status_name(1234) == "unknown"
+    with pytest.raises(ferry.InvalidArgumentError):
+        rt.trace_start(None)
+    assert not (tmp_path / "None").exists()
+    with pytest.raises(ferry.InvalidArgumentError, match="NUL"):
+        ferry.Runtime(profile="tiny\0x")
+    with pytest.raises(ferry.InvalidArgumentError, match="bool"):
+        rt.alloc(True)
+    rt.trace_start(tmp_path / "t.jsonl")  # a path object is still a path
+    rt.trace_stop()
+
+
 def test_a_held_launch_runs_after_release(rt):
     h = rt.alloc(64)
     ran = []

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -460,6 +461,84 @@ TEST(TraceRecorder, DeviceCopiesOfDisjointRangesOnTwoStreamsReplayWithoutARace) 
   // compares nothing (a whole-block copy, as in run_program, is compared).
   EXPECT_EQ(r->checks, 0u);
   EXPECT_EQ(r->unwritten_checks, 1u);
+}
+
+
+// --- issue 24: what to_file opens, and blocks live before recording ------------
+
+namespace {
+
+std::string temp_path(const std::string& name) {
+  return (std::filesystem::temp_directory_path() /
+          ("ferry-" + name + "-" + std::to_string(::getpid())))
+      .string();
+}
+
+}  // namespace
+
+// Item 3: a FIFO (no reader) is refused at once, never a hang in open().
+TEST(TraceRecorderFile, AFifoIsRefusedWithoutBlocking) {
+  Rig rig(h200_at(64 * kMiB));
+  const std::string fifo = temp_path("trace-fifo");
+  std::filesystem::remove(fifo);
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  auto rec = RecordingPool::to_file(*rig.pool, fifo);
+  std::filesystem::remove(fifo);
+  ASSERT_FALSE(rec.ok());
+  EXPECT_EQ(rec.error().code, ErrorCode::invalid_argument);
+  EXPECT_NE(rec.error().message.find(fifo), std::string::npos) << rec.error().message;
+}
+
+// Item 8: a path that opens but cannot be written fails at start, not at stop.
+TEST(TraceRecorderFile, AnUnwritablePathIsRefusedAtStart) {
+  Rig rig(h200_at(64 * kMiB));
+  for (const char* path : {"/dev/full", "/proc/self/mem"}) {
+    if (!std::filesystem::exists(path)) continue;
+    auto rec = RecordingPool::to_file(*rig.pool, path);
+    ASSERT_FALSE(rec.ok()) << path;
+    EXPECT_EQ(rec.error().code, ErrorCode::invalid_argument) << path;
+    EXPECT_NE(rec.error().message.find(path), std::string::npos) << rec.error().message;
+  }
+  const std::string fine = temp_path("trace-fine");
+  auto rec = RecordingPool::to_file(*rig.pool, fine);
+  ASSERT_TRUE(rec.ok()) << rec.error().message;
+  std::ifstream in(fine);
+  std::string first;
+  ASSERT_TRUE(std::getline(in, first)) << "the meta line is on disk at start";
+  EXPECT_NE(first.find("\"meta\""), std::string::npos);
+  rec->reset();
+  std::filesystem::remove(fine);
+}
+
+// Item 9: ops on blocks allocated before the recorder are recorded, after an
+// alloc marked "existing" for each, and the trace replays.
+TEST(TraceRecorder, BlocksLiveAtStartAreRecordedAsExisting) {
+  Rig rig(h200_at(64 * kMiB));
+  auto before = rig.pool->allocate(64 * 1024, 2);
+  ASSERT_TRUE(before.ok());
+  std::ostringstream trace;
+  {
+    RecordingPool rec(*rig.pool, trace);
+    ASSERT_TRUE(rec.fill(0, *before, 5).ok());
+    std::vector<std::byte> back(64 * 1024);
+    ASSERT_TRUE(rec.download(*rig.engine, 0, *before, 0, back).ok());
+    ASSERT_TRUE(rec.free(*before).ok());
+    EXPECT_EQ(rec.stats().unrecorded, 0u);
+    ASSERT_TRUE(rec.flush().ok());
+  }
+  const std::vector<nlohmann::json> lines = lines_of(trace.str());
+  ASSERT_GE(lines.size(), 5u) << trace.str();
+  EXPECT_EQ(lines[1]["op"], "alloc");
+  EXPECT_EQ(lines[1]["existing"], true);
+  EXPECT_EQ(lines[1]["bytes"], 64 * 1024);
+  EXPECT_EQ(lines[1]["stream"], 2);
+  EXPECT_EQ(count_op(lines, "fill"), 1u);
+  EXPECT_EQ(count_op(lines, "check"), 1u);
+  EXPECT_EQ(count_op(lines, "free"), 1u);
+  Result<ReplayReport> replayed = replay_trace_text(trace.str(), "t.jsonl", replay_at(64 * kMiB));
+  ASSERT_TRUE(replayed.ok()) << replayed.error().message;
+  EXPECT_TRUE(replayed->passed()) << report_summary(*replayed);
+  EXPECT_EQ(replayed->checks, 1u);
 }
 
 }  // namespace

@@ -15,6 +15,7 @@
 #include "backend_fixture.hpp"
 #include "core/text.hpp"
 #include "ferry/allocation.hpp"
+#include "ferry/user_op.hpp"
 #include "pool_helpers.hpp"
 
 namespace ferry {
@@ -75,6 +76,66 @@ TEST_P(RuntimeTest, BuildsEveryComponentOnOneStreamOrderAndIsHealthy) {
   ASSERT_TRUE(got.ok()) << got.error().message;
   EXPECT_EQ(*got, pattern(41, 64 * KiB + 3));
   EXPECT_TRUE(rt.status().ok());
+}
+
+// Issue 24 item 6: a download ordered after a failed kernel on its stream
+// reports the kernel's fault, never the pre-kernel bytes as success.
+TEST_P(RuntimeTest, ADownloadAfterAFailedKernelReportsTheFault) {
+  Runtime& rt = *rt_;
+  Result<Allocation> a = rt.allocate(64 * KiB, 0);
+  ASSERT_TRUE(a.ok()) << a.error().message;
+  ASSERT_TRUE(enqueue_fill(rt.pool(), 0, a->handle(), 7).ok());
+  const Operand ops[] = {{a->handle(), Access::write}};
+  auto failed = enqueue_user(
+      rt.pool(), 0, ops,
+      [](const KernelLaunch&) -> Result<void> { return make_error(ErrorCode::invalid_argument, "kernel failed"); },
+      {}, "doomed");
+  ASSERT_TRUE(failed.ok());
+  std::vector<std::byte> back(64 * KiB);
+  auto d = rt.engine().download(0, a->handle(), 0, back);
+  ASSERT_FALSE(d.ok()) << "the pre-kernel bytes were downloaded as a success";
+  EXPECT_EQ(d.error().code, ErrorCode::invalid_argument);
+  EXPECT_NE(d.error().message.find("kernel failed"), std::string::npos) << d.error().message;
+  EXPECT_FALSE(rt.synchronize().ok());
+}
+
+// Issue 24 item 5: a kernel's callable that calls ferry is refused with
+// invalid_argument naming the rule, never a self-deadlock on the backend's lock.
+TEST_P(RuntimeTest, AKernelThatCallsFerryIsRefusedNotDeadlocked) {
+  Runtime& rt = *rt_;
+  Result<Allocation> a = rt.allocate(64 * KiB, 0);
+  ASSERT_TRUE(a.ok()) << a.error().message;
+  const DeviceHandle other = *rt.pool().allocate(4 * KiB, 0);
+  std::vector<Error> refusals;
+  std::vector<std::string> calls;
+  const auto note = [&](const char* call, const Result<void>& r) {
+    calls.emplace_back(call);
+    refusals.push_back(r.ok() ? Error{} : r.error());
+  };
+  const Operand ops[] = {{a->handle(), Access::read}};
+  auto t = enqueue_user(rt.pool(), 0, ops, [&](const KernelLaunch&) -> Result<void> {
+    EXPECT_TRUE(inside_user_kernel());
+    note("free", rt.pool().free(other));
+    auto h = rt.pool().allocate(4 * KiB, 1);
+    note("allocate", h.ok() ? Result<void>() : Result<void>(h.error()));
+    note("trim", rt.pool().trim());
+    note("synchronize", rt.synchronize());
+    note("backend synchronize", rt.backend().synchronize());
+    note("backend wait", rt.backend().wait({1, 1}, std::chrono::seconds(1)));
+    note("flush", rt.backend().flush(1));
+    auto e = rt.backend().enqueue(1, Op{NopOp{}});
+    note("enqueue", e.ok() ? Result<void>() : Result<void>(e.error()));
+    return {};
+  });
+  ASSERT_TRUE(t.ok()) << t.error().message;
+  ASSERT_TRUE(rt.synchronize().ok());
+  EXPECT_FALSE(inside_user_kernel());
+  ASSERT_EQ(refusals.size(), 8u);
+  for (std::size_t i = 0; i < refusals.size(); ++i) {
+    EXPECT_EQ(refusals[i].code, ErrorCode::invalid_argument) << calls[i];
+    EXPECT_NE(refusals[i].message.find("inside a user kernel"), std::string::npos) << calls[i];
+  }
+  EXPECT_TRUE(rt.pool().free(other).ok()) << "the refused free freed nothing";
 }
 
 TEST_P(RuntimeTest, UploadsFromTheArenaThroughTheEngine) {
