@@ -49,6 +49,7 @@ struct TraceLine {
 
 struct Block {
   std::uint32_t id = 0;
+  std::uint32_t tag = 0;
   bool reconstructed = false;
   std::uint64_t size = 0;
   bool free_requested = false;
@@ -250,7 +251,7 @@ class Importer {
         std::uint32_t tag = 0;
         if (std::string why = top_frame(entry, at, tag); !why.empty()) return why;
         const auto id = static_cast<std::uint32_t>(source_.allocs++);
-        live_.emplace(addr, Block{id, false, size, false, 0});
+        live_.emplace(addr, Block{id, tag, false, size, false, 0});
         seen_.insert(addr);
         lines_.push_back(TraceLine{true, id, false, size, stream, tag});
         requested(signed_size);
@@ -268,7 +269,7 @@ class Importer {
           const auto id = static_cast<std::uint32_t>(reconstructed_.size());
           reconstructed_.push_back(TraceLine{true, id, true, size, stream, tag});
           initial_requested_ += size;
-          it = live_.emplace(addr, Block{id, true, size, false, 0}).first;
+          it = live_.emplace(addr, Block{id, tag, true, size, false, 0}).first;
           seen_.insert(addr);
         }
         Block& b = it->second;
@@ -279,7 +280,7 @@ class Importer {
           return "";
         }
         if (b.free_requested && index > b.requested_at + 1) ++source_.deferred_frees;
-        lines_.push_back(TraceLine{false, b.id, b.reconstructed, 0, 0, 0});
+        lines_.push_back(TraceLine{false, b.id, b.reconstructed, 0, 0, b.tag});
         ++source_.frees;
         requested(-static_cast<std::int64_t>(b.size));
         live_.erase(it);
@@ -374,6 +375,10 @@ class Importer {
     out += l.alloc ? "{\"op\":\"alloc\",\"id\":\"" : "{\"op\":\"free\",\"id\":\"";
     out += l.reconstructed ? 'r' : 'a';
     number_into(out, l.id);
+    if (l.tag != 0) {  // the id names the program's line: race reports and the snapshot page show ids
+      out += ' ';
+      escape_into(out, tags_[l.tag]);
+    }
     out += '"';
     if (l.alloc) {
       out += ",\"bytes\":";
