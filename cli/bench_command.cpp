@@ -215,6 +215,17 @@ int run_fragmentation(const FragmentationArgs& args, const Io& io) {
     io.err << "ferry bench fragmentation: " << text.error().message << '\n';
     return text.error().code == ErrorCode::invalid_argument ? kExitUsage : kExitFailed;
   }
+  // A PyTorch snapshot is imported once here, not once per replay of the search.
+  std::optional<TorchSnapshotSource> source;
+  if (is_torch_snapshot(*text)) {
+    Result<TorchSnapshotImport> imported = import_torch_snapshot(*text, args.file);
+    if (!imported.ok()) {
+      io.err << "ferry bench fragmentation: " << imported.error().message << '\n';
+      return imported.error().code == ErrorCode::invalid_argument ? kExitUsage : kExitFailed;
+    }
+    source = imported->source;
+    *text = std::move(imported->trace);
+  }
   ReplayOptions options;
   options.backend.profile = args.profile;
   options.trace_capacity = false;  // the search starts from the device's capacity, not the trace's
@@ -260,6 +271,9 @@ int run_fragmentation(const FragmentationArgs& args, const Io& io) {
     j["monotone_probes"] = found.monotone_probes;
     if (!found.monotone) j["first_failure_above_bytes"] = found.first_failure_above;
     j["replays"] = found.replays;
+    if (source) {
+      j["source"] = ordered_json::parse(source_json(*source));
+    }
     print_json(io, j);
     return kExitOk;
   }
@@ -279,6 +293,11 @@ int run_fragmentation(const FragmentationArgs& args, const Io& io) {
            << found.first_failure_above << " B)\n";
   }
   io.out << "  replays            " << found.replays << '\n';
+  if (source) {
+    io.out << "  PyTorch reserved " << human_bytes(source->peak_reserved_bytes) << ", ferry needs "
+           << human_bytes(found.min_capacity) << " (" << source->peak_reserved_bytes << " B vs "
+           << found.min_capacity << " B; device " << source->device << "'s history)\n";
+  }
   return kExitOk;
 }
 

@@ -29,6 +29,7 @@ struct ReplayArgs {
   bool race_check = false;
   bool strict = false;
   bool quiet = false;
+  int device = -1;  // a PyTorch snapshot's device; -1: the one with the most entries
 };
 
 int run_replay(const ReplayArgs& args, const Io& io) {
@@ -47,6 +48,7 @@ int run_replay(const ReplayArgs& args, const Io& io) {
   options.backend.faults = *faults;
   options.backend.race_check = args.race_check;
   options.strict = args.strict;
+  if (args.device >= 0) options.snapshot_device = args.device;
   if (const std::string why = fault_refusal(args.backend, *faults); !why.empty()) {
     io.err << "ferry replay: --inject " << describe(*faults) << ": " << why << '\n';
     return kExitUsage;
@@ -132,7 +134,13 @@ Subcommand add_replay(CLI::App& parent) {
                 "so a recorded program's ordering bug shows (as a race under --race-check)");
   add_report_options(*app, args->report, args->json);
   app->add_flag("--quiet", args->quiet, "No progress bar on a terminal's stderr");
+  app->add_option("--device", args->device,
+                  "FILE is a PyTorch memory snapshot: replay this device's history\n"
+                  "(default: the device with the most entries)")
+      ->check(CLI::Range(0, 1 << 20));
   app->footer(
+      "FILE may be a PyTorch memory snapshot (recognised by its content, a pickle): its history is\n"
+      "imported (`ferry import torch-snapshot`) and the report's `source` says what PyTorch saw.\n"
       "Blank lines in a trace are ignored. The whole trace is checked before anything runs.\n"
       "A trace is a regular file of at most 1 GiB, each line at most 1 MiB; an optional first\n"
       "line {\"op\":\"meta\",\"capacity\":N} gives the capacity used when --capacity is not.\n"

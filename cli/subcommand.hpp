@@ -36,6 +36,7 @@ using AddSubcommand = Subcommand (*)(CLI::App& parent);
 
 Subcommand add_bench(CLI::App& parent);
 Subcommand add_doctor(CLI::App& parent);
+Subcommand add_import(CLI::App& parent);
 Subcommand add_replay(CLI::App& parent);
 Subcommand add_run(CLI::App& parent);
 Subcommand add_snapshot(CLI::App& parent);

@@ -12,6 +12,7 @@ std::span<const AddSubcommand> all_subcommands() {
       &add_replay,
       &add_bench,
       &add_snapshot,
+      &add_import,
   };
   return kAll;
 }

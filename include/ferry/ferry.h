@@ -251,6 +251,20 @@ FERRY_C_API ferry_status ferry_trace_start(ferry_runtime rt, const char* path);
  * recording), BACKEND (a write failed). */
 FERRY_C_API ferry_status ferry_trace_stop(ferry_runtime rt);
 
+/* ---- PyTorch memory snapshots (docs/spec.md §3): the `size` bytes of a
+ * torch.cuda.memory._dump_snapshot pickle, read by a restricted unpickler that
+ * executes nothing, written to `out_path` as a ferry trace. device < 0: the
+ * device with the most entries. The report's `source` object, as JSON, goes to
+ * `source_json` like ferry_memory_summary's text (at most `capacity` bytes
+ * including the NUL; nullable when capacity is 0) with its full length in
+ * *length (nullable). No runtime is needed. Errors: INVALID_ARGUMENT (not a
+ * snapshot, a refused opcode, a malformed entry: the message names the opcode
+ * and byte, or the entry and field; a NULL `bytes` with size > 0 or a NULL
+ * out_path), BACKEND (out_path cannot be written), OUT_OF_MEMORY. */
+FERRY_C_API ferry_status ferry_import_torch_snapshot(const void* bytes, size_t size, int device,
+                                                     const char* out_path, char* source_json, size_t capacity,
+                                                     size_t* length);
+
 #ifdef __cplusplus
 }
 #endif

@@ -41,6 +41,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -50,6 +51,7 @@
 #include "ferry/integrity.hpp"
 #include "ferry/result.hpp"
 #include "ferry/make_backend.hpp"
+#include "ferry/torch_snapshot.hpp"
 
 namespace ferry FERRY_API {
 
@@ -88,6 +90,10 @@ struct ReplayOptions {
   // (only the trace's `wait` ops order streams), so a recorded program's ordering
   // bug shows as a race (backend.race_check) or a corrupt check.
   bool strict = false;
+  // A PyTorch memory snapshot given in place of a trace (recognised by its
+  // content, torch_snapshot.hpp): the device whose history is replayed; empty:
+  // the one with the most entries.
+  std::optional<int> snapshot_device;
   // Called on the replaying thread before the first op, after every op, and
   // after the final synchronize and frees ("end"). Empty: never called.
   // An exception it throws stops the calls and counts as an unexpected
@@ -140,6 +146,8 @@ struct ReplayProblem {
 
 struct ReplayReport {
   std::string trace;  // the name the trace was read under
+  // Set when the file was a PyTorch memory snapshot: what its own history says.
+  std::optional<TorchSnapshotSource> source;
   std::string backend, device;
   std::uint64_t capacity = 0;  // the pool's capacity as it ran
   std::uint64_t seed = 0;

@@ -163,6 +163,8 @@ _PROTOTYPES = {
     "ferry_get_pool_stats": (_status, [_rt, ctypes.POINTER(PoolStats)]),
     "ferry_get_integrity_stats": (_status, [_rt, ctypes.POINTER(IntegrityStats)]),
     "ferry_memory_summary": (_status, [_rt, ctypes.c_char_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t)]),
+    "ferry_import_torch_snapshot": (_status, [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_char_p,
+                                              ctypes.c_char_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t)]),
     "ferry_cache_define": (_status, [_rt, _u64, ctypes.POINTER(_p), ctypes.POINTER(_u64), _u32]),
     "ferry_cache_acquire": (_status, [_rt, _u64, _u32, ctypes.POINTER(CHandle), ctypes.POINTER(_u64),
                                       ctypes.POINTER(ctypes.c_int)]),

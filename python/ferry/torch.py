@@ -21,7 +21,8 @@ import threading
 from . import _lib
 import ferry as _ferry
 
-__all__ = ["use_ferry_allocator", "memory_stats", "verified_copy_", "verify_stats", "library_path"]
+__all__ = ["use_ferry_allocator", "memory_stats", "verified_copy_", "verify_stats", "library_path",
+           "import_snapshot"]
 
 _ENV = "FERRY_TORCH_LIBRARY"
 _lock = threading.Lock()
@@ -171,3 +172,35 @@ def verified_copy_(dst, src):
     raise _ferry.TransferCorruptError(
         "verified_copy_: %d bytes host -> %s arrived wrong (first bad byte at %d) and again from a pageable "
         "copy (first bad byte at %d)" % (expected.numel(), dst.device, first, again))
+
+
+def import_snapshot(path_or_dict, out, device=None):
+    """Writes a PyTorch memory snapshot's history to `out` as a ferry trace
+    (docs/spec.md §3) and returns what the history says (the replay report's
+    `source`: peak_requested_bytes, peak_reserved_bytes, ...) as a dict.
+
+    path_or_dict: the path of a file torch.cuda.memory._dump_snapshot wrote, or
+    the dict torch.cuda.memory._snapshot() returns (pickled here, protocol 4).
+    A file is read by ferry's restricted unpickler, which executes nothing: a
+    pickle that names or calls a Python object raises InvalidArgumentError
+    naming the opcode and its byte offset, as does a malformed snapshot (naming
+    the entry and field). device: the device whose history to import (default:
+    the one with the most entries). Needs libferry.so, not PyTorch; then
+    `ferry replay OUT` or `ferry bench fragmentation OUT` answers how much memory
+    the program needs with ferry.
+    """
+    import json
+    import pickle
+    if isinstance(path_or_dict, dict):
+        data = pickle.dumps(path_or_dict, protocol=4)
+    else:
+        with open(os.fspath(path_or_dict), "rb") as f:
+            data = f.read()
+    lib = _lib.lib()
+    length = ctypes.c_size_t(0)
+    buf = ctypes.create_string_buffer(1024)
+    status = lib.ferry_import_torch_snapshot(data, len(data), -1 if device is None else int(device),
+                                             os.fsencode(os.fspath(out)), buf, len(buf), ctypes.byref(length))
+    if status != _lib.OK:
+        raise _ferry._error(status, lib.ferry_last_error().decode(errors="replace"))
+    return json.loads(buf.value.decode())

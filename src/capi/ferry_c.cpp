@@ -5,6 +5,7 @@
 
 #include <cstring>
 #include <exception>
+#include <fstream>
 #include <memory>
 #include <mutex>
 #include <future>
@@ -17,6 +18,7 @@
 #include "ferry/fault_spec.hpp"
 #include "ferry/integrity.hpp"
 #include "ferry/runtime.hpp"
+#include "ferry/torch_snapshot.hpp"
 #include "ferry/trace_recorder.hpp"
 #include "ferry/user_kernel.hpp"
 #include "ferry/user_op.hpp"
@@ -592,6 +594,34 @@ ferry_status ferry_trace_stop(ferry_runtime rt) {
     trace.reset();
     const ferry::Result<void> r = flushed.get();
     if (!r.ok()) return fail(FERRY_ERROR_BACKEND, ("ferry_trace_stop: " + r.error().message).c_str());
+    return ok();
+  });
+}
+
+
+ferry_status ferry_import_torch_snapshot(const void* bytes, size_t size, int device, const char* out_path,
+                                         char* source_json, size_t capacity, size_t* length) {
+  return guarded("ferry_import_torch_snapshot", [&] {
+    FERRY_C_CHECK(bytes != nullptr || size == 0, "ferry_import_torch_snapshot", "bytes");
+    FERRY_C_CHECK(out_path != nullptr, "ferry_import_torch_snapshot", "out_path");
+    FERRY_C_CHECK(source_json != nullptr || capacity == 0, "ferry_import_torch_snapshot", "source_json");
+    ferry::Result<ferry::TorchSnapshotImport> imported = ferry::import_torch_snapshot(
+        std::string_view(static_cast<const char*>(bytes), size), "snapshot",
+        device < 0 ? std::nullopt : std::optional<int>(device));
+    if (!imported.ok()) return fail(imported.error());
+    std::ofstream f(out_path, std::ios::trunc | std::ios::binary);
+    f << imported->trace;
+    f.flush();
+    if (!f) {
+      return fail(FERRY_ERROR_BACKEND, ("ferry_import_torch_snapshot: cannot write " + std::string(out_path)).c_str());
+    }
+    const std::string text = ferry::source_json(imported->source);
+    if (length != nullptr) *length = text.size();
+    if (capacity > 0) {
+      const size_t n = std::min(capacity - 1, text.size());
+      std::memcpy(source_json, text.data(), n);
+      source_json[n] = '\0';
+    }
     return ok();
   });
 }

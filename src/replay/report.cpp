@@ -22,6 +22,20 @@ std::string report_json(const ReplayReport& r) {
   j["capacity"] = r.capacity;
   j["seed"] = r.seed;
   j["faults"] = r.faults;
+  if (r.source) {
+    const TorchSnapshotSource& src = *r.source;
+    j["source"] = {{"format", src.format},
+                   {"device", src.device},
+                   {"events", src.events},
+                   {"allocs", src.allocs},
+                   {"frees", src.frees},
+                   {"streams", src.streams},
+                   {"reconstructed_blocks", src.reconstructed_blocks},
+                   {"peak_requested_bytes", src.peak_requested_bytes},
+                   {"peak_reserved_bytes", src.peak_reserved_bytes},
+                   {"segment_allocs", src.segment_allocs},
+                   {"ooms", src.ooms}};
+  }
   j["verdict"] = r.passed() ? "pass" : "fail";
   j["ops"] = r.ops;
   j["skipped"] = r.skipped;
@@ -125,6 +139,18 @@ std::string report_summary(const ReplayReport& r) {
     peaks += ratio;
   }
   line("peak", peaks);
+  if (r.source) {
+    const TorchSnapshotSource& src = *r.source;
+    line("snapshot", "PyTorch memory snapshot, device " + std::to_string(src.device) + ": " +
+                         std::to_string(src.events) + " events, " + std::to_string(src.allocs) + " allocs, " +
+                         std::to_string(src.frees) + " frees, " + std::to_string(src.streams) + " streams, " +
+                         std::to_string(src.reconstructed_blocks) + " blocks alive before the history began, " +
+                         std::to_string(src.ooms) + " OOMs");
+    line("pytorch", "PyTorch reserved " + human_bytes(src.peak_reserved_bytes) + " at its peak (" +
+                        human_bytes(src.peak_requested_bytes) + " requested); ferry reserved " +
+                        human_bytes(r.peak_reserved_bytes) + " at capacity " + human_bytes(r.capacity) +
+                        " (`ferry bench fragmentation` finds the smallest)");
+  }
   line("pressure", std::to_string(r.ooms_survived) + " OOMs survived (failed fits a reclaim turned into success), " +
                        std::to_string(r.reclaims) + " reclaims, " + std::to_string(r.ooms) + " OOMs returned");
   const ReplayIntegrity& in = r.integrity;

@@ -661,6 +661,15 @@ Result<ReplayReport> replay_trace_text(std::string_view text, std::string_view n
                                        const ReplayOptions& options) {
   try {
     FERRY_TRY(check_spec(options.backend));  // before anything is parsed or run
+    if (is_torch_snapshot(text)) {
+      Result<TorchSnapshotImport> imported = import_torch_snapshot(text, name, options.snapshot_device);
+      if (!imported.ok()) return std::move(imported).error();
+      Result<Trace> trace = replay::parse_trace(imported->trace, name);
+      if (!trace.ok()) return std::move(trace).error();
+      Result<ReplayReport> report = run(*trace, options);
+      if (report.ok()) report->source = imported->source;
+      return report;
+    }
     Result<Trace> trace = replay::parse_trace(text, name);
     if (!trace.ok()) return std::move(trace).error();
     return run(*trace, options);

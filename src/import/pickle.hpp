@@ -1,0 +1,118 @@
+// A restricted unpickler: pickle bytes (protocols 2 to 5) to a small value tree,
+// executing nothing.
+//
+// It knows the opcodes of plain data (dict, list, tuple, set, str, bytes, int,
+// float, bool, None), marks, the memo and frames. Every opcode that names or
+// calls something (GLOBAL, STACK_GLOBAL, REDUCE, BUILD, INST, OBJ, NEWOBJ,
+// NEWOBJ_EX, EXT1/2/4, PERSID, BINPERSID) is refused, as is every opcode it does
+// not know. Parsing is a loop over the bytes, never a recursion on nesting depth.
+//
+// Memory is bounded by the input: a value is 8 bytes; strings and bytes point
+// into the input (which must outlive the tree); each opcode adds at most one
+// container, one chunk and the stack items it consumes, so the tree holds at
+// most a few times the input's size (tree_bytes() says how much).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string_view>
+#include <vector>
+
+#include "ferry/result.hpp"
+
+namespace ferry::import {
+
+enum class Kind : std::uint8_t { none, boolean, integer, real, string, bytes, list, tuple, dict, set };
+
+std::string_view to_string(Kind kind) noexcept;
+
+// A value of the tree: the kind in the low 4 bits, a payload in the rest
+// (inline for none, bool, small ints and strings; an index otherwise).
+class Value {
+ public:
+  constexpr Value() = default;
+  Kind kind() const noexcept { return tag() == kWideTag ? Kind::integer : static_cast<Kind>(tag()); }
+  bool operator==(const Value&) const = default;
+
+ private:
+  friend class Tree;
+  friend class Unpickler;
+  static constexpr std::uint64_t kWideTag = 0xF;  // an int kept in Tree::wide_ints_
+  static constexpr Value make(Kind k, std::uint64_t payload) noexcept {
+    return tagged(static_cast<std::uint64_t>(k), payload);
+  }
+  static constexpr Value tagged(std::uint64_t tag, std::uint64_t payload) noexcept {
+    Value v;
+    v.bits_ = (payload << 4) | tag;
+    return v;
+  }
+  std::uint64_t tag() const noexcept { return bits_ & 0xF; }
+  std::uint64_t payload() const noexcept { return bits_ >> 4; }
+  std::uint64_t bits_ = 0;  // Kind::none
+};
+
+// What an integer holds: Python ints are unbounded, the tree keeps those in
+// [-2^63, 2^64) and marks the rest as out of range.
+struct Integer {
+  bool in_range = true;
+  bool negative = false;
+  std::uint64_t magnitude = 0;
+};
+
+class Tree {
+ public:
+  Value root() const noexcept { return root_; }
+
+  std::optional<Integer> integer(Value v) const noexcept;
+  std::optional<double> real(Value v) const noexcept;
+  std::optional<bool> boolean(Value v) const noexcept;
+  std::optional<std::string_view> string(Value v) const noexcept;  // str (UTF-8 as pickled) or bytes
+
+  // Items of a list, tuple or set; a dict's keys and values alternate. 0 for a scalar.
+  std::uint64_t size(Value v) const noexcept;
+  // Calls f on each item in order until it returns false. A dict gives keys and
+  // values alternately. Returns false when f stopped it.
+  bool for_each(Value container, const std::function<bool(Value)>& f) const;
+  // The value under a str key of a dict (the last one set wins, as in Python).
+  std::optional<Value> find(Value dict, std::string_view key) const;
+
+  // Heap bytes the tree holds (not counting the input it points into).
+  std::size_t tree_bytes() const noexcept;
+
+ private:
+  friend class Unpickler;
+  struct Container {
+    std::uint32_t first_chunk = 0, last_chunk = 0;  // kNoChunk when empty
+    std::uint64_t count = 0;
+  };
+  struct Chunk {
+    std::uint32_t begin = 0, count = 0, next = 0;  // items_[begin, begin + count); next: kNoChunk at the end
+  };
+  static constexpr std::uint32_t kNoChunk = 0xFFFFFFFFu;
+
+  std::string_view input_;
+  Value root_;
+  std::vector<Container> containers_;  // invariant: kind of the Value that names it is a container kind
+  std::vector<Chunk> chunks_;
+  std::vector<Value> items_;
+  std::vector<Integer> wide_ints_;     // ints that do not fit in a 60-bit payload
+  std::vector<double> reals_;
+};
+
+// Input limits: a file above this is refused before parsing (the string
+// payload keeps offsets and lengths in 30 bits each).
+inline constexpr std::size_t kMaxPickleBytes = std::size_t{1} << 30;
+
+// True when `bytes` opens like a pickle of protocol 2 to 5 (PROTO, then 2..5).
+bool is_pickle(std::string_view bytes) noexcept;
+
+// Parses `bytes` (must outlive the tree). Errors: invalid_argument naming the
+// opcode and its byte offset ("byte 17: opcode REDUCE (0x52) calls a callable:
+// refused") for a refused or unknown opcode, a truncated or empty input, a
+// stack or mark underflow, a wrong-typed operand, a memo miss, or an input
+// larger than kMaxPickleBytes; out_of_memory if the host cannot hold the tree.
+Result<Tree> unpickle(std::string_view bytes);
+
+}  // namespace ferry::import

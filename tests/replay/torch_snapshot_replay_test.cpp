@@ -1,0 +1,120 @@
+// PyTorch snapshots from tools/gen-torch-snapshots.py: every figure the import
+// reports equals what the generator knew; the replay passes and sees the same
+// live bytes; malformed and hostile files are refused, nothing executed.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+
+#include "ferry/replay.hpp"
+#include "ferry/torch_snapshot.hpp"
+
+namespace ferry {
+namespace {
+
+const std::string kDir = FERRY_SNAPSHOTS_DIR;
+
+std::string read(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::stringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+class Corpus : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(Corpus, ImportsToTheGeneratorsFigures) {
+  const std::string bytes = read(kDir + "/" + GetParam() + ".pickle");
+  const auto expect = nlohmann::json::parse(read(kDir + "/" + GetParam() + ".expect.json"));
+  ASSERT_TRUE(is_torch_snapshot(bytes));
+  Result<TorchSnapshotImport> imported = import_torch_snapshot(bytes, GetParam());
+  ASSERT_TRUE(imported.ok()) << imported.error().message;
+  const auto got = nlohmann::json::parse(source_json(imported->source));
+  for (const auto& [key, value] : expect.items()) EXPECT_EQ(got.at(key), value) << key;
+}
+
+TEST_P(Corpus, ReplaysOnTheSimWithTheSameLiveBytes) {
+  ReplayOptions options;
+  Result<ReplayReport> report = replay_trace_file(kDir + "/" + GetParam() + ".pickle", options);
+  ASSERT_TRUE(report.ok()) << report.error().message;
+  ASSERT_TRUE(report->source.has_value());
+  EXPECT_TRUE(report->passed()) << report_summary(*report);
+  EXPECT_EQ(report->peak_live_bytes, report->source->peak_requested_bytes);
+  const auto j = nlohmann::ordered_json::parse(report_json(*report));
+  const std::vector<std::string> keys = {"format", "device", "events", "allocs", "frees", "streams",
+                                         "reconstructed_blocks", "peak_requested_bytes", "peak_reserved_bytes",
+                                         "segment_allocs", "ooms"};
+  std::vector<std::string> have;
+  for (const auto& [key, value] : j.at("source").items()) have.push_back(key);
+  EXPECT_EQ(have, keys);
+}
+
+INSTANTIATE_TEST_SUITE_P(Snapshots, Corpus,
+                         ::testing::Values("training", "decode-kv-cache", "moe-record-stream", "layer-streaming",
+                                           "layer-streaming-cut", "two-devices"),
+                         [](const auto& param_info) {
+                           std::string n = param_info.param;
+                           for (char& c : n) c = c == '-' ? '_' : c;
+                           return n;
+                         });
+
+TEST(TorchSnapshot, TheDeviceIsChosenOrGiven) {
+  const std::string bytes = read(kDir + "/two-devices.pickle");
+  Result<TorchSnapshotImport> zero = import_torch_snapshot(bytes, "two", 0);
+  ASSERT_TRUE(zero.ok());
+  EXPECT_EQ(zero->source.device, 0);
+  EXPECT_EQ(zero->source.devices, 2);
+  Result<TorchSnapshotImport> two = import_torch_snapshot(bytes, "two", 2);
+  ASSERT_FALSE(two.ok());
+  EXPECT_NE(two.error().message.find("devices 0..1"), std::string::npos) << two.error().message;
+}
+
+TEST(TorchSnapshot, TheTraceNamesTheProgramsFrames) {
+  Result<TorchSnapshotImport> imported = import_torch_snapshot(read(kDir + "/decode-kv-cache.pickle"), "d");
+  ASSERT_TRUE(imported.ok());
+  EXPECT_NE(imported->trace.find("\"tag\":\"generate.py:71:torch.cat\""), std::string::npos);
+}
+
+TEST(TorchSnapshot, MalformedFilesNameTheEntryAndField) {
+  const auto cases = nlohmann::json::parse(read(kDir + "/malformed.json"));
+  ASSERT_GE(cases.size(), 6u);
+  for (const auto& [name, words] : cases.items()) {
+    Result<TorchSnapshotImport> imported = import_torch_snapshot(read(kDir + "/" + name + ".pickle"), name);
+    ASSERT_FALSE(imported.ok()) << name;
+    EXPECT_EQ(imported.error().code, ErrorCode::invalid_argument) << name;
+    EXPECT_NE(imported.error().message.find(words.get<std::string>()), std::string::npos)
+        << name << ": " << imported.error().message;
+  }
+}
+
+TEST(TorchSnapshot, TruncatedAndEmptyFilesAreRefused) {
+  const std::string bytes = read(kDir + "/training.pickle");
+  for (std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{2}, bytes.size() / 3, bytes.size() - 1}) {
+    Result<TorchSnapshotImport> imported = import_torch_snapshot(std::string_view(bytes).substr(0, n), "cut");
+    ASSERT_FALSE(imported.ok()) << n;
+    EXPECT_EQ(imported.error().code, ErrorCode::invalid_argument);
+  }
+}
+
+TEST(TorchSnapshot, HostilePicklesExecuteNothing) {
+  // Each would run `touch ferry-hostile-ran` under Python's pickle.load.
+  std::filesystem::remove("ferry-hostile-ran");
+  for (const char* name : {"hostile-reduce-top", "hostile-reduce-frame"}) {
+    Result<TorchSnapshotImport> imported = import_torch_snapshot(read(kDir + "/" + std::string(name) + ".pickle"), name);
+    ASSERT_FALSE(imported.ok()) << name;
+    EXPECT_NE(imported.error().message.find("opcode STACK_GLOBAL (0x93)"), std::string::npos)
+        << imported.error().message;
+    EXPECT_NE(imported.error().message.find("byte "), std::string::npos);
+    ReplayOptions options;
+    Result<ReplayReport> replayed = replay_trace_file(kDir + "/" + std::string(name) + ".pickle", options);
+    ASSERT_FALSE(replayed.ok());
+    EXPECT_EQ(replayed.error().code, ErrorCode::invalid_argument);
+  }
+  EXPECT_FALSE(std::filesystem::exists("ferry-hostile-ran"));
+}
+
+}  // namespace
+}  // namespace ferry
