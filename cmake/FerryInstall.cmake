@@ -16,8 +16,15 @@ configure_file(cmake/ferry.pc.in ${CMAKE_CURRENT_BINARY_DIR}/ferry.pc @ONLY)
 install(FILES ${CMAKE_CURRENT_BINARY_DIR}/ferry.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
 # PyTorch's allocator: a plugin loaded by path, not a target to link (not exported).
 install(TARGETS ferry_torch LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
-# `import ferry` (ctypes over libferry.so, no build step) where Debian's python3 looks.
-install(DIRECTORY python/ferry DESTINATION lib/python3/dist-packages PATTERN __pycache__ EXCLUDE)
+# `import ferry` (ctypes over libferry.so, no build step) where the Python that
+# configured the build looks for the prefix given at install time
+# (cmake/python_site_dir.py); the install says where it went.
+find_package(Python3 COMPONENTS Interpreter)
+if(Python3_Interpreter_FOUND)
+  install(CODE "set(FERRY_PYTHON \"${Python3_EXECUTABLE}\")
+    set(FERRY_SOURCE_DIR \"${PROJECT_SOURCE_DIR}\")")
+  install(SCRIPT cmake/FerryInstallPython.cmake)
+endif()
 install(EXPORT ferryTargets NAMESPACE ferry:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/ferry)
 configure_package_config_file(cmake/ferryConfig.cmake.in
   ${CMAKE_CURRENT_BINARY_DIR}/ferryConfig.cmake

@@ -72,7 +72,10 @@ struct PoolStats {
   std::uint64_t active_bytes = 0, peak_active_bytes = 0;        // live + pending free
   std::uint64_t pending_free_bytes = 0;
   std::uint64_t cached_bytes = 0;     // mapped but touched by no block
-  std::uint64_t allocs = 0, frees = 0;
+  std::uint64_t allocs = 0, frees = 0;  // the program's: allocate() and its frees
+  // ferry's own buffers, which never hold program data (allocate_internal: the
+  // transfer engine's probe and canary scratch); their bytes count above as any block's
+  std::uint64_t internal_allocs = 0, internal_frees = 0;
   std::uint64_t ooms = 0;             // out_of_memory answers
   std::uint64_t reclaims = 0;         // reclaim sequences run (pressure or trim)
   std::uint64_t ooms_survived = 0;    // failed fits that a reclaim turned into success
@@ -148,6 +151,9 @@ class DevicePool {
   // thread is mapping or unmapping waits for that call (it is never handed out
   // before its memory is there).
   Result<DeviceHandle> allocate(std::uint64_t bytes, StreamId stream);
+  // As allocate, for ferry's own buffers: counted in internal_allocs and (at its
+  // free) internal_frees instead of allocs and frees.
+  Result<DeviceHandle> allocate_internal(std::uint64_t bytes, StreamId stream);
 
   // Drops the handle. Legal with work in flight (I3). Errors: stale_handle
   // (double free, foreign, forged). Never blocks on the device; runs the unmap of
@@ -230,7 +236,8 @@ Result<Ticket> enqueue_copy_to_host(DevicePool& pool, StreamId stream, DeviceHan
 // A multi-line table of the pool's memory, in the manner of PyTorch's
 // torch.cuda.memory_summary(): allocated, requested, reserved and active bytes
 // (current and peak), pending free, cached, the largest free extent, capacity;
-// the allocs, frees, ooms, reclaims and ooms_survived counters; and the live and
+// the allocs and frees (the program's, then ferry's own), ooms, reclaims and
+// ooms_survived counters; and the live and
 // pending-free blocks by (rounded) size class:
 //   <= 1 KiB, <= 64 KiB, <= 1 MiB, <= 16 MiB, > 16 MiB.
 // It sits here rather than with Allocation because it reads only the pool.

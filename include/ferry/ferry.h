@@ -180,9 +180,14 @@ FERRY_C_API ferry_status ferry_adopt_stream(ferry_runtime rt, void* native, uint
 FERRY_C_API ferry_status ferry_release_stream(ferry_runtime rt, uint32_t stream, uint64_t timeout_ms);
 
 /* ---- Statistics. */
+/* Fields are only ever added at the end. allocs and frees count the program's
+ * blocks (ferry_alloc, ferry_free); internal_allocs and internal_frees ferry's own
+ * buffers that never hold program data (the transfer engine's probe and canary
+ * scratch), whose bytes count in the byte figures as any block's. */
 typedef struct ferry_pool_stats {
   uint64_t allocated_bytes, peak_allocated_bytes, reserved_bytes, peak_reserved_bytes,
       pending_free_bytes, allocs, frees, ooms, reclaims;
+  uint64_t internal_allocs, internal_frees;
 } ferry_pool_stats;
 FERRY_C_API ferry_status ferry_get_pool_stats(ferry_runtime rt, ferry_pool_stats* out);
 typedef struct ferry_integrity_stats {

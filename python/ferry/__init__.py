@@ -523,7 +523,9 @@ class Runtime:
     def pool_stats(self):
         """ferry_pool_stats as a dict (allocated_bytes, peak_allocated_bytes,
         reserved_bytes, peak_reserved_bytes, pending_free_bytes, allocs, frees,
-        ooms, reclaims)."""
+        ooms, reclaims, internal_allocs, internal_frees). allocs and frees are the
+        program's blocks; internal_allocs and internal_frees ferry's own buffers
+        (the transfer engine's probe and canary scratch)."""
         out = _lib.PoolStats()
         self._check(self._lib.ferry_get_pool_stats(self._live(), ctypes.byref(out)))
         return _lib.as_dict(out)

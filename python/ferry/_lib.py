@@ -21,7 +21,7 @@ _PRESETS = ("release", "cpu-only", "dev")
 
 def candidates(filename, env, build_subdirs):
     """The paths tried for `filename` (e.g. "libferry.so"), in order: $env; next to
-    an install (<prefix>/lib/python3/dist-packages/ferry -> <prefix>/lib, lib64,
+    an install (<prefix>/lib/python3.X/site-packages/ferry -> <prefix>/lib, lib64,
     lib/<multiarch>); a build tree of the source checkout (build/<preset>/<subdir>)."""
     found = []
     override = os.environ.get(env)
@@ -105,7 +105,8 @@ def _stats(*names):
 
 class PoolStats(ctypes.Structure):
     _fields_ = _stats("allocated_bytes", "peak_allocated_bytes", "reserved_bytes", "peak_reserved_bytes",
-                      "pending_free_bytes", "allocs", "frees", "ooms", "reclaims")
+                      "pending_free_bytes", "allocs", "frees", "ooms", "reclaims", "internal_allocs",
+                      "internal_frees")
 
 
 class IntegrityStats(ctypes.Structure):

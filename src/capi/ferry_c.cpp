@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "capi/pool_stats_c.hpp"
 #include "ferry/fault_spec.hpp"
 #include "ferry/integrity.hpp"
 #include "ferry/runtime.hpp"
@@ -433,8 +434,7 @@ ferry_status ferry_get_pool_stats(ferry_runtime rt, ferry_pool_stats* out) {
     FERRY_C_CHECK(rt != nullptr, "ferry_get_pool_stats", "rt");
     FERRY_C_CHECK(out != nullptr, "ferry_get_pool_stats", "out");
     const ferry::PoolStats s = rt->runtime->pool().stats();
-    *out = ferry_pool_stats{s.allocated_bytes, s.peak_allocated_bytes, s.reserved_bytes, s.peak_reserved_bytes,
-                            s.pending_free_bytes, s.allocs, s.frees, s.ooms, s.reclaims};
+    *out = ferry::detail::to_c_pool_stats(s);
     return ok();
   });
 }

@@ -18,6 +18,7 @@ inline Json stats_to_json(const PoolStats& s) {
       {"active_bytes", s.active_bytes},         {"peak_active_bytes", s.peak_active_bytes},
       {"pending_free_bytes", s.pending_free_bytes}, {"cached_bytes", s.cached_bytes},
       {"allocs", s.allocs},                     {"frees", s.frees},
+      {"internal_allocs", s.internal_allocs},   {"internal_frees", s.internal_frees},
       {"ooms", s.ooms},                         {"reclaims", s.reclaims},
       {"ooms_survived", s.ooms_survived},             {"same_stream_reuses", s.same_stream_reuses},
       {"tight_fits", s.tight_fits},             {"maps", s.maps},

@@ -55,6 +55,7 @@ struct DevicePool::Impl {
     bool leased : 1 = false;        // leases[b].uses may be non-empty  (!leased => uses empty)
     bool ready_set : 1 = false;     // leases[b].ready_after is set  (!ready_set => it is {})
     bool slot_retired : 1 = false;  // freed at kLastGeneration: the slot retires with the block
+    bool internal : 1 = false;      // live: ferry's own buffer (allocate_internal)
   };
   static_assert(sizeof(Block) == 32);
   static_assert(kMaxStreams <= 256, "Block::stream is one byte");
@@ -1027,14 +1028,16 @@ struct DevicePool::Impl {
 
   // The one place where a block becomes an allocation: the handle exists from
   // here. `size` is the block's (rounded) size.
-  DeviceHandle bind(std::uint32_t b, std::uint64_t size, std::uint64_t requested, StreamId stream) {
+  DeviceHandle bind(std::uint32_t b, std::uint64_t size, std::uint64_t requested, StreamId stream,
+                   bool internal) {
     Block& blk = blocks[b];
     blk.state = BlockState::live;
     blk.requested = requested;
     blk.stream = static_cast<std::uint8_t>(stream);
+    blk.internal = internal;
     st.allocated_bytes += size;
     st.requested_bytes += requested;
-    ++st.allocs;
+    ++(internal ? st.internal_allocs : st.allocs);
     // Reserved bytes rise only where granules are mapped (reference_granules);
     // active_bytes is set where it is read (stats()).
     st.peak_allocated_bytes = std::max(st.peak_allocated_bytes, st.allocated_bytes);
@@ -1049,8 +1052,9 @@ struct DevicePool::Impl {
   // other streams gets an event wait each, enqueued with no pool lock held
   // (submit takes the stream's lock, then lease() takes the pool's).
   [[gnu::always_inline]] Result<DeviceHandle> bind_ordered(std::uint32_t b, std::uint64_t size,
-                                                           std::uint64_t requested, StreamId stream) {
-    const DeviceHandle h = bind(b, size, requested, stream);
+                                                           std::uint64_t requested, StreamId stream,
+                                                           bool internal) {
+    const DeviceHandle h = bind(b, size, requested, stream, internal);
     if (!blocks[b].leased && queued.empty()) [[likely]] {  // the hot path: it inherited no work
       check();
       return h;
@@ -1081,9 +1085,10 @@ struct DevicePool::Impl {
     const std::uint32_t b = find_block(h);
     if (!ordered.ok()) {
       if (b != kNoBlock) {  // backend_error: nothing allocated, so neither an alloc nor a free is counted
+        const bool internal = blocks[b].internal;
         release_handle(b);
-        --st.allocs;
-        --st.frees;
+        --(internal ? st.internal_allocs : st.allocs);
+        --(internal ? st.internal_frees : st.frees);
       }
       settle();
       check();
@@ -1108,7 +1113,7 @@ struct DevicePool::Impl {
     const std::uint64_t size = size_of(blk);
     st.allocated_bytes -= size;
     st.requested_bytes -= blk.requested;
-    ++st.frees;
+    ++(blk.internal ? st.internal_frees : st.frees);
     file_freed(b, size);
   }
 
@@ -1200,12 +1205,13 @@ struct DevicePool::Impl {
   }
 
   // allocate() after a failed fit (`size`: the rounded request).
-  [[gnu::noinline]] Result<DeviceHandle> survive_pressure(std::uint64_t bytes, std::uint64_t size, StreamId stream) {
+  [[gnu::noinline]] Result<DeviceHandle> survive_pressure(std::uint64_t bytes, std::uint64_t size, StreamId stream,
+                                                          bool internal) {
     // I4: survive pressure before reporting it.
     ++st.reclaims;
     auto succeed = [&](std::uint32_t b) {
       ++st.ooms_survived;
-      return bind_ordered(b, size, bytes, stream);
+      return bind_ordered(b, size, bytes, stream, internal);
     };
     // 1. Dispatch held commands, so held work can complete and release its leases.
     //    No pool lock while the backend works (queued unmaps are committed first,
@@ -1403,6 +1409,19 @@ struct DevicePool::Impl {
     if (retired != retired_slots) return fail("retired slot count wrong");
     return true;
   }
+
+  [[gnu::always_inline]] Result<DeviceHandle> allocate(std::uint64_t bytes, StreamId stream, bool internal) {
+    if (!status.ok() || bytes == 0 || stream >= kMaxStreams) [[unlikely]] return refuse(bytes, stream);
+    std::lock_guard lock(mu);
+    if (bytes > capacity) [[unlikely]] return too_large(bytes, stream);
+    const std::uint64_t size = (bytes + kAlign - 1) / kAlign * kAlign;
+    retire_pending();
+    std::uint32_t b = try_fit(size);
+    if (b < kRetry) [[likely]] return bind_ordered(b, size, bytes, stream, internal);
+    b = fit_again(size, b);
+    if (b != kNoFit) return bind_ordered(b, size, bytes, stream, internal);
+    return survive_pressure(bytes, size, stream, internal);
+  }
 };
 
 DevicePool::DevicePool(StreamOrder& order, PoolOptions options)
@@ -1416,17 +1435,11 @@ StreamOrder& DevicePool::order() noexcept { return impl_->order; }
 
 Result<DeviceHandle> DevicePool::allocate(std::uint64_t bytes, StreamId stream) {
   FERRY_TRY(refuse_inside_user_kernel("allocate"));
-  Impl& p = *impl_;
-  if (!p.status.ok() || bytes == 0 || stream >= kMaxStreams) [[unlikely]] return p.refuse(bytes, stream);
-  std::lock_guard lock(p.mu);
-  if (bytes > p.capacity) [[unlikely]] return p.too_large(bytes, stream);
-  const std::uint64_t size = (bytes + kAlign - 1) / kAlign * kAlign;
-  p.retire_pending();
-  std::uint32_t b = p.try_fit(size);
-  if (b < Impl::kRetry) [[likely]] return p.bind_ordered(b, size, bytes, stream);
-  b = p.fit_again(size, b);
-  if (b != Impl::kNoFit) return p.bind_ordered(b, size, bytes, stream);
-  return p.survive_pressure(bytes, size, stream);
+  return impl_->allocate(bytes, stream, false);
+}
+
+Result<DeviceHandle> DevicePool::allocate_internal(std::uint64_t bytes, StreamId stream) {
+  return impl_->allocate(bytes, stream, true);
 }
 
 Result<void> DevicePool::free(DeviceHandle handle) {

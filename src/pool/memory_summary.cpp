@@ -77,6 +77,8 @@ std::string memory_summary(const DevicePool& pool) {
   row(out, "Events", "count", "");
   row(out, "Allocs", std::to_string(s.allocs), "");
   row(out, "Frees", std::to_string(s.frees), "");
+  row(out, "Internal allocs", std::to_string(s.internal_allocs), "");
+  row(out, "Internal frees", std::to_string(s.internal_frees), "");
   row(out, "OOMs", std::to_string(s.ooms), "");
   row(out, "Reclaims", std::to_string(s.reclaims), "");
   row(out, "OOMs survived", std::to_string(s.ooms_survived), "");

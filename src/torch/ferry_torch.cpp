@@ -18,6 +18,7 @@
 #include <string>
 #include <unordered_map>
 
+#include "capi/pool_stats_c.hpp"
 #include "ferry/runtime.hpp"
 #include "ferry/user_op.hpp"
 
@@ -213,8 +214,7 @@ int ferry_torch_get_stats(int device, ferry_pool_stats* out) {
       return FERRY_OK;
     }
     const ferry::PoolStats s = state->runtime->pool().stats();
-    *out = ferry_pool_stats{s.allocated_bytes, s.peak_allocated_bytes, s.reserved_bytes, s.peak_reserved_bytes,
-                            s.pending_free_bytes, s.allocs, s.frees, s.ooms, s.reclaims};
+    *out = ferry::detail::to_c_pool_stats(s);
     return FERRY_OK;
   } catch (const std::exception& e) {
     last_error = std::string("ferry_torch_get_stats: ") + e.what();

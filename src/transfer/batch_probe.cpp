@@ -76,7 +76,7 @@ Result<bool> probe_batched_copy(EngineState& e, StreamId stream, std::string* de
   auto block = e.arena.allocate(kCopies * kPiece);
   if (!block.ok()) return std::move(block).error();
   b.block = *block;
-  auto scratch = e.pool.allocate(kCopies * kPiece, stream);
+  auto scratch = e.pool.allocate_internal(kCopies * kPiece, stream);
   if (!scratch.ok()) return std::move(scratch).error();
   b.scratch = *scratch;
   auto readback = std::make_shared<Bytes>(kCopies * kPiece);

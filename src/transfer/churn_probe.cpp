@@ -59,7 +59,7 @@ Result<ChurnVerdict> run_churn_probe(DevicePool& pool, const ChurnProbeOptions& 
   const std::uint64_t seed = 0x000f00d5eedull;
   fill_pattern(seed, 0, {src.ptr, options.probe_bytes});
 
-  auto dst = pool.allocate(options.probe_bytes, stream);
+  auto dst = pool.allocate_internal(options.probe_bytes, stream);
   if (!dst.ok()) return std::move(dst).error();
   std::vector<std::byte> readback(options.probe_bytes);
 

@@ -12,7 +12,7 @@ namespace ferry::detail {
 Result<bool> canary(EngineState& e, PinnedUnitId unit, StreamId stream) {
   auto span = e.arena.canary(unit);
   if (!span) return true;  // released: nothing reads it any more
-  auto scratch = e.pool.allocate(span->bytes, stream);
+  auto scratch = e.pool.allocate_internal(span->bytes, stream);
   if (!scratch.ok()) return std::move(scratch).error();
   // A seed whose pattern differs from the canary bytes, so a dropped copy shows.
   std::uint64_t seed = 0;

@@ -33,3 +33,16 @@ def test_the_library_is_searched_next_to_an_install_and_in_the_build_tree():
     assert any(p.endswith(os.path.join("build", "dev", "src", "capi", "libferry.so")) for p in paths) or \
         not os.path.isdir(os.path.join(REPO, "build", "dev"))
     assert paths[0].endswith(os.path.join("libferry.so"))
+
+
+def test_import_ferry_and_a_round_trip_need_no_numpy():
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (os.path.join(REPO, "python"), env.get("PYTHONPATH")) if p)
+    code = ("import sys\nsys.modules['numpy'] = None\nimport ferry, ferry.torch\n"
+            "with ferry.Runtime(profile='tiny') as rt:\n"
+            "    h = rt.alloc(4096)\n    rt.upload(h, bytearray(b'\\x05' * 4096))\n"
+            "    assert rt.download(h) == b'\\x05' * 4096\n"
+            "print('without numpy: ok')\n")
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "without numpy: ok" in r.stdout

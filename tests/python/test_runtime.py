@@ -11,7 +11,7 @@ import ferry
 from conftest import MiB
 
 POOL_KEYS = {"allocated_bytes", "peak_allocated_bytes", "reserved_bytes", "peak_reserved_bytes",
-             "pending_free_bytes", "allocs", "frees", "ooms", "reclaims"}
+             "pending_free_bytes", "allocs", "frees", "ooms", "reclaims", "internal_allocs", "internal_frees"}
 INTEGRITY_KEYS = {"bytes_moved", "bytes_verified", "mismatches", "retries", "fallbacks"}
 CACHE_KEYS = {"hits", "misses", "evictions", "uploads", "bytes_uploaded", "prefetches"}
 

@@ -36,7 +36,7 @@ def test_stats_of_an_untouched_device_are_zero():
     _library_or_skip()
     stats = ft.memory_stats(device=5)
     assert set(stats) == {"allocated_bytes", "peak_allocated_bytes", "reserved_bytes", "peak_reserved_bytes",
-                          "pending_free_bytes", "allocs", "frees", "ooms", "reclaims"}
+                          "pending_free_bytes", "allocs", "frees", "ooms", "reclaims", "internal_allocs", "internal_frees"}
     assert all(v == 0 for v in stats.values())
     with pytest.raises(ferry.InvalidArgumentError):
         ft.memory_stats(device=-1)

@@ -158,6 +158,46 @@ TEST_P(RuntimeTest, UploadsFromTheArenaThroughTheEngine) {
   EXPECT_EQ(*got, bytes);
 }
 
+// Two blocks of the program's, one freed, around a verified upload: the engine's
+// own scratch (its start-up probe, its canaries) shows as internal, not as the
+// program's allocs and frees.
+TEST_P(RuntimeTest, CountsFerrysOwnBuffersApartFromTheProgramsBlocks) {
+  Runtime& rt = *rt_;
+  const PoolStats before = pool().stats();
+  EXPECT_EQ(before.allocs, 0u);
+  EXPECT_EQ(before.frees, 0u);
+  // The engine's start-up probe of batched copies ran on a scratch block of its own.
+  if (rt.backend().info().batched_copy) {
+    EXPECT_GE(before.internal_allocs, 1u);
+  }
+  const std::uint64_t n = 64 * KiB;
+  const std::vector<std::byte> bytes = pattern(5, n);
+  Result<HostBlock> block = rt.arena().allocate(n);
+  ASSERT_TRUE(block.ok()) << block.error().message;
+  std::memcpy(block->data, bytes.data(), n);
+  Result<Allocation> a = rt.allocate(n, 1);
+  Result<Allocation> b = rt.allocate(n, 1);
+  ASSERT_TRUE(a.ok() && b.ok());
+  ASSERT_TRUE(rt.engine().upload(1, TransferPlan().add(*block, a->handle())).ok());
+  ASSERT_TRUE(rt.arena().free(*block).ok());
+  { const Allocation freed = std::move(a).value(); }
+  ASSERT_TRUE(rt.synchronize().ok());
+  const PoolStats s = pool().stats();
+  EXPECT_EQ(s.allocs, before.allocs + 2);
+  EXPECT_EQ(s.frees, before.frees + 1);
+  EXPECT_EQ(s.internal_allocs, s.internal_frees);
+
+  Result<DeviceHandle> own = pool().allocate_internal(4 * KiB, 0);
+  ASSERT_TRUE(own.ok()) << own.error().message;
+  EXPECT_EQ(pool().stats().internal_allocs, s.internal_allocs + 1);
+  EXPECT_EQ(pool().stats().allocated_bytes, s.allocated_bytes + 4 * KiB);
+  ASSERT_TRUE(pool().free(*own).ok());
+  const PoolStats after = pool().stats();
+  EXPECT_EQ(after.internal_frees, s.internal_frees + 1);
+  EXPECT_EQ(after.allocs, s.allocs);
+  EXPECT_EQ(after.frees, s.frees);
+}
+
 TEST_P(RuntimeTest, CacheOptionsBuildACacheOnTheEngine) {
   const std::vector<std::byte> weights = pattern(3, 96 * KiB);  // outlives the cache
   RuntimeOptions o = options_on(GetParam());
@@ -555,6 +595,8 @@ void expect_summary_matches(const DevicePool& pool) {
   EXPECT_EQ(row(summary, "Largest free extent"), text::human_bytes(pool.largest_free_extent(), 2) + " -");
   EXPECT_EQ(row(summary, "Allocs"), std::to_string(s.allocs));
   EXPECT_EQ(row(summary, "Frees"), std::to_string(s.frees));
+  EXPECT_EQ(row(summary, "Internal allocs"), std::to_string(s.internal_allocs));
+  EXPECT_EQ(row(summary, "Internal frees"), std::to_string(s.internal_frees));
   EXPECT_EQ(row(summary, "OOMs"), std::to_string(s.ooms));
   EXPECT_EQ(row(summary, "Reclaims"), std::to_string(s.reclaims));
   EXPECT_EQ(row(summary, "OOMs survived"), std::to_string(s.ooms_survived));

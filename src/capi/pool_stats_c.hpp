@@ -1,0 +1,16 @@
+// The pool's figures as the C ABI's ferry_pool_stats (ferry_get_pool_stats,
+// ferry_torch_get_stats).
+#pragma once
+
+#include "ferry/device_pool.hpp"
+#include "ferry/ferry.h"
+
+namespace ferry::detail {
+
+inline ferry_pool_stats to_c_pool_stats(const PoolStats& s) {
+  return ferry_pool_stats{s.allocated_bytes, s.peak_allocated_bytes, s.reserved_bytes, s.peak_reserved_bytes,
+                          s.pending_free_bytes, s.allocs, s.frees, s.ooms, s.reclaims,
+                          s.internal_allocs, s.internal_frees};
+}
+
+}  // namespace ferry::detail
