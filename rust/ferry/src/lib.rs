@@ -719,6 +719,12 @@ impl Handle {
     }
 }
 
+impl fmt::Display for Handle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{{pool {}, slot {}, generation {}}}", self.0.pool, self.0.slot, self.0.generation)
+    }
+}
+
 /// A block of device memory; `Drop` frees it, stream-ordered (work already
 /// enqueued on it keeps its lease). It borrows its [`Runtime`].
 ///

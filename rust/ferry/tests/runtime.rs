@@ -132,6 +132,7 @@ fn handles_round_trip_and_stale_ones_are_errors() {
     let addr = a.device_address();
     let h = a.into_handle();
     assert!(!h.is_null());
+    assert!(h.to_string().starts_with("{pool "), "{}", h);
     let a = Allocation::from_handle(&rt, h).unwrap();
     assert_eq!((a.device_address(), a.len()), (addr, 1024));
     a.free().unwrap();
