@@ -465,6 +465,15 @@ impl Runtime {
     /// later wait ([`Runtime::synchronize`], a download) reports with `f`'s message.
     /// Errors, before anything is enqueued: `StaleHandle`, `InvalidArgument` (range
     /// outside a block, bad stream). Never blocks.
+    ///
+    /// ```
+    /// let rt = ferry::Runtime::builder().profile("tiny").build()?;
+    /// let a = rt.alloc(16, 0)?;
+    /// rt.launch(0, &[ferry::Operand::write(&a)], |_| panic!("bad kernel"))?;
+    /// let err = rt.synchronize().unwrap_err();
+    /// assert!(err.message().contains("panicked: bad kernel"));
+    /// # Ok::<(), ferry::Error>(())
+    /// ```
     pub fn launch<F>(&self, stream: u32, operands: &[Operand<'_>], f: F) -> Result<()>
     where
         F: FnOnce(&mut LaunchContext<'_>) -> Result<()> + Send + 'static,
@@ -620,6 +629,20 @@ impl Runtime {
 
     /// The stream races found (sim with [`RuntimeBuilder::race_check`]): the first
     /// 64 kept, and the count of all. Errors: `Unsupported` (no race check).
+    ///
+    /// ```
+    /// use ferry::Operand;
+    /// let rt = ferry::Runtime::builder().profile("tiny").race_check(true).build()?;
+    /// let kv = rt.alloc(4096, 0)?;
+    /// kv.set_tag("kv")?;
+    /// rt.launch(0, &[Operand::write(&kv)], |_| Ok(()))?;
+    /// rt.launch(1, &[Operand::write(&kv)], |_| Ok(()))?; // no stream_wait(1, 0)
+    /// rt.synchronize()?;
+    /// let found = rt.races()?;
+    /// assert_eq!(found.total, 1);
+    /// assert_eq!(found.races[0].later.block_tag, "kv");
+    /// # Ok::<(), ferry::Error>(())
+    /// ```
     pub fn races(&self) -> Result<Races> {
         let rt = self.rt("races")?;
         const CAPACITY: u32 = 64;
@@ -667,6 +690,17 @@ impl Runtime {
     /// Makes `key` resident, orders `stream` after its upload and pins it until the
     /// pin drops. Errors: `InvalidArgument`, `OutOfMemory` (every slot pinned),
     /// `TransferCorrupt`. Blocks.
+    ///
+    /// ```
+    /// let rt = ferry::Runtime::builder().profile("tiny").cache(2, 0).build()?;
+    /// rt.cache_define(7, vec![vec![1; 1024], vec![2; 512]])?;
+    /// let pin = rt.cache_acquire(7, 0)?;
+    /// assert_eq!(pin.offsets(), &[0, 1024]);
+    /// assert!(!pin.hit());
+    /// drop(pin);
+    /// assert!(rt.cache_acquire(7, 0)?.hit());
+    /// # Ok::<(), ferry::Error>(())
+    /// ```
     pub fn cache_acquire(&self, key: u64, stream: u32) -> Result<CachePin<'_>> {
         let rt = self.rt("cache_acquire")?;
         let pieces = lock(&self.shared.cache_pieces).get(&key).map_or(0, |p| p.len());
@@ -708,6 +742,15 @@ impl Runtime {
 
 /// A raw handle: a value, not a pointer. A freed, foreign or forged one is
 /// [`Error::StaleHandle`] wherever it is used.
+///
+/// ```
+/// let rt = ferry::Runtime::builder().profile("tiny").build()?;
+/// let a = rt.alloc(64, 0)?;
+/// let mut forged = a.handle();
+/// forged.0.generation += 1;
+/// assert!(matches!(rt.free(forged), Err(ferry::Error::StaleHandle(_))));
+/// # Ok::<(), ferry::Error>(())
+/// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Handle(pub sys::ferry_handle);
 
@@ -836,6 +879,20 @@ impl Access {
 }
 
 /// One operand of [`Runtime::launch`]: a block (or a range of it) and its access.
+///
+/// ```
+/// let rt = ferry::Runtime::builder().profile("tiny").build()?;
+/// let a = rt.alloc(64, 0)?;
+/// rt.upload(0, &a, 0, &[1; 64])?;
+/// rt.launch(0, &[ferry::Operand::read_write(&a).range(8, 4)], |ctx| {
+///     ctx.view_mut(0)?.copy_from_slice(&[9; 4]);
+///     Ok(())
+/// })?;
+/// let mut out = [0u8; 16];
+/// rt.download(0, &a, 0, &mut out)?;
+/// assert_eq!(out[7..13], [1, 9, 9, 9, 9, 1]);
+/// # Ok::<(), ferry::Error>(())
+/// ```
 #[derive(Clone, Copy, Debug)]
 pub struct Operand<'a> {
     raw: sys::ferry_operand,

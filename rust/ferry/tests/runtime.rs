@@ -429,3 +429,14 @@ fn race_check_finds_two_unordered_writers() {
 fn version_is_the_librarys() {
     assert_eq!(ferry::version(), "0.1.0");
 }
+
+#[test]
+fn send_and_sync_where_the_header_allows_any_thread() {
+    fn shared<T: Send + Sync>() {}
+    shared::<Runtime>();
+    shared::<Allocation<'static>>();
+    shared::<ferry::HoldGuard<'static>>();
+    shared::<ferry::CachePin<'static>>();
+    shared::<Handle>();
+    shared::<Error>();
+}
