@@ -97,6 +97,8 @@ pub struct ferry_pool_stats {
     pub frees: u64,
     pub ooms: u64,
     pub reclaims: u64,
+    pub internal_allocs: u64,
+    pub internal_frees: u64,
 }
 
 #[repr(C)]
@@ -192,4 +194,8 @@ extern "C" {
 
     pub fn ferry_trace_start(rt: ferry_runtime, path: *const c_char) -> ferry_status;
     pub fn ferry_trace_stop(rt: ferry_runtime) -> ferry_status;
+
+    pub fn ferry_import_torch_snapshot(bytes: *const c_void, size: usize, device: c_int, out_path: *const c_char,
+                                       source_json: *mut c_char, capacity: usize, length: *mut usize)
+        -> ferry_status;
 }

@@ -39,7 +39,7 @@ fn rust_layouts() -> BTreeMap<String, (usize, BTreeMap<String, usize>)> {
         ferry_operand { handle, offset, bytes, access }
         ferry_launch_context { native_stream, operand_count, device_addresses, bytes, host_views }
         ferry_pool_stats { allocated_bytes, peak_allocated_bytes, reserved_bytes, peak_reserved_bytes,
-                           pending_free_bytes, allocs, frees, ooms, reclaims }
+                           pending_free_bytes, allocs, frees, ooms, reclaims, internal_allocs, internal_frees }
         ferry_integrity_stats { bytes_moved, bytes_verified, mismatches, retries, fallbacks }
         ferry_race_side { stream, ticket, kind, tag, access, block, block_tag }
         ferry_race { earlier, later, addr, bytes, reuse }
