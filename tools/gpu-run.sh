@@ -283,6 +283,8 @@ fi
 
 # --- Workloads on cuda (cuBLAS GEMMs, checked bit for bit against the host) -------------
 run_rows=()
+# One workload may take 70 % of the share: dequant-train computes its host reference (bit-exact
+# GEMMs) before it touches the device.
 run_cap=$(($(share workloads) * 7 / 10))
 for w in "${PLAN_WORKLOADS[@]}"; do
   step "ferry run $w --backend cuda" "run-$w.log" "$(cap "$run_cap" "$(reserve_after workloads)")" "$BIN/ferry" run "$w" --backend cuda \
