@@ -255,7 +255,8 @@ static void test_cache_and_trace(const char* trace_path) {
   char line[512];
   while (f != NULL && fgets(line, sizeof line, f) != NULL) ++lines;
   if (f != NULL) fclose(f);
-  CHECK(lines == 5); /* meta (the capacity), alloc, upload, check, free */
+  CHECK(lines == 6); /* meta (the capacity), the cache slot's alloc (live before: "existing"), alloc, upload,
+                        check, free */
   ferry_runtime_destroy(rt);
 
   ferry_runtime no_cache = make("tiny", NULL, NULL, 0);

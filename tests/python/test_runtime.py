@@ -330,6 +330,7 @@ def test_a_slice_kept_past_the_call_never_touches_ferrys_memory(rt):
         rt.synchronize()
     for k in keep:
         assert bytes(k[1:]) == pattern(4096, 3)[1:]
+    for k in keep:
         k[:] = b"\xff" * len(k)  # lands in the copy only
     assert rt.download(h) == b"\x07" + pattern(4096, 3)[1:]
 
