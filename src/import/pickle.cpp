@@ -73,10 +73,6 @@ constexpr std::int64_t kInlineMin = -(std::int64_t{1} << 59);
 constexpr std::int64_t kInlineMax = (std::int64_t{1} << 59) - 1;
 constexpr std::uint64_t kPayloadMask = (std::uint64_t{1} << 60) - 1;
 
-bool is_container(Kind k) noexcept {
-  return k == Kind::list || k == Kind::tuple || k == Kind::dict || k == Kind::set;
-}
-
 }  // namespace
 
 std::string_view to_string(Kind kind) noexcept {
@@ -242,7 +238,7 @@ class Unpickler {
     const auto begin = static_cast<std::uint32_t>(tree_.items_.size());
     tree_.items_.insert(tree_.items_.end(), stack_.begin() + static_cast<std::ptrdiff_t>(from), stack_.end());
     stack_.resize(from);
-    box.count += n;
+    box.count += static_cast<std::uint32_t>(n);
     if (box.last_chunk != Tree::kNoChunk) {
       Tree::Chunk& last = tree_.chunks_[box.last_chunk];
       if (last.begin + last.count == begin) {
@@ -304,7 +300,7 @@ class Unpickler {
   bool step() {
     std::uint64_t n = 0;
     std::size_t from = 0, at = 0;
-    Value a, b, c;
+    Value a;
     switch (op_) {
       case PROTO:
         if (!uint_le(1, n)) return false;
@@ -421,7 +417,7 @@ class Unpickler {
   std::optional<Error> error_;
   std::vector<Value> stack_;
   std::vector<std::size_t> marks_;
-  std::vector<Value> memo_;
+  std::deque<Value> memo_;  // a deque: growing never copies (a big file memoizes most of its values)
   std::vector<bool> known_;
   Tree tree_;
 };
@@ -463,17 +459,6 @@ std::uint64_t Tree::size(Value v) const noexcept {
   return is_container(v.kind()) ? containers_[v.payload()].count : 0;
 }
 
-bool Tree::for_each(Value container, const std::function<bool(Value)>& f) const {
-  if (!is_container(container.kind())) return true;
-  for (std::uint32_t c = containers_[container.payload()].first_chunk; c != kNoChunk; c = chunks_[c].next) {
-    const Chunk& chunk = chunks_[c];
-    for (std::uint32_t i = 0; i < chunk.count; ++i) {
-      if (!f(items_[chunk.begin + i])) return false;
-    }
-  }
-  return true;
-}
-
 std::optional<Value> Tree::find(Value dict, std::string_view key) const {
   if (dict.kind() != Kind::dict) return std::nullopt;
   std::optional<Value> found;
@@ -491,8 +476,8 @@ std::optional<Value> Tree::find(Value dict, std::string_view key) const {
 }
 
 std::size_t Tree::tree_bytes() const noexcept {
-  return containers_.capacity() * sizeof(Container) + chunks_.capacity() * sizeof(Chunk) +
-         items_.capacity() * sizeof(Value) + wide_ints_.capacity() * sizeof(Integer) +
+  return containers_.size() * sizeof(Container) + chunks_.size() * sizeof(Chunk) +
+         items_.size() * sizeof(Value) + wide_ints_.capacity() * sizeof(Integer) +
          reals_.capacity() * sizeof(double);
 }
 

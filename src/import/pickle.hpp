@@ -15,7 +15,7 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <functional>
+#include <deque>
 #include <optional>
 #include <string_view>
 #include <vector>
@@ -74,9 +74,23 @@ class Tree {
   std::uint64_t size(Value v) const noexcept;
   // Calls f on each item in order until it returns false. A dict gives keys and
   // values alternately. Returns false when f stopped it.
-  bool for_each(Value container, const std::function<bool(Value)>& f) const;
+  template <class F>
+  bool for_each(Value container, F&& f) const {
+    if (!is_container(container.kind())) return true;
+    for (std::uint32_t c = containers_[container.payload()].first_chunk; c != kNoChunk; c = chunks_[c].next) {
+      const Chunk& chunk = chunks_[c];
+      for (std::uint32_t i = 0; i < chunk.count; ++i) {
+        if (!f(items_[chunk.begin + i])) return false;
+      }
+    }
+    return true;
+  }
   // The value under a str key of a dict (the last one set wins, as in Python).
   std::optional<Value> find(Value dict, std::string_view key) const;
+
+  static bool is_container(Kind k) noexcept {
+    return k == Kind::list || k == Kind::tuple || k == Kind::dict || k == Kind::set;
+  }
 
   // Heap bytes the tree holds (not counting the input it points into).
   std::size_t tree_bytes() const noexcept;
@@ -85,7 +99,7 @@ class Tree {
   friend class Unpickler;
   struct Container {
     std::uint32_t first_chunk = 0, last_chunk = 0;  // kNoChunk when empty
-    std::uint64_t count = 0;
+    std::uint32_t count = 0;  // below 2^30: each item took an input byte
   };
   struct Chunk {
     std::uint32_t begin = 0, count = 0, next = 0;  // items_[begin, begin + count); next: kNoChunk at the end
@@ -94,9 +108,10 @@ class Tree {
 
   std::string_view input_;
   Value root_;
-  std::vector<Container> containers_;  // invariant: kind of the Value that names it is a container kind
-  std::vector<Chunk> chunks_;
-  std::vector<Value> items_;
+  // Deques: growing never copies what is there (no doubling peak on a big file).
+  std::deque<Container> containers_;  // invariant: the Value naming one has a container kind
+  std::deque<Chunk> chunks_;
+  std::deque<Value> items_;
   std::vector<Integer> wide_ints_;     // ints that do not fit in a 60-bit payload
   std::vector<double> reals_;
 };

@@ -58,17 +58,18 @@ struct Block {
 
 class Importer {
  public:
-  Importer(const Tree& tree, std::string_view name) : tree_(tree), name_(name) { tags_.emplace_back(); }
+  Importer(const Tree& tree, std::string_view name) : tree_(&tree), name_(name) { tags_.emplace_back(); }
 
-  Result<TorchSnapshotImport> run(std::optional<int> device) {
-    const Value root = tree_.root();
+  // Walks the tree (which may be dropped after) and returns the source figures.
+  Result<TorchSnapshotSource> run(std::optional<int> device) {
+    const Value root = tree_->root();
     if (root.kind() != Kind::dict) return fail("the pickle holds a " + kind(root) + ", not a snapshot dict");
-    const std::optional<Value> traces = tree_.find(root, "device_traces");
+    const std::optional<Value> traces = tree_->find(root, "device_traces");
     if (!traces) return fail("no device_traces: not a memory snapshot with history (record it with _record_memory_history)");
     if (traces->kind() != Kind::list) return fail("device_traces is a " + kind(*traces) + ", not a list");
     std::vector<Value> lists;
     std::string problem;
-    tree_.for_each(*traces, [&](Value v) {
+    tree_->for_each(*traces, [&](Value v) {
       if (v.kind() != Kind::list) {
         problem = "device_traces[" + std::to_string(lists.size()) + "] is a " + kind(v) + ", not a list";
         return false;
@@ -87,17 +88,17 @@ class Importer {
       device_ = *device;
     } else {
       for (std::size_t d = 1; d < lists.size(); ++d) {
-        if (tree_.size(lists[d]) > tree_.size(lists[static_cast<std::size_t>(device_)])) device_ = static_cast<int>(d);
+        if (tree_->size(lists[d]) > tree_->size(lists[static_cast<std::size_t>(device_)])) device_ = static_cast<int>(d);
       }
     }
     source_.device = device_;
     const Value history = lists[static_cast<std::size_t>(device_)];
-    if (tree_.size(history) == 0) return fail("device " + std::to_string(device_) + " has no history");
-    source_.events = tree_.size(history);
+    if (tree_->size(history) == 0) return fail("device " + std::to_string(device_) + " has no history");
+    source_.events = tree_->size(history);
     lines_.reserve(source_.events);
 
     std::uint64_t index = 0;
-    tree_.for_each(history, [&](Value entry) {
+    tree_->for_each(history, [&](Value entry) {
       problem = walk(entry, index++);
       return problem.empty();
     });
@@ -110,9 +111,15 @@ class Importer {
         static_cast<std::uint64_t>(std::max<std::int64_t>(0, initial_reserved) + max_reserved_delta_);
     source_.reconstructed_blocks = reconstructed_.size();
     source_.streams = stream_count_;
-    TorchSnapshotImport out;
-    out.trace = render();
-    out.source = source_;
+    return source_;
+  }
+
+  // The trace text; call after the tree is gone (the peak is then file + text).
+  std::string render() const {
+    std::string out;
+    out.reserve((reconstructed_.size() + lines_.size()) * 48);
+    for (const TraceLine& l : reconstructed_) line_into(out, l);
+    for (const TraceLine& l : lines_) line_into(out, l);
     return out;
   }
 
@@ -127,19 +134,22 @@ class Importer {
   }
 
   // An int field in [0, 2^64): "" and the value, or why not.
-  std::string u64(Value dict, std::string_view field, const std::string& at, std::uint64_t& out,
-                  bool required = true) const {
-    const std::optional<Value> v = tree_.find(dict, field);
-    if (!v) return required ? at + ": missing" : "";
-    const std::optional<import::Integer> i = tree_.integer(*v);
-    if (!i || v->kind() == Kind::boolean) return at + ": a " + kind(*v) + ", not an int";
-    if (!i->in_range) return at + ": out of range";
-    if (i->negative && i->magnitude != 0) return at + ": negative (-" + std::to_string(i->magnitude) + ")";
+  // `at` builds the entry's location, only when there is a problem to name.
+  template <class Loc>
+  std::string u64(Value dict, std::string_view field, const Loc& loc, std::uint64_t& out, bool required = true) const {
+    const auto at = [&] { return loc() + "." + std::string(field); };
+    const std::optional<Value> v = tree_->find(dict, field);
+    if (!v) return required ? at() + ": missing" : "";
+    const std::optional<import::Integer> i = tree_->integer(*v);
+    if (!i || v->kind() == Kind::boolean) return at() + ": a " + kind(*v) + ", not an int";
+    if (!i->in_range) return at() + ": out of range";
+    if (i->negative && i->magnitude != 0) return at() + ": negative (-" + std::to_string(i->magnitude) + ")";
     out = i->magnitude;
     return "";
   }
 
-  std::string stream_of(std::uint64_t raw, const std::string& at, std::uint8_t& out) {
+  template <class Loc>
+  std::string stream_of(std::uint64_t raw, const Loc& at, std::uint8_t& out) {
     if (raw == 0) {
       if (!seen_default_) {
         seen_default_ = true;
@@ -151,7 +161,7 @@ class Importer {
     auto [it, fresh] = streams_.try_emplace(raw, 0);
     if (fresh) {
       if (streams_.size() >= kMaxStreams) {
-        return at + ": a 64th stream besides the default one; ferry has streams 0..63";
+        return at() + ".stream: a 64th stream besides the default one; ferry has streams 0..63";
       }
       it->second = static_cast<std::uint8_t>(streams_.size());
       ++stream_count_;
@@ -161,28 +171,29 @@ class Importer {
   }
 
   // The top frame as "file:line:name", interned; 0 when there is none.
-  std::string top_frame(Value dict, const std::string& at, std::uint32_t& tag) {
+  template <class Loc>
+  std::string top_frame(Value dict, const Loc& at, std::uint32_t& tag) {
     tag = 0;
-    std::optional<Value> frames = tree_.find(dict, "frames");
-    if (!frames) frames = tree_.find(dict, "history");  // older snapshots
+    std::optional<Value> frames = tree_->find(dict, "frames");
+    if (!frames) frames = tree_->find(dict, "history");  // older snapshots
     if (!frames || frames->kind() == Kind::none) return "";
-    if (frames->kind() != Kind::list) return at + ".frames: a " + kind(*frames) + ", not a list";
+    if (frames->kind() != Kind::list) return at() + ".frames: a " + kind(*frames) + ", not a list";
     std::optional<Value> top;
-    tree_.for_each(*frames, [&](Value f) {
+    tree_->for_each(*frames, [&](Value f) {
       top = f;
       return false;
     });
     if (!top) return "";
-    if (top->kind() != Kind::dict) return at + ".frames[0]: a " + kind(*top) + ", not a dict";
-    const std::optional<Value> file = tree_.find(*top, "filename");
-    const std::optional<Value> func = tree_.find(*top, "name");
+    if (top->kind() != Kind::dict) return at() + ".frames[0]: a " + kind(*top) + ", not a dict";
+    const std::optional<Value> file = tree_->find(*top, "filename");
+    const std::optional<Value> func = tree_->find(*top, "name");
     std::uint64_t line = 0;
-    if (!file || file->kind() != Kind::string) return at + ".frames[0].filename: missing or not a str";
-    if (!func || func->kind() != Kind::string) return at + ".frames[0].name: missing or not a str";
-    if (std::string why = u64(*top, "line", at + ".frames[0].line", line); !why.empty()) return why;
-    std::string text(*tree_.string(*file));
+    if (!file || file->kind() != Kind::string) return at() + ".frames[0].filename: missing or not a str";
+    if (!func || func->kind() != Kind::string) return at() + ".frames[0].name: missing or not a str";
+    if (std::string why = u64(*top, "line", [&] { return at() + ".frames[0]"; }, line); !why.empty()) return why;
+    std::string text(*tree_->string(*file));
     text += ':' + std::to_string(line) + ':';
-    text += *tree_.string(*func);
+    text += *tree_->string(*func);
     auto [it, fresh] = tag_index_.try_emplace(text, static_cast<std::uint32_t>(tags_.size()));
     if (fresh) tags_.push_back(std::move(text));
     tag = it->second;
@@ -200,18 +211,18 @@ class Importer {
   }
 
   std::string walk(Value entry, std::uint64_t index) {
-    const std::string at = "device_traces[" + std::to_string(device_) + "][" + std::to_string(index) + "]";
-    if (entry.kind() != Kind::dict) return at + ": a " + kind(entry) + ", not a dict";
-    const std::optional<Value> a = tree_.find(entry, "action");
-    if (!a) return at + ".action: missing";
-    if (a->kind() != Kind::string) return at + ".action: a " + kind(*a) + ", not a str";
-    const std::optional<Action> action = parse_action(*tree_.string(*a));
+    const auto at = [&] { return "device_traces[" + std::to_string(device_) + "][" + std::to_string(index) + "]"; };
+    if (entry.kind() != Kind::dict) return at() + ": a " + kind(entry) + ", not a dict";
+    const std::optional<Value> a = tree_->find(entry, "action");
+    if (!a) return at() + ".action: missing";
+    if (a->kind() != Kind::string) return at() + ".action: a " + kind(*a) + ", not a str";
+    const std::optional<Action> action = parse_action(*tree_->string(*a));
     if (!action) {
-      std::string shown(tree_.string(*a)->substr(0, 40));
+      std::string shown(tree_->string(*a)->substr(0, 40));
       for (char& c : shown) {
         if (static_cast<unsigned char>(c) < 0x20 || static_cast<unsigned char>(c) >= 0x7f) c = '?';
       }
-      return at + ".action: unknown action '" + shown + "'";
+      return at() + ".action: unknown action '" + shown + "'";
     }
     std::uint64_t addr = 0, size = 0, raw_stream = 0;
     switch (*action) {
@@ -219,15 +230,15 @@ class Importer {
       case Action::oom: {
         ++source_.ooms;
         std::uint64_t ignored = 0;
-        if (std::string why = u64(entry, "size", at + ".size", ignored, false); !why.empty()) return why;
-        return u64(entry, "device_free", at + ".device_free", ignored, false);
+        if (std::string why = u64(entry, "size", at, ignored, false); !why.empty()) return why;
+        return u64(entry, "device_free", at, ignored, false);
       }
       default: break;
     }
-    if (std::string why = u64(entry, "addr", at + ".addr", addr); !why.empty()) return why;
-    if (std::string why = u64(entry, "size", at + ".size", size); !why.empty()) return why;
-    if (size > (std::uint64_t{1} << 62)) return at + ".size: " + std::to_string(size) + " is beyond any device";
-    if (std::string why = u64(entry, "stream", at + ".stream", raw_stream, *action == Action::alloc); !why.empty()) {
+    if (std::string why = u64(entry, "addr", at, addr); !why.empty()) return why;
+    if (std::string why = u64(entry, "size", at, size); !why.empty()) return why;
+    if (size > (std::uint64_t{1} << 62)) return at() + ".size: " + std::to_string(size) + " is beyond any device";
+    if (std::string why = u64(entry, "stream", at, raw_stream, *action == Action::alloc); !why.empty()) {
       return why;
     }
     const auto signed_size = static_cast<std::int64_t>(size);
@@ -242,12 +253,12 @@ class Importer {
         reserved(-signed_size);
         return "";
       case Action::alloc: {
-        if (size == 0) return at + ".size: 0 (an allocation of 0 bytes)";
+        if (size == 0) return at() + ".size: 0 (an allocation of 0 bytes)";
         if (auto it = live_.find(addr); it != live_.end()) {
-          return at + ".addr: a second alloc at live address " + std::to_string(addr);
+          return at() + ".addr: a second alloc at live address " + std::to_string(addr);
         }
         std::uint8_t stream = 0;
-        if (std::string why = stream_of(raw_stream, at + ".stream", stream); !why.empty()) return why;
+        if (std::string why = stream_of(raw_stream, at, stream); !why.empty()) return why;
         std::uint32_t tag = 0;
         if (std::string why = top_frame(entry, at, tag); !why.empty()) return why;
         const auto id = static_cast<std::uint32_t>(source_.allocs++);
@@ -263,7 +274,7 @@ class Importer {
         if (it == live_.end()) {
           // Alive before the history starts: the ring buffer dropped its alloc.
           std::uint8_t stream = 0;
-          if (std::string why = stream_of(raw_stream, at + ".stream", stream); !why.empty()) return why;
+          if (std::string why = stream_of(raw_stream, at, stream); !why.empty()) return why;
           std::uint32_t tag = 0;
           if (std::string why = top_frame(entry, at, tag); !why.empty()) return why;
           const auto id = static_cast<std::uint32_t>(reconstructed_.size());
@@ -274,7 +285,7 @@ class Importer {
         }
         Block& b = it->second;
         if (*action == Action::free_requested) {
-          if (b.free_requested) return at + ".addr: a second free_requested of address " + std::to_string(addr);
+          if (b.free_requested) return at() + ".addr: a second free_requested of address " + std::to_string(addr);
           b.free_requested = true;
           b.requested_at = index;
           return "";
@@ -293,33 +304,34 @@ class Importer {
   // The allocator's state at the snapshot: reserved bytes, and active blocks
   // whose alloc the history does not hold.
   std::string read_segments() {
-    const std::optional<Value> segments = tree_.find(tree_.root(), "segments");
+    const std::optional<Value> segments = tree_->find(tree_->root(), "segments");
     if (!segments) return "";
     if (segments->kind() != Kind::list) return "segments: a " + kind(*segments) + ", not a list";
     std::string problem;
     std::uint64_t s = 0;
-    tree_.for_each(*segments, [&](Value seg) {
-      const std::string at = "segments[" + std::to_string(s++) + "]";
+    tree_->for_each(*segments, [&](Value seg) {
+      const std::uint64_t seg_index = s++;
+      const auto at = [&] { return "segments[" + std::to_string(seg_index) + "]"; };
       if (seg.kind() != Kind::dict) {
-        problem = at + ": a " + kind(seg) + ", not a dict";
+        problem = at() + ": a " + kind(seg) + ", not a dict";
         return false;
       }
       std::uint64_t dev = 0, total = 0, raw_stream = 0;
-      if (problem = u64(seg, "device", at + ".device", dev); !problem.empty()) return false;
+      if (problem = u64(seg, "device", at, dev); !problem.empty()) return false;
       if (dev != static_cast<std::uint64_t>(device_)) return true;
-      if (problem = u64(seg, "total_size", at + ".total_size", total); !problem.empty()) return false;
-      if (problem = u64(seg, "stream", at + ".stream", raw_stream, false); !problem.empty()) return false;
+      if (problem = u64(seg, "total_size", at, total); !problem.empty()) return false;
+      if (problem = u64(seg, "stream", at, raw_stream, false); !problem.empty()) return false;
       final_reserved_ += total;
-      const std::optional<Value> blocks = tree_.find(seg, "blocks");
+      const std::optional<Value> blocks = tree_->find(seg, "blocks");
       if (!blocks) return true;
       if (blocks->kind() != Kind::list) {
-        problem = at + ".blocks: a " + kind(*blocks) + ", not a list";
+        problem = at() + ".blocks: a " + kind(*blocks) + ", not a list";
         return false;
       }
       std::uint64_t b = 0;
-      tree_.for_each(*blocks, [&](Value block) {
-        const std::string bat = at + ".blocks[" + std::to_string(b++) + "]";
-        problem = read_block(block, bat, raw_stream);
+      tree_->for_each(*blocks, [&](Value block) {
+        const std::uint64_t block_index = b++;
+        problem = read_block(block, [&] { return at() + ".blocks[" + std::to_string(block_index) + "]"; }, raw_stream);
         return problem.empty();
       });
       return problem.empty();
@@ -327,24 +339,25 @@ class Importer {
     return problem;
   }
 
-  std::string read_block(Value block, const std::string& at, std::uint64_t raw_stream) {
-    if (block.kind() != Kind::dict) return at + ": a " + kind(block) + ", not a dict";
+  template <class Loc>
+  std::string read_block(Value block, const Loc& at, std::uint64_t raw_stream) {
+    if (block.kind() != Kind::dict) return at() + ": a " + kind(block) + ", not a dict";
     std::uint64_t addr = 0, size = 0, requested_size = 0;
-    if (std::string why = u64(block, "address", at + ".address", addr); !why.empty()) return why;
-    if (std::string why = u64(block, "size", at + ".size", size); !why.empty()) return why;
+    if (std::string why = u64(block, "address", at, addr); !why.empty()) return why;
+    if (std::string why = u64(block, "size", at, size); !why.empty()) return why;
     requested_size = size;
-    if (std::string why = u64(block, "requested_size", at + ".requested_size", requested_size, false); !why.empty()) {
+    if (std::string why = u64(block, "requested_size", at, requested_size, false); !why.empty()) {
       return why;
     }
-    const std::optional<Value> state = tree_.find(block, "state");
-    if (!state || state->kind() != Kind::string) return at + ".state: missing or not a str";
-    const std::string_view st = *tree_.string(*state);
+    const std::optional<Value> state = tree_->find(block, "state");
+    if (!state || state->kind() != Kind::string) return at() + ".state: missing or not a str";
+    const std::string_view st = *tree_->string(*state);
     if (st != "active_allocated" && st != "active_awaiting_free") return "";
     // An address the history touched holds a block the history accounts for.
     if (live_.count(addr) != 0 || seen_.count(addr) != 0) return "";
     if (requested_size == 0) return "";
     std::uint8_t stream = 0;
-    if (std::string why = stream_of(raw_stream, at + ".stream", stream); !why.empty()) return why;
+    if (std::string why = stream_of(raw_stream, at, stream); !why.empty()) return why;
     std::uint32_t tag = 0;
     if (std::string why = top_frame(block, at, tag); !why.empty()) return why;
     const auto id = static_cast<std::uint32_t>(reconstructed_.size());
@@ -393,15 +406,7 @@ class Importer {
     }
     out += "}\n";
   }
-  std::string render() const {
-    std::string out;
-    out.reserve((reconstructed_.size() + lines_.size()) * 64);
-    for (const TraceLine& l : reconstructed_) line_into(out, l);
-    for (const TraceLine& l : lines_) line_into(out, l);
-    return out;
-  }
-
-  const Tree& tree_;
+  const Tree* tree_;  // null after the walk
   std::string_view name_;
   int device_ = 0;
   TorchSnapshotSource source_;
@@ -431,7 +436,15 @@ Result<TorchSnapshotImport> import_torch_snapshot(std::string_view bytes, std::s
       e.message = std::string(name) + ": " + e.message;
       return e;
     }
-    return Importer(*tree, name).run(device);
+    std::optional<Tree> held(std::move(tree).value());
+    Importer importer(*held, name);
+    Result<TorchSnapshotSource> source = importer.run(device);
+    held.reset();  // the tree is the largest thing; the trace text is built without it
+    if (!source.ok()) return std::move(source).error();
+    TorchSnapshotImport out;
+    out.source = *source;
+    out.trace = importer.render();
+    return out;
   } catch (const std::bad_alloc&) {
     return make_error(ErrorCode::out_of_memory, std::string(name) + ": host memory cannot hold the import");
   }
