@@ -19,7 +19,8 @@ def block(i, name, output, status):
 
 def gtest_skip(test, reason):
     return (f"[ RUN      ] {test}\n/src/x_test.cpp:12: Skipped\n{reason}\n\n"
-            f"[  SKIPPED ] {test} (0 ms)\n")
+            f"[  SKIPPED ] {test} (0 ms)\n[==========] 1 test ran.\n[  SKIPPED ] 1 test, listed below:\n"
+            f"[  SKIPPED ] {test}\n")
 
 
 LOG = ("Start testing: Dec 02 12:49 UTC\n" + "-" * 58 + "\n" +
@@ -52,6 +53,7 @@ def main():
         assert "set FERRY_LONG_TESTS=1" in r.stdout and "C.Long" in r.stdout, r.stdout
         assert "  no python3 with pytest and numpy" in r.stdout and "python_tests" in r.stdout, r.stdout
         assert "2  no PyTorch" in r.stdout and "pytests: tests/python/test_torch.py #1" in r.stdout, r.stdout
+        assert "no reason given" not in r.stdout, r.stdout
         assert "D.Runs" not in r.stdout and "E.Fails" not in r.stdout, r.stdout
         missing = run(str(pathlib.Path(tmp) / "nowhere"))
         assert missing.returncode == 2 and "LastTest.log not found" in missing.stderr, missing.stderr
