@@ -1,6 +1,9 @@
 #include "app.hpp"
 
+#include <algorithm>
 #include <ostream>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "subcommand.hpp"
@@ -10,6 +13,52 @@
 #endif
 
 namespace ferry::cli {
+namespace {
+
+// Edits (insert, delete, replace, swap two neighbours) from a to b.
+std::size_t edit_distance(std::string_view a, std::string_view b) {
+  std::vector<std::vector<std::size_t>> d(a.size() + 1, std::vector<std::size_t>(b.size() + 1));
+  for (std::size_t i = 0; i <= a.size(); ++i) d[i][0] = i;
+  for (std::size_t j = 0; j <= b.size(); ++j) d[0][j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    for (std::size_t j = 1; j <= b.size(); ++j) {
+      d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1]) d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
+    }
+  }
+  return d[a.size()][b.size()];
+}
+
+// For the first argument that is neither an option of the command it was given
+// to nor (before a command) a command: the known name within two edits of it, as
+// "did you mean '--race-check'?"; "" when none is that close.
+std::string did_you_mean(CLI::App& app, int argc, const char* const* argv) {
+  const std::vector<CLI::App*> parsed = app.get_subcommands();
+  const CLI::App* scope = parsed.empty() ? &app : parsed.front();
+  std::vector<std::string> known;
+  for (const CLI::Option* o : scope->get_options()) {
+    for (const std::string& name : o->get_lnames()) known.push_back("--" + name);
+  }
+  if (parsed.empty()) {
+    for (const CLI::App* s : app.get_subcommands([](const CLI::App*) { return true; })) known.push_back(s->get_name());
+  }
+  for (int i = 1; i < argc; ++i) {
+    std::string_view word = argv[i];
+    if (word.starts_with("--")) word = word.substr(0, word.find('='));
+    else if (!parsed.empty()) continue;  // a value, or the command's own name
+    if (std::find(known.begin(), known.end(), word) != known.end()) continue;
+    const std::string* best = nullptr;
+    std::size_t best_distance = 3;
+    for (const std::string& name : known) {
+      const std::size_t d = edit_distance(word, name);
+      if (d < best_distance) best = &name, best_distance = d;
+    }
+    if (best != nullptr) return "did you mean '" + *best + "'?";
+  }
+  return "";
+}
+
+}  // namespace
 
 int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& err) noexcept {
   try {
@@ -31,7 +80,9 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
       app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {
       // --help and --version are "errors" with exit code 0.
-      return app.exit(e, out, err) == 0 ? kExitOk : kExitUsage;
+      if (app.exit(e, out, err) == 0) return kExitOk;
+      if (const std::string hint = did_you_mean(app, argc, argv); !hint.empty()) err << "ferry: " << hint << '\n';
+      return kExitUsage;
     }
     const Io io{out, err};
     for (const Subcommand& s : subcommands) {

@@ -90,6 +90,10 @@ std::string range(std::uint64_t addr, std::uint64_t bytes) {
   return out;
 }
 
+std::string count(std::uint64_t n, const char* one, const char* many) {
+  return std::to_string(n) + " " + (n == 1 ? one : many);
+}
+
 std::string point(StreamPoint p) {
   return "stream " + std::to_string(p.stream) + " ticket " + std::to_string(p.ticket);
 }

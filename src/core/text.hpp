@@ -38,6 +38,9 @@ std::string fixed(double value, int decimals);
 // "[0x1000, +4096)": a device or host range.
 std::string range(std::uint64_t addr, std::uint64_t bytes);
 
+// "1 race", "3 races": a count and its noun, singular for exactly one.
+std::string count(std::uint64_t n, const char* one, const char* many);
+
 // "stream 3 ticket 12".
 std::string point(StreamPoint p);
 

@@ -42,7 +42,7 @@ class CublasGemm {
   Result<void> run(NativeStream stream, const CublasGemmArgs& g) const;
 
  private:
-  const CudaBackend* backend_;
+  [[maybe_unused]] const CudaBackend* backend_;  // unread where CUDA is not built (unavailable.cpp)
 };
 
 // Makes the cuBLAS handle of `stream` (a native stream of `backend`: native_stream

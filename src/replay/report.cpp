@@ -151,8 +151,10 @@ std::string report_summary(const ReplayReport& r) {
                         human_bytes(r.peak_reserved_bytes) + " at capacity " + human_bytes(r.capacity) +
                         " (`ferry bench fragmentation` finds the smallest)");
   }
-  line("pressure", std::to_string(r.ooms_survived) + " OOMs survived (failed fits a reclaim turned into success), " +
-                       std::to_string(r.reclaims) + " reclaims, " + std::to_string(r.ooms) + " OOMs returned");
+  line("pressure", text::count(r.ooms_survived, "OOM", "OOMs") +
+                       " survived (failed fits a reclaim turned into success), " +
+                       text::count(r.reclaims, "reclaim", "reclaims") + ", " + text::count(r.ooms, "OOM", "OOMs") +
+                       " returned");
   const ReplayIntegrity& in = r.integrity;
   std::string integrity = std::string(to_string(in.policy)) + ": " + human_bytes(in.bytes_moved) +
                           " moved, " + human_bytes(in.bytes_verified) + " verified";
@@ -169,7 +171,7 @@ std::string report_summary(const ReplayReport& r) {
     line("illegal", std::to_string(r.illegal_accesses) + " device ops touched unmapped memory");
   }
   if (r.race_checked) {
-    line("races", std::to_string(r.races) + (r.races == 1 ? " race" : " races") +
+    line("races", text::count(r.races, "race", "races") +
                       " (unordered conflicting accesses from different streams)");
     constexpr std::size_t kShown = 5;
     for (std::size_t i = 0; i < r.race_list.size() && i < kShown; ++i) {
@@ -192,14 +194,14 @@ std::string report_summary(const ReplayReport& r) {
     s += "verdict: PASS - every check matched and every error was expected\n";
   } else {
     std::string why;
-    auto add = [&](std::uint64_t n, const char* what) {
-      if (n) why += (why.empty() ? "" : ", ") + std::to_string(n) + " " + what;
+    auto add = [&](std::uint64_t n, const char* one, const char* many) {
+      if (n) why += (why.empty() ? "" : ", ") + text::count(n, one, many);
     };
-    add(r.corrupt, "corrupt checks");
-    add(r.unexpected_errors, "unexpected errors");
-    add(r.unexpected_successes, "unexpected successes");
-    add(r.illegal_accesses, "illegal device accesses");
-    add(r.races, "races");
+    add(r.corrupt, "corrupt check", "corrupt checks");
+    add(r.unexpected_errors, "unexpected error", "unexpected errors");
+    add(r.unexpected_successes, "unexpected success", "unexpected successes");
+    add(r.illegal_accesses, "illegal device access", "illegal device accesses");
+    add(r.races, "race", "races");
     s += "verdict: FAIL - " + why + "\n";
   }
   return s;

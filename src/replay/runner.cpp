@@ -16,6 +16,7 @@
 
 #include "core/input_file.hpp"
 #include "core/testing_hooks.hpp"
+#include "core/text.hpp"
 #include "ferry/content.hpp"
 #include "ferry/device_pool.hpp"
 #include "ferry/device_profile.hpp"
@@ -243,7 +244,8 @@ class Replayer {
     if (report_.races > 0) {
       const ReplayRace& first = report_.race_list.front();
       add_problem(first.later.line, first.later.op, "race",
-                  std::to_string(report_.races) + " unordered conflicting accesses; the first: line " +
+                  text::count(report_.races, "unordered conflicting access", "unordered conflicting accesses") +
+                      "; the first: line " +
                       std::to_string(first.earlier.line) + " and line " + std::to_string(first.later.line));
     }
   }

@@ -84,6 +84,7 @@ constexpr std::string_view kPage = R"HTML(<!DOCTYPE html>
   ];
   var UNMAPPED = '#f1f2f4', MAPPED = '#cfd6df', CACHED = '#dccff2';
 
+  function steps(n) { return n + (n === 1 ? ' step' : ' steps'); }
   function esc(s) {
     return String(s).replace(/[&<>"']/g, function (c) {
       return { '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' }[c];
@@ -367,9 +368,9 @@ constexpr std::string_view kPage = R"HTML(<!DOCTYPE html>
   document.getElementById('chart-legend').innerHTML = SERIES.map(function (s) {
     return '<span><i style="background:' + s.color + '"></i>' + esc(s.name) + '</span>';
   }).join('') + (showCapacity ? '<span><i style="background:#b3261e"></i>capacity</span>' : '') +
-    '<span><i style="background:#b3261e;border-radius:50%"></i>out of memory (' + E.oom_steps + ' steps' +
+    '<span><i style="background:#b3261e;border-radius:50%"></i>out of memory (' + steps(E.oom_steps) +
     (E.oom_steps > E.oom.length ? ', the first ' + E.oom.length + ' marked' : '') + ')</span>' +
-    '<span><i style="background:#8a5cc2;width:3px"></i>reclaim (' + E.reclaim_steps + ' steps' +
+    '<span><i style="background:#8a5cc2;width:3px"></i>reclaim (' + steps(E.reclaim_steps) +
     (E.reclaim_steps > E.reclaim.length ? ', the first ' + E.reclaim.length + ' marked' : '') + ')</span>';
   Array.prototype.forEach.call(document.querySelectorAll('#x-controls button'), function (b) {
     b.addEventListener('click', function () {

@@ -235,6 +235,8 @@ class Validator {
       // "[json.exception.parse_error.101] parse error at ..." -> "parse error at ..."
       std::string what = e.what();
       if (const auto p = what.find("] "); p != std::string::npos) what = what.substr(p + 2);
+      // The parser saw this line alone, so its "line 1, column C" is column C of line `number`.
+      if (const auto p = what.find("at line 1, column "); p != std::string::npos) what.erase(p + 3, 8);
       return problem(number, "not valid JSON: " + what);
     }
     if (!obj.is_object()) {

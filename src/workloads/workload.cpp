@@ -395,7 +395,8 @@ std::string workload_report_summary(const WorkloadReport& r) {
                       " (the schedule's planned peak live); this run had " + bytes_text(r.capacity));
   }
   if (r.race_checked) {
-    line("races", std::to_string(r.races) + " unordered conflicting accesses between streams");
+    line("races", text::count(r.races, "unordered conflicting access", "unordered conflicting accesses") +
+                      " between streams");
     for (std::size_t i = 0; i < r.race_list.size() && i < 5; ++i) {
       const Race& race = r.race_list[i];
       const auto side = [](const RaceAccess& a) {

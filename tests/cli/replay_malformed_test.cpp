@@ -2,6 +2,7 @@
 // refused before anything runs, with invalid_argument naming FILE:LINE.
 #include <gtest/gtest.h>
 
+#include <ostream>
 #include <string>
 
 #include "ferry/replay.hpp"
@@ -15,6 +16,9 @@ struct Malformed {
   std::size_t line;
   const char* says;  // a part of the message
 };
+
+// gtest names a failing case by its rule, not by its bytes.
+void PrintTo(const Malformed& m, std::ostream* os) { *os << m.rule; }
 
 const std::string kAlloc = R"({"op":"alloc","id":"a","bytes":4096,"stream":0})";
 
@@ -34,6 +38,9 @@ TEST_P(MalformedTrace, IsRefusedNamingTheLine) {
 
 const Malformed kMalformed[] = {
     {"not_json", "{\"op\":\"trim\"}\n{oops\n", 2, "not valid JSON"},
+    // The column within the line named (the parser sees each line alone, as its line 1).
+    {"json_error_column_of_its_line", "\n\n\n" R"({"op":"alloc","id":"a" "bytes":1})", 4,
+     "not valid JSON: parse error at column 30:"},
     {"truncated_json", after_alloc(R"({"op":"free","id":"a")"), 2, "not valid JSON"},
     {"invalid_utf8", "{\"op\":\"trim\",\"x\":\"\xff\"}", 1, "not valid JSON"},
     {"not_an_object_array", "[1,2,3]", 1, "not a JSON object"},

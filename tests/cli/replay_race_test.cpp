@@ -39,6 +39,10 @@ TEST(ReplayRace, AMissingWaitUnderStrictIsARaceNamingBothLines) {
   EXPECT_EQ(r.code, 1) << r.out << r.err;
   EXPECT_NE(r.out.find("race: line 3 (fill"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("line 5 (compute"), std::string::npos) << r.out;
+  // One race, in the singular everywhere it is counted.
+  EXPECT_NE(r.out.find("races          1 race (unordered"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("race: 1 unordered conflicting access; the first"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("verdict: FAIL - 1 race\n"), std::string::npos) << r.out;
 
   const auto j = run_ferry({"replay", path, "--capacity", "64MiB", "--strict", "--race-check", "--json"});
   const auto report = nlohmann::json::parse(j.out);

@@ -4,8 +4,9 @@
 // the DOM it dumps must say the script finished (data-drawn) and show the
 // keyframe for op N. Pages, dumped DOMs and screenshots stay in the build
 // directory (snapshot-pages/) as artefacts. Skipped where Chromium is not
-// installed (FERRY_CHROMIUM names another binary); 10^6 ops only with
-// FERRY_LONG_TESTS=1, where the replay takes minutes in a sanitizer build.
+// installed (tools/bootstrap installs Debian's chromium; FERRY_CHROMIUM names
+// another binary); 10^6 ops only with FERRY_LONG_TESTS=1 (ctest label `long`),
+// where the replay takes minutes in a sanitizer build.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -14,6 +15,8 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+
+#include <unistd.h>
 
 #include "ferry/pool_timeline.hpp"
 #include "page_traces.hpp"
@@ -38,11 +41,13 @@ std::string read(const fs::path& p) {
 
 // Runs headless Chromium on `url`; `what` is "--dump-dom" or "--screenshot=FILE".
 // Its stdout goes to `out`. The flags keep it off the network and out of the
-// user's profile (a fresh user-data-dir per call).
+// user's profile (a fresh user-data-dir per call). Chromium refuses to run as
+// root with its sandbox (CI containers): --no-sandbox there only.
 int run_chromium(const std::string& binary, const std::string& what, const std::string& url, const fs::path& out,
                  const fs::path& profile) {
-  const std::string cmd = "timeout 120 '" + binary +
-                          "' --headless --no-sandbox --disable-gpu --disable-quic --no-first-run "
+  const std::string sandbox = ::geteuid() == 0 ? "--no-sandbox " : "";
+  const std::string cmd = "timeout 120 '" + binary + "' --headless " + sandbox +
+                          "--disable-gpu --disable-quic --no-first-run "
                           "--disable-background-networking --disable-component-update --disable-sync "
                           "--hide-scrollbars --window-size=1100,1500 --virtual-time-budget=10000 --user-data-dir='" +
                           profile.string() + "' " + what + " '" + url + "' > '" + out.string() + "' 2>/dev/null";

@@ -16,7 +16,7 @@
 
 namespace ferry {
 
-// Readable test names in ctest: "GetParam() = dense-stream".
+// Readable parameters in gtest's messages: "dense-stream".
 void PrintTo(WorkloadKind k, std::ostream* os) { *os << to_string(k); }
 
 namespace {
