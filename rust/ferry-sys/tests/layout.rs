@@ -90,7 +90,7 @@ fn header_structs(text: &str) -> Vec<(String, Vec<String>)> {
         for decl in rest[open + 1..close].split(';').map(str::trim).filter(|d| !d.is_empty()) {
             for (i, part) in decl.split(',').enumerate() {
                 let part = part.trim();
-                let ident = if i == 0 { part.rsplit(|c: char| c == ' ' || c == '*').next().unwrap() } else { part };
+                let ident = if i == 0 { part.rsplit([' ', '*']).next().unwrap() } else { part };
                 fields.push(ident.trim_start_matches('*').trim().to_string());
             }
         }
@@ -193,7 +193,7 @@ fn every_function_of_the_header_is_declared() {
     let mut missing = Vec::new();
     let mut count = 0;
     for decl in text.split("FERRY_C_API ").skip(2) {
-        let name = decl[..decl.find('(').unwrap()].rsplit(|c: char| c == ' ' || c == '*').next().unwrap();
+        let name = decl[..decl.find('(').unwrap()].rsplit([' ', '*']).next().unwrap();
         count += 1;
         if !declared.contains(&format!("pub fn {}(", name)) {
             missing.push(name.to_string());

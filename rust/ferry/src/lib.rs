@@ -150,7 +150,7 @@ fn invalid(message: String) -> Error {
 
 thread_local! {
     // Set while a launch closure runs on this thread: ferry must not be called then.
-    static IN_LAUNCH: Cell<bool> = Cell::new(false);
+    static IN_LAUNCH: Cell<bool> = const { Cell::new(false) };
 }
 
 fn not_in_launch(call: &str) -> Result<()> {
@@ -792,7 +792,8 @@ pub struct Allocation<'rt> {
 
 impl<'rt> Allocation<'rt> {
     /// Takes ownership of a live handle of `rt` (it will be freed on drop).
-    /// Errors: `StaleHandle` (freed, foreign or forged).
+    /// Errors: `StaleHandle` (freed, foreign or forged). Two owners of one handle are
+    /// safe: the second free finds it stale, even once its slot holds a new block.
     pub fn from_handle(rt: &'rt Runtime, handle: Handle) -> Result<Allocation<'rt>> {
         let (addr, len) = rt.address_of(handle)?;
         Ok(Allocation { rt, handle, addr, len })
@@ -926,10 +927,12 @@ impl<'a> Operand<'a> {
     }
 }
 
+type LaunchClosure = Box<dyn FnOnce(&mut LaunchContext<'_>) -> Result<()> + Send>;
+
 struct PendingLaunch {
     shared: *const Shared,
     access: Vec<u32>,
-    f: Box<dyn FnOnce(&mut LaunchContext<'_>) -> Result<()> + Send>,
+    f: LaunchClosure,
 }
 
 unsafe extern "C" fn run_launch(ctx: *const sys::ferry_launch_context, user_data: *mut c_void) -> sys::ferry_status {
