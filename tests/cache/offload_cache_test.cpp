@@ -372,8 +372,8 @@ TEST_P(OffloadCacheTest, ErrorsAreValues) {
 
 // Issue 24 item 11: piece sizes that sum past 2^64 wrapped into a small entry.
 // (The spans are never read: define only sizes them.)
-TEST(OffloadCache, PieceSizesSummingPast2To64AreRefusedAtDefine) {
-  Rig rig;
+TEST_P(OffloadCacheTest, PieceSizesSummingPast2To64AreRefusedAtDefine) {
+  Rig rig(GetParam());
   rig.make_cache(opts(2, EvictionPolicy::lru), 1);
   std::vector<std::byte> bytes(64);
   const std::span<const std::byte> half(bytes.data(), std::size_t{1} << 63);
@@ -387,8 +387,8 @@ TEST(OffloadCache, PieceSizesSummingPast2To64AreRefusedAtDefine) {
 
 // Issue 24 item 12: with slots sized by the largest entry (slot_bytes 0), one
 // entry larger than the pool made every later acquire out_of_memory.
-TEST(OffloadCache, AnEntryLargerThanThePoolIsRefusedAtDefine) {
-  Rig rig;
+TEST_P(OffloadCacheTest, AnEntryLargerThanThePoolIsRefusedAtDefine) {
+  Rig rig(GetParam());
   rig.make_cache(opts(2, EvictionPolicy::lru), 2);
   std::vector<std::byte> bytes(64);
   const std::span<const std::byte> huge(bytes.data(), rig.pool->capacity() + 1);
