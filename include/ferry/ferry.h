@@ -6,8 +6,28 @@
  *     outputs are untouched and ferry_last_error() holds this thread's message.
  *   - Nothing aborts or throws: a NULL where none is allowed, a bad stream, a zero
  *     or absurd size is FERRY_ERROR_INVALID_ARGUMENT (or OUT_OF_MEMORY for a size
- *     the device can never hold), never a crash. Each pointer says whether it may
- *     be NULL ("nullable"); the others may not.
+ *     the device can never hold), never a crash. Each pointer is marked
+ *     FERRY_NULLABLE or FERRY_NONNULL (clang's _Nullable/_Nonnull, which clang
+ *     checks at the call; empty elsewhere); a NULL passed for a FERRY_NONNULL one
+ *     is still refused with INVALID_ARGUMENT at run time.
+ *   - Every function lists the statuses it returns besides FERRY_OK; any function
+ *     that returns a status may also return OUT_OF_MEMORY (host memory ran out)
+ *     and BACKEND (an internal error), and every function taking a ferry_runtime
+ *     returns INVALID_ARGUMENT for a NULL one or when called from inside a launch
+ *     function (ferry_launch_fn).
+ *   - Structs that grow carry their size: ferry_runtime_options and the three
+ *     stats structs start with `struct_size`, which the caller sets to sizeof the
+ *     struct it was compiled with (ferry_runtime_options_init does; for a stats
+ *     struct, `ferry_pool_stats s = {.struct_size = sizeof s};`). Fields are only
+ *     ever added at the end, so a program built against an older header keeps
+ *     working with a newer library: ferry reads and writes only the caller's
+ *     prefix (and a newer caller's fields this library lacks must be 0). A size of
+ *     0 (not initialised), below the first release's (FERRY_*_V1_SIZE), over
+ *     4096 or not a multiple of 8 is INVALID_ARGUMENT. ferry_struct_size tells a
+ *     binding (Python's ctypes, Rust) the sizes this library was built with.
+ *     The other structs (ferry_handle, ferry_operand, ferry_launch_context,
+ *     ferry_race_side, ferry_race) never change: a new field means a new struct
+ *     and a new function.
  *   - Thread safety: a ferry_runtime may be used from any thread at once, except
  *     ferry_runtime_destroy, which must not race with any other call on it.
  *     ferry_last_error is per thread.
@@ -33,6 +53,17 @@
 #define FERRY_C_API __attribute__((visibility("default")))
 #endif
 
+#if defined(__clang__)
+#define FERRY_NULLABLE _Nullable
+#define FERRY_NONNULL _Nonnull
+/* The specifiers are a clang extension; -pedantic says so at every use. */
+#pragma clang diagnostic push
+#pragma clang diagnostic ignored "-Wnullability-extension"
+#else
+#define FERRY_NULLABLE
+#define FERRY_NONNULL
+#endif
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -53,68 +84,95 @@ typedef struct ferry_handle {
   uint32_t pool, slot, generation; /* {0,0,0} is the null handle */
 } ferry_handle;
 
-/* "0.1.0": the library's version (may differ from the header's macros). Never NULL. */
-FERRY_C_API const char* ferry_version(void);
-/* The name of a status ("ok", "out_of_memory", ...). Never NULL. */
-FERRY_C_API const char* ferry_status_name(ferry_status status);
+/* The library's version, "MAJOR.MINOR.PATCH" (may differ from the header's
+ * macros). Never fails. */
+FERRY_C_API const char* FERRY_NONNULL ferry_version(void);
+/* The name of a status ("ok", "out_of_memory", ...; "unknown" for any other int).
+ * Never fails. */
+FERRY_C_API const char* FERRY_NONNULL ferry_status_name(ferry_status status);
 /* This thread's message of its last failed call; "" if none. Valid until this
- * thread's next ferry call. Never NULL. */
-FERRY_C_API const char* ferry_last_error(void);
+ * thread's next ferry call. Never fails. */
+FERRY_C_API const char* FERRY_NONNULL ferry_last_error(void);
+/* sizeof the struct named `name` ("ferry_runtime_options", "ferry_pool_stats",
+ * ... every struct of this header) as this library was built; 0 for a NULL or
+ * unknown name. For bindings that mirror the structs (Python's ctypes, Rust) to
+ * check their mirrors when they load the library. Never fails. */
+FERRY_C_API size_t ferry_struct_size(const char* FERRY_NULLABLE name);
 
 /* ---- A runtime: backend, stream order, pool, pinned arena, transfer engine and,
  * when cache_slots > 0, an offload cache. */
 typedef struct ferry_runtime_options {
-  const char* backend;    /* nullable: "sim" (default when NULL) or "cuda" */
-  const char* profile;    /* nullable: sim device profile: "h200" (default), "rtx4090", "rtx3090", "tiny" */
+  size_t struct_size;     /* sizeof(ferry_runtime_options) as the caller was built: set by ferry_runtime_options_init */
+  const char* FERRY_NULLABLE backend;   /* "sim" (default when NULL) or "cuda" */
+  const char* FERRY_NULLABLE profile;   /* sim device profile: "h200" (default), "rtx4090", "rtx3090", "tiny" */
   uint64_t capacity;      /* pool capacity in bytes; 0 = the device's */
   uint64_t seed;          /* sim seed */
-  const char* integrity;  /* nullable: "off" | "probe" | "verify" (default when NULL) */
-  const char* inject;     /* nullable: sim fault spec as the CLI's --inject */
+  const char* FERRY_NULLABLE integrity; /* "off" | "probe" | "verify" (default when NULL) */
+  const char* FERRY_NULLABLE inject;    /* sim fault spec as the CLI's --inject */
   uint32_t cache_slots;   /* offload cache slots; 0 = no cache */
   uint64_t cache_slot_bytes; /* 0: the largest entry defined before the first fill */
+  /* ---- v1 ends here; a shorter caller gets the defaults for what follows. */
   int race_check;         /* sim: 1 reports stream races (ferry_get_races); cuda refuses it */
 } ferry_runtime_options;
+/* The first release's ferry_runtime_options: the smallest struct_size accepted. */
+#define FERRY_RUNTIME_OPTIONS_V1_SIZE offsetof(ferry_runtime_options, race_check)
 
-/* Fills *options with the defaults. Never fails. */
-FERRY_C_API void ferry_runtime_options_init(ferry_runtime_options* options);
+/* Fills the first `struct_size` bytes of *options with the defaults and sets
+ * options->struct_size to the bytes filled (the smaller of struct_size and this
+ * library's sizeof). Errors: INVALID_ARGUMENT (NULL options, or a struct_size
+ * refused as the conventions say: nothing is written). Never blocks. */
+FERRY_C_API ferry_status ferry_runtime_options_init_sized(ferry_runtime_options* FERRY_NULLABLE options,
+                                                          size_t struct_size);
+/* Fills *options, as large as this library's own ferry_runtime_options, with the
+ * defaults: for a binding that checked ferry_struct_size. Does nothing for NULL.
+ * Never fails. In C and C++ the macro below replaces the call with
+ * ferry_runtime_options_init_sized(options, sizeof(ferry_runtime_options)), the
+ * size the caller was compiled with. */
+FERRY_C_API void ferry_runtime_options_init(ferry_runtime_options* FERRY_NULLABLE options);
+#define ferry_runtime_options_init(options) ferry_runtime_options_init_sized((options), sizeof(ferry_runtime_options))
 /* options: nullable (the defaults). On success *out is a runtime to destroy.
- * Errors: INVALID_ARGUMENT (unknown backend, profile, integrity or fault spec;
- * faults asked of cuda), UNSUPPORTED (cuda without a device or driver), BACKEND.
- * Blocks while the device initializes (bounded). */
-FERRY_C_API ferry_status ferry_runtime_create(const ferry_runtime_options* options, ferry_runtime* out);
+ * Errors: INVALID_ARGUMENT (NULL out; options->struct_size refused as the
+ * conventions say; unknown backend, profile, integrity or fault spec; faults asked
+ * of cuda), UNSUPPORTED (cuda without a device or driver, or asked for
+ * race_check; a newer caller's field this library does not know, set to other
+ * than zero), BACKEND. Blocks while the device initializes (bounded). */
+FERRY_C_API ferry_status ferry_runtime_create(const ferry_runtime_options* FERRY_NULLABLE options,
+                                              ferry_runtime FERRY_NULLABLE* FERRY_NONNULL out);
 /* rt: nullable (a no-op). Waits for the runtime's work, then frees everything. Blocks. */
-FERRY_C_API void ferry_runtime_destroy(ferry_runtime rt);
+FERRY_C_API void ferry_runtime_destroy(ferry_runtime FERRY_NULLABLE rt);
 
 /* ---- Device memory (the pool). */
 /* Errors: INVALID_ARGUMENT (0 bytes, bad stream), OUT_OF_MEMORY (after the reclaim
  * sequence; the message carries the pool's diagnostic, whose cause says when the
  * request is larger than the whole capacity). May block (bounded) in
  * the reclaim, waiting for in-flight frees. */
-FERRY_C_API ferry_status ferry_alloc(ferry_runtime rt, uint64_t bytes, uint32_t stream, ferry_handle* out);
+FERRY_C_API ferry_status ferry_alloc(ferry_runtime FERRY_NONNULL rt, uint64_t bytes, uint32_t stream, ferry_handle* FERRY_NONNULL out);
 /* Stream-ordered: legal with work in flight. Errors: STALE_HANDLE. Never blocks. */
-FERRY_C_API ferry_status ferry_free(ferry_runtime rt, ferry_handle h);
+FERRY_C_API ferry_status ferry_free(ferry_runtime FERRY_NONNULL rt, ferry_handle h);
 /* The block's device address and requested size (either output nullable). The
  * address is for the program's own kernels; it carries no lease (ferry_launch
  * and ferry_record_use do). Errors: STALE_HANDLE. Never blocks. */
-FERRY_C_API ferry_status ferry_device_address(ferry_runtime rt, ferry_handle h, uint64_t* addr, uint64_t* bytes);
+FERRY_C_API ferry_status ferry_device_address(ferry_runtime FERRY_NONNULL rt, ferry_handle h, uint64_t* FERRY_NULLABLE addr,
+                                              uint64_t* FERRY_NULLABLE bytes);
 /* Names the block for diagnostics: the race reports (ferry_get_races) carry `tag`
  * (copied; NULL clears it) for it. Errors: STALE_HANDLE. Never blocks. */
-FERRY_C_API ferry_status ferry_set_tag(ferry_runtime rt, ferry_handle h, const char* tag);
-/* Releases cached device memory and completed frees. Never blocks. */
-FERRY_C_API ferry_status ferry_trim(ferry_runtime rt);
+FERRY_C_API ferry_status ferry_set_tag(ferry_runtime FERRY_NONNULL rt, ferry_handle h, const char* FERRY_NULLABLE tag);
+/* Releases cached device memory and completed frees. Errors: only the
+ * conventions' (NULL rt, a call from a launch function). Never blocks. */
+FERRY_C_API ferry_status ferry_trim(ferry_runtime FERRY_NONNULL rt);
 
 /* ---- Transfers, under the runtime's integrity policy. */
 /* Host -> device: `bytes` from src into dst at dst_offset. Under verify, returns
  * once the device hash matched (retrying another path on a mismatch); src may be
  * reused on return. Errors: INVALID_ARGUMENT (0 bytes, range outside the block),
  * STALE_HANDLE, TRANSFER_CORRUPT (never verified), TIMEOUT, BACKEND. Blocks. */
-FERRY_C_API ferry_status ferry_upload(ferry_runtime rt, uint32_t stream, ferry_handle dst, uint64_t dst_offset,
-                                      const void* src, uint64_t bytes);
+FERRY_C_API ferry_status ferry_upload(ferry_runtime FERRY_NONNULL rt, uint32_t stream, ferry_handle dst, uint64_t dst_offset,
+                                      const void* FERRY_NONNULL src, uint64_t bytes);
 /* Device -> host; blocks until the bytes are in dst. Errors as ferry_upload, and
  * the sticky fault of `stream` (a failed launch ordered before the copy): the
  * status the launch function returned, never the stale bytes as a success. */
-FERRY_C_API ferry_status ferry_download(ferry_runtime rt, uint32_t stream, ferry_handle src, uint64_t src_offset,
-                                        void* dst, uint64_t bytes);
+FERRY_C_API ferry_status ferry_download(ferry_runtime FERRY_NONNULL rt, uint32_t stream, ferry_handle src, uint64_t src_offset,
+                                        void* FERRY_NONNULL dst, uint64_t bytes);
 
 /* ---- The program's own kernels. */
 enum { FERRY_READ = 1, FERRY_WRITE = 2, FERRY_READ_WRITE = 3 };
@@ -125,11 +183,11 @@ typedef struct ferry_operand {
   uint32_t access; /* FERRY_READ, FERRY_WRITE or FERRY_READ_WRITE */
 } ferry_operand;
 typedef struct ferry_launch_context {
-  void* native_stream;              /* cudaStream_t on cuda, NULL on sim */
+  void* FERRY_NULLABLE native_stream; /* cudaStream_t on cuda, NULL on sim */
   uint32_t operand_count;
-  const uint64_t* device_addresses; /* per operand */
-  const uint64_t* bytes;            /* per operand */
-  void* const* host_views;          /* sim: the operands' bytes (write only where marked); NULL on cuda */
+  const uint64_t* FERRY_NONNULL device_addresses; /* per operand */
+  const uint64_t* FERRY_NONNULL bytes;            /* per operand */
+  void* FERRY_NONNULL const* FERRY_NULLABLE host_views; /* sim: the operands' bytes (write only where marked); NULL on cuda */
 } ferry_launch_context;
 /* Runs when the op is dispatched (cuda: enqueue your kernels on native_stream)
  * or completes (sim: compute on host_views). Return FERRY_OK, or a status that
@@ -140,75 +198,95 @@ typedef struct ferry_launch_context {
  * INVALID_ARGUMENT naming the rule; ferry_runtime_destroy does nothing), must not
  * block on the device, and must touch only its operands. The context is valid
  * during the call only. */
-typedef ferry_status (*ferry_launch_fn)(const ferry_launch_context* ctx, void* user_data);
+typedef ferry_status (*ferry_launch_fn)(const ferry_launch_context* FERRY_NONNULL ctx, void* FERRY_NULLABLE user_data);
 /* Enqueues fn over the operands on `stream`, leasing them until it completes
  * (a held launch holds its blocks). operands: nullable when operand_count is 0;
  * user_data: nullable, passed through, must stay valid until the op ran.
  * flops, mem_bytes: the modeled cost on sim. Errors: STALE_HANDLE,
  * INVALID_ARGUMENT (NULL fn, bad access, range outside a block, bad stream).
  * Never blocks. */
-FERRY_C_API ferry_status ferry_launch(ferry_runtime rt, uint32_t stream, const ferry_operand* operands,
-                                      uint32_t operand_count, ferry_launch_fn fn, void* user_data, double flops,
+FERRY_C_API ferry_status ferry_launch(ferry_runtime FERRY_NONNULL rt, uint32_t stream,
+                                      const ferry_operand* FERRY_NULLABLE operands, uint32_t operand_count,
+                                      ferry_launch_fn FERRY_NONNULL fn, void* FERRY_NULLABLE user_data, double flops,
                                       uint64_t mem_bytes);
 /* PyTorch's record_stream, checked: the blocks stay leased until everything
  * enqueued on `stream` so far has completed, the program's own native work
  * included. handles: nullable when count is 0. Errors: STALE_HANDLE (nothing is
- * recorded). Never blocks. */
-FERRY_C_API ferry_status ferry_record_use(ferry_runtime rt, uint32_t stream, const ferry_handle* handles,
+ * recorded), INVALID_ARGUMENT (bad stream). Never blocks. */
+FERRY_C_API ferry_status ferry_record_use(ferry_runtime FERRY_NONNULL rt, uint32_t stream,
+                                          const ferry_handle* FERRY_NULLABLE handles,
                                           uint32_t count);
 
 /* ---- Streams. */
 /* Stream `stream` waits for everything enqueued on `for_stream` so far: an event
  * recorded there, waited on by `stream` (recorded as the trace's `wait` while
  * tracing). Errors: INVALID_ARGUMENT (bad stream), BACKEND. Never blocks. */
-FERRY_C_API ferry_status ferry_stream_wait(ferry_runtime rt, uint32_t stream, uint32_t for_stream);
+FERRY_C_API ferry_status ferry_stream_wait(ferry_runtime FERRY_NONNULL rt, uint32_t stream, uint32_t for_stream);
 /* 1: hold (new work waits in a host-side queue); 0: release and dispatch. An
  * adopted stream is never held: hold does nothing there. Errors: INVALID_ARGUMENT
  * (bad stream). Never blocks. */
-FERRY_C_API ferry_status ferry_hold(ferry_runtime rt, uint32_t stream, int hold);
+FERRY_C_API ferry_status ferry_hold(ferry_runtime FERRY_NONNULL rt, uint32_t stream, int hold);
 /* Dispatches held work and waits for every stream. Errors: the first sticky
  * stream fault (a failed launch), BACKEND, TIMEOUT. Blocks. */
-FERRY_C_API ferry_status ferry_synchronize(ferry_runtime rt);
+FERRY_C_API ferry_status ferry_synchronize(ferry_runtime FERRY_NONNULL rt);
 /* The native stream behind ferry stream `stream` (cudaStream_t on cuda, an
- * opaque token on sim). Never blocks. */
-FERRY_C_API ferry_status ferry_native_stream(ferry_runtime rt, uint32_t stream, void** out);
+ * opaque token on sim). Errors: INVALID_ARGUMENT (NULL out, bad stream), BACKEND
+ * (cuda: the stream could not be created). Never blocks. */
+FERRY_C_API ferry_status ferry_native_stream(ferry_runtime FERRY_NONNULL rt, uint32_t stream,
+                                             void* FERRY_NULLABLE* FERRY_NONNULL out);
 /* A stream id for the program's own native stream (never destroyed or held by
  * ferry). Errors: INVALID_ARGUMENT (NULL, adopted already, one of ferry's own). */
-FERRY_C_API ferry_status ferry_adopt_stream(ferry_runtime rt, void* native, uint32_t* out);
+FERRY_C_API ferry_status ferry_adopt_stream(ferry_runtime FERRY_NONNULL rt, void* FERRY_NONNULL native,
+                                            uint32_t* FERRY_NONNULL out);
 /* Waits (up to timeout_ms) for the adopted stream's work, then forgets it.
  * Errors: INVALID_ARGUMENT (not adopted), TIMEOUT. Blocks. */
-FERRY_C_API ferry_status ferry_release_stream(ferry_runtime rt, uint32_t stream, uint64_t timeout_ms);
+FERRY_C_API ferry_status ferry_release_stream(ferry_runtime FERRY_NONNULL rt, uint32_t stream, uint64_t timeout_ms);
 
 /* ---- Statistics. */
-/* Fields are only ever added at the end. allocs and frees count the program's
- * blocks (ferry_alloc, ferry_free); internal_allocs and internal_frees ferry's own
- * buffers that never hold program data (the transfer engine's probe and canary
- * scratch), whose bytes count in the byte figures as any block's. */
+/* Each stats struct starts with struct_size, which the caller sets (e.g.
+ * `ferry_pool_stats s = {.struct_size = sizeof s};`): its getter writes only that prefix and
+ * sets struct_size to the bytes it wrote (the smaller of the caller's size and
+ * this library's sizeof). Fields are only ever added at the end.
+ * allocs and frees count the program's blocks (ferry_alloc, ferry_free);
+ * internal_allocs and internal_frees ferry's own buffers that never hold program
+ * data (the transfer engine's probe and canary scratch), whose bytes count in
+ * the byte figures as any block's. */
 typedef struct ferry_pool_stats {
+  size_t struct_size;
   uint64_t allocated_bytes, peak_allocated_bytes, reserved_bytes, peak_reserved_bytes,
       pending_free_bytes, allocs, frees, ooms, reclaims;
+  /* ---- v1 ends here */
   uint64_t internal_allocs, internal_frees;
 } ferry_pool_stats;
-FERRY_C_API ferry_status ferry_get_pool_stats(ferry_runtime rt, ferry_pool_stats* out);
+#define FERRY_POOL_STATS_V1_SIZE offsetof(ferry_pool_stats, internal_allocs)
+/* Errors: INVALID_ARGUMENT (NULL out; out->struct_size refused as the
+ * conventions say: *out is untouched). Never blocks. */
+FERRY_C_API ferry_status ferry_get_pool_stats(ferry_runtime FERRY_NONNULL rt, ferry_pool_stats* FERRY_NONNULL out);
 typedef struct ferry_integrity_stats {
+  size_t struct_size;
   uint64_t bytes_moved, bytes_verified, mismatches, retries, fallbacks;
 } ferry_integrity_stats;
-FERRY_C_API ferry_status ferry_get_integrity_stats(ferry_runtime rt, ferry_integrity_stats* out);
+#define FERRY_INTEGRITY_STATS_V1_SIZE sizeof(ferry_integrity_stats)
+/* Errors: as ferry_get_pool_stats. Never blocks. */
+FERRY_C_API ferry_status ferry_get_integrity_stats(ferry_runtime FERRY_NONNULL rt,
+                                                   ferry_integrity_stats* FERRY_NONNULL out);
 /* PyTorch's memory_summary, as text: writes at most `capacity` bytes including
  * the NUL into buf (nullable when capacity is 0) and the full length, without
- * the NUL, into *length (nullable). Never blocks. */
-FERRY_C_API ferry_status ferry_memory_summary(ferry_runtime rt, char* buf, size_t capacity, size_t* length);
+ * the NUL, into *length (nullable). Errors: INVALID_ARGUMENT (NULL buf with
+ * capacity > 0). Never blocks. */
+FERRY_C_API ferry_status ferry_memory_summary(ferry_runtime FERRY_NONNULL rt, char* FERRY_NULLABLE buf, size_t capacity,
+                                              size_t* FERRY_NULLABLE length);
 
 /* ---- Stream races (sim with race_check): two accesses to overlapping device bytes
  * from different streams, at least one a write, with no happens-before between them. */
 typedef struct ferry_race_side {
   uint32_t stream;
   uint64_t ticket;
-  const char* kind; /* the operation: "fill", "copy_to_device", "user", ... */
-  const char* tag;  /* a C++ user op's tag; "" for ferry_launch, which has none */
+  const char* FERRY_NONNULL kind; /* the operation: "fill", "copy_to_device", "user", ... */
+  const char* FERRY_NONNULL tag;  /* a C++ user op's tag; "" for ferry_launch, which has none */
   uint32_t access;  /* FERRY_READ, FERRY_WRITE or FERRY_READ_WRITE */
   ferry_handle block;    /* the pool block the bytes were when this side touched them; null: none */
-  const char* block_tag; /* its ferry_set_tag name; "" when unnamed */
+  const char* FERRY_NONNULL block_tag; /* its ferry_set_tag name; "" when unnamed */
 } ferry_race_side;
 typedef struct ferry_race {
   ferry_race_side earlier, later;
@@ -219,28 +297,37 @@ typedef struct ferry_race {
 /* Copies up to `capacity` of the races kept (the first 64) into out (nullable when
  * capacity is 0); *kept (nullable): how many were copied; *total (nullable): every
  * race found. The strings stay valid while rt lives.
- * Errors: UNSUPPORTED (the runtime does not check races). Never blocks. */
-FERRY_C_API ferry_status ferry_get_races(ferry_runtime rt, ferry_race* out, uint32_t capacity, uint32_t* kept,
-                                         uint64_t* total);
+ * Errors: UNSUPPORTED (the runtime does not check races), INVALID_ARGUMENT
+ * (NULL out with capacity > 0). Never blocks. */
+FERRY_C_API ferry_status ferry_get_races(ferry_runtime FERRY_NONNULL rt, ferry_race* FERRY_NULLABLE out,
+                                         uint32_t capacity, uint32_t* FERRY_NULLABLE kept,
+                                         uint64_t* FERRY_NULLABLE total);
 
 /* ---- The offload cache (ferry_runtime_options.cache_slots > 0). */
 /* Declares entry `key` as `count` host pieces, uploaded back to back into one
  * slot. The bytes must stay valid and unchanged while the runtime lives.
  * Errors: INVALID_ARGUMENT (no cache, duplicate key, no or empty piece). */
-FERRY_C_API ferry_status ferry_cache_define(ferry_runtime rt, uint64_t key, const void* const* pieces,
-                                            const uint64_t* piece_bytes, uint32_t count);
+FERRY_C_API ferry_status ferry_cache_define(ferry_runtime FERRY_NONNULL rt, uint64_t key,
+                                            const void* FERRY_NULLABLE const* FERRY_NULLABLE pieces,
+                                            const uint64_t* FERRY_NULLABLE piece_bytes, uint32_t count);
 /* Makes `key` resident, orders `stream` after its upload and pins it. *slot is
  * its block; piece i lies at offsets[i] (offsets nullable; else it has room for
  * the entry's count). *hit (nullable): 1 when no fetch was needed. Errors:
  * INVALID_ARGUMENT, OUT_OF_MEMORY (every slot pinned), TRANSFER_CORRUPT. Blocks. */
-FERRY_C_API ferry_status ferry_cache_acquire(ferry_runtime rt, uint64_t key, uint32_t stream, ferry_handle* slot,
-                                             uint64_t* offsets, int* hit);
-/* Unpins one acquire. Work already enqueued keeps its own lease. Never blocks. */
-FERRY_C_API ferry_status ferry_cache_release(ferry_runtime rt, uint64_t key);
+FERRY_C_API ferry_status ferry_cache_acquire(ferry_runtime FERRY_NONNULL rt, uint64_t key, uint32_t stream,
+                                             ferry_handle* FERRY_NONNULL slot, uint64_t* FERRY_NULLABLE offsets,
+                                             int* FERRY_NULLABLE hit);
+/* Unpins one acquire. Work already enqueued keeps its own lease. Errors:
+ * INVALID_ARGUMENT (no cache; `key` is not pinned). Never blocks. */
+FERRY_C_API ferry_status ferry_cache_release(ferry_runtime FERRY_NONNULL rt, uint64_t key);
 typedef struct ferry_cache_stats {
+  size_t struct_size; /* as ferry_pool_stats's */
   uint64_t hits, misses, evictions, uploads, bytes_uploaded, prefetches;
 } ferry_cache_stats;
-FERRY_C_API ferry_status ferry_get_cache_stats(ferry_runtime rt, ferry_cache_stats* out);
+#define FERRY_CACHE_STATS_V1_SIZE sizeof(ferry_cache_stats)
+/* Errors: INVALID_ARGUMENT (no cache; NULL out; out->struct_size refused as
+ * the conventions say). Never blocks. */
+FERRY_C_API ferry_status ferry_get_cache_stats(ferry_runtime FERRY_NONNULL rt, ferry_cache_stats* FERRY_NONNULL out);
 
 /* ---- Trace recording: from ferry_trace_start until ferry_trace_stop, the pool
  * calls above (alloc, free, upload, download, hold, synchronize, trim) are written
@@ -250,11 +337,11 @@ FERRY_C_API ferry_status ferry_get_cache_stats(ferry_runtime rt, ferry_cache_sta
  * call returns. Errors: INVALID_ARGUMENT (already recording; the path cannot be
  * opened, is not a regular file — a FIFO, /dev/full — or cannot be written).
  * Never waits behind other threads' calls. */
-FERRY_C_API ferry_status ferry_trace_start(ferry_runtime rt, const char* path);
+FERRY_C_API ferry_status ferry_trace_start(ferry_runtime FERRY_NONNULL rt, const char* FERRY_NONNULL path);
 /* Flushes and closes the trace, once the calls that were recording when it was
  * called have returned (never later ones). Errors: INVALID_ARGUMENT (not
  * recording), BACKEND (a write failed). */
-FERRY_C_API ferry_status ferry_trace_stop(ferry_runtime rt);
+FERRY_C_API ferry_status ferry_trace_stop(ferry_runtime FERRY_NONNULL rt);
 
 /* ---- PyTorch memory snapshots (docs/spec.md §3): the `size` bytes of a
  * torch.cuda.memory._dump_snapshot pickle, read by a restricted unpickler that
@@ -266,12 +353,17 @@ FERRY_C_API ferry_status ferry_trace_stop(ferry_runtime rt);
  * snapshot, a refused opcode, a malformed entry: the message names the opcode
  * and byte, or the entry and field; a NULL `bytes` with size > 0 or a NULL
  * out_path), BACKEND (out_path cannot be written), OUT_OF_MEMORY. */
-FERRY_C_API ferry_status ferry_import_torch_snapshot(const void* bytes, size_t size, int device,
-                                                     const char* out_path, char* source_json, size_t capacity,
-                                                     size_t* length);
+FERRY_C_API ferry_status ferry_import_torch_snapshot(const void* FERRY_NULLABLE bytes, size_t size, int device,
+                                                     const char* FERRY_NONNULL out_path,
+                                                     char* FERRY_NULLABLE source_json, size_t capacity,
+                                                     size_t* FERRY_NULLABLE length);
 
 #ifdef __cplusplus
 }
+#endif
+
+#if defined(__clang__)
+#pragma clang diagnostic pop
 #endif
 
 #endif /* FERRY_FERRY_H */

@@ -53,8 +53,9 @@ FERRY_C_API void ferry_torch_free(void* ptr, ssize_t size, int device, void* str
 FERRY_C_API const char* ferry_torch_last_error(void);
 
 /* The pool statistics of `device` into *out: zeros when nothing was allocated on
- * it yet. Returns FERRY_OK, FERRY_ERROR_INVALID_ARGUMENT (NULL out, a negative
- * device), or the status that made the device's runtime fail (its message in
+ * it yet. out->struct_size as ferry_get_pool_stats's. Returns FERRY_OK,
+ * FERRY_ERROR_INVALID_ARGUMENT (NULL out, a negative device, out->struct_size
+ * refused as ferry.h says), or the status that made the device's runtime fail (its message in
  * ferry_torch_last_error). Never blocks on the device. */
 FERRY_C_API int ferry_torch_get_stats(int device, ferry_pool_stats* out);
 

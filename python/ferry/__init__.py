@@ -221,7 +221,7 @@ class Runtime:
         self._rt = None
         self._lib = _lib.lib()
         options = _lib.RuntimeOptions()
-        self._lib.ferry_runtime_options_init(ctypes.byref(options))
+        self._check(self._lib.ferry_runtime_options_init_sized(ctypes.byref(options), ctypes.sizeof(options)))
         # The encoded strings stay referenced (locals) until create returns.
         texts = [_text(backend, "backend"), _text(profile, "profile"), _text(integrity, "integrity"),
                  _text(inject, "inject")]

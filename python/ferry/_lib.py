@@ -1,5 +1,8 @@
 """libferry.so through ctypes: where it is found, and the C ABI's types and
-prototypes (include/ferry/ferry.h, mirrored field for field).
+prototypes (include/ferry/ferry.h, mirrored field for field). When it loads the
+library, each mirror's size is checked against the library's own
+(ferry_struct_size): a library built from another header is refused, naming the
+struct, rather than read or written past its end.
 
 The library is loaded on first use, not at import, so that `import ferry` (and
 ferry.torch, which needs only libferry_torch.so) works where libferry.so is not
@@ -81,8 +84,17 @@ class CHandle(ctypes.Structure):
     _fields_ = [("pool", ctypes.c_uint32), ("slot", ctypes.c_uint32), ("generation", ctypes.c_uint32)]
 
 
-class RuntimeOptions(ctypes.Structure):
-    _fields_ = [("backend", ctypes.c_char_p), ("profile", ctypes.c_char_p), ("capacity", ctypes.c_uint64),
+class _Sized(ctypes.Structure):
+    """A struct that grows (ferry.h: "Structs that grow carry their size"): it
+    starts with struct_size, set here to this mirror's size."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.struct_size = ctypes.sizeof(self)
+
+
+class RuntimeOptions(_Sized):
+    _fields_ = [("struct_size", ctypes.c_size_t), ("backend", ctypes.c_char_p), ("profile", ctypes.c_char_p), ("capacity", ctypes.c_uint64),
                 ("seed", ctypes.c_uint64), ("integrity", ctypes.c_char_p), ("inject", ctypes.c_char_p),
                 ("cache_slots", ctypes.c_uint32), ("cache_slot_bytes", ctypes.c_uint64),
                 ("race_check", ctypes.c_int)]
@@ -100,20 +112,20 @@ class LaunchContext(ctypes.Structure):
 
 
 def _stats(*names):
-    return [(n, ctypes.c_uint64) for n in names]
+    return [("struct_size", ctypes.c_size_t)] + [(n, ctypes.c_uint64) for n in names]
 
 
-class PoolStats(ctypes.Structure):
+class PoolStats(_Sized):
     _fields_ = _stats("allocated_bytes", "peak_allocated_bytes", "reserved_bytes", "peak_reserved_bytes",
                       "pending_free_bytes", "allocs", "frees", "ooms", "reclaims", "internal_allocs",
                       "internal_frees")
 
 
-class IntegrityStats(ctypes.Structure):
+class IntegrityStats(_Sized):
     _fields_ = _stats("bytes_moved", "bytes_verified", "mismatches", "retries", "fallbacks")
 
 
-class CacheStats(ctypes.Structure):
+class CacheStats(_Sized):
     _fields_ = _stats("hits", "misses", "evictions", "uploads", "bytes_uploaded", "prefetches")
 
 
@@ -129,7 +141,46 @@ class Race(ctypes.Structure):
 
 
 def as_dict(struct):
-    return {name: getattr(struct, name) for name, _ in struct._fields_}
+    """The fields a caller reads, by name (struct_size is the ABI's, not a figure)."""
+    return {name: getattr(struct, name) for name, _ in struct._fields_ if name != "struct_size"}
+
+
+# Every struct of ferry.h and its mirror here.
+MIRRORS = {"ferry_handle": CHandle, "ferry_runtime_options": RuntimeOptions, "ferry_operand": Operand,
+           "ferry_launch_context": LaunchContext, "ferry_pool_stats": PoolStats,
+           "ferry_integrity_stats": IntegrityStats, "ferry_race_side": RaceSide, "ferry_race": Race,
+           "ferry_cache_stats": CacheStats}
+
+
+def check_mirrors(loaded, mirrors=None):
+    """OSError naming the first struct whose mirror's size differs from the size
+    `loaded` (a libferry.so) was built with, or that the library does not know."""
+    size_of = getattr(loaded, "ferry_struct_size", None)
+    if size_of is None:
+        raise OSError("ferry: %s has no ferry_struct_size: it is older than this package (%s); use the "
+                      "libferry.so this package came with" % (getattr(loaded, "_name", "libferry.so"),
+                                                                   _package_version()))
+    size_of.restype = ctypes.c_size_t
+    size_of.argtypes = [ctypes.c_char_p]
+    for name, mirror in (MIRRORS if mirrors is None else mirrors).items():
+        theirs, ours = size_of(name.encode()), ctypes.sizeof(mirror)
+        if theirs != ours:
+            raise OSError("ferry: %s lays out %s in %d bytes, this package's mirror (%s) in %d: the library "
+                          "(%s) and the package (%s) are from different versions of ferry.h"
+                          % (getattr(loaded, "_name", "libferry.so"), name, theirs, mirror.__name__, ours,
+                             _library_version(loaded), _package_version()))
+
+
+def _package_version():
+    from . import __version__
+    return __version__
+
+
+def _library_version(loaded):
+    fn = loaded.ferry_version
+    fn.restype = ctypes.c_char_p
+    fn.argtypes = []
+    return fn().decode(errors="replace")
 
 
 LAUNCH_FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(LaunchContext), ctypes.c_void_p)
@@ -143,7 +194,9 @@ _PROTOTYPES = {
     "ferry_version": (ctypes.c_char_p, []),
     "ferry_status_name": (ctypes.c_char_p, [ctypes.c_int]),
     "ferry_last_error": (ctypes.c_char_p, []),
+    "ferry_struct_size": (ctypes.c_size_t, [ctypes.c_char_p]),
     "ferry_runtime_options_init": (None, [ctypes.POINTER(RuntimeOptions)]),
+    "ferry_runtime_options_init_sized": (_status, [ctypes.POINTER(RuntimeOptions), ctypes.c_size_t]),
     "ferry_runtime_create": (_status, [ctypes.POINTER(RuntimeOptions), ctypes.POINTER(_rt)]),
     "ferry_runtime_destroy": (None, [_rt]),
     "ferry_alloc": (_status, [_rt, _u64, _u32, ctypes.POINTER(CHandle)]),
@@ -187,6 +240,7 @@ def lib():
     with _lock:
         if _lib is None:
             loaded = load("ferry", "FERRY_LIBRARY", ("src", "src/capi"))
+            check_mirrors(loaded)
             for name, (restype, argtypes) in _PROTOTYPES.items():
                 fn = getattr(loaded, name)  # AttributeError: a libferry.so older than this package
                 fn.restype = restype

@@ -3,6 +3,7 @@
 // across the boundary.
 #include "ferry/ferry.h"
 
+#include <algorithm>
 #include <cstring>
 #include <exception>
 #include <fstream>
@@ -12,10 +13,12 @@
 #include <set>
 #include <new>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
 #include "capi/pool_stats_c.hpp"
+#include "capi/struct_prefix.hpp"
 #include "ferry/fault_spec.hpp"
 #include "ferry/integrity.hpp"
 #include "ferry/runtime.hpp"
@@ -149,6 +152,26 @@ ferry_status null_argument(const char* fn, const char* what) {
 #define FERRY_C_CHECK(cond, fn, what) \
   if (!(cond)) return null_argument(fn, what)
 
+ferry_runtime_options default_options() {
+  ferry_runtime_options o{};
+  o.struct_size = sizeof o;
+  o.seed = 1;
+  return o;
+}
+
+// Every struct of ferry.h by name, for ferry_struct_size.
+constexpr std::pair<std::string_view, std::size_t> kStructSizes[] = {
+    {"ferry_handle", sizeof(ferry_handle)},
+    {"ferry_runtime_options", sizeof(ferry_runtime_options)},
+    {"ferry_operand", sizeof(ferry_operand)},
+    {"ferry_launch_context", sizeof(ferry_launch_context)},
+    {"ferry_pool_stats", sizeof(ferry_pool_stats)},
+    {"ferry_integrity_stats", sizeof(ferry_integrity_stats)},
+    {"ferry_race_side", sizeof(ferry_race_side)},
+    {"ferry_race", sizeof(ferry_race)},
+    {"ferry_cache_stats", sizeof(ferry_cache_stats)},
+};
+
 ferry::Result<ferry::RuntimeOptions> runtime_options(const ferry_runtime_options& o) {
   ferry::RuntimeOptions options;
   if (o.backend != nullptr) {
@@ -189,18 +212,41 @@ const char* ferry_status_name(ferry_status status) { return name_of(status_value
 
 const char* ferry_last_error(void) { return t_last_error.c_str(); }
 
-void ferry_runtime_options_init(ferry_runtime_options* options) {
-  if (options == nullptr) return;
-  *options = ferry_runtime_options{};
-  options->seed = 1;
+size_t ferry_struct_size(const char* name) {
+  if (name == nullptr) return 0;
+  for (const auto& [n, size] : kStructSizes) {
+    if (n == name) return size;
+  }
+  return 0;
+}
+
+ferry_status ferry_runtime_options_init_sized(ferry_runtime_options* options, size_t struct_size) {
+  return guarded("ferry_runtime_options_init", [&] {
+    FERRY_C_CHECK(options != nullptr, "ferry_runtime_options_init", "options");
+    ferry::Result<void> size = ferry::detail::check_struct_size<ferry_runtime_options>(
+        struct_size, FERRY_RUNTIME_OPTIONS_V1_SIZE, "ferry_runtime_options_init", "options", "ferry_runtime_options");
+    if (!size.ok()) return fail(size.error());
+    ferry_runtime_options defaults = default_options();
+    defaults.struct_size = std::min(struct_size, sizeof defaults);
+    std::memcpy(static_cast<void*>(options), &defaults, defaults.struct_size);
+    return ok();
+  });
+}
+
+// The exported symbol behind ferry.h's macro of the same name.
+void(ferry_runtime_options_init)(ferry_runtime_options* options) {
+  if (options != nullptr) *options = default_options();
 }
 
 ferry_status ferry_runtime_create(const ferry_runtime_options* options, ferry_runtime* out) {
   return guarded("ferry_runtime_create", [&] {
     FERRY_C_CHECK(out != nullptr, "ferry_runtime_create", "out");
-    ferry_runtime_options defaults;
-    ferry_runtime_options_init(&defaults);
-    auto cpp = runtime_options(options != nullptr ? *options : defaults);
+    ferry::Result<ferry_runtime_options> given =
+        options == nullptr ? default_options()
+                           : ferry::detail::read_prefix(*options, default_options(), FERRY_RUNTIME_OPTIONS_V1_SIZE,
+                                                        "ferry_runtime_create", "options", "ferry_runtime_options");
+    if (!given.ok()) return fail(given.error());
+    auto cpp = runtime_options(*given);
     if (!cpp.ok()) return fail(cpp.error());
     auto runtime = ferry::Runtime::create(std::move(cpp).value());
     if (!runtime.ok()) return fail(runtime.error());
@@ -433,9 +479,7 @@ ferry_status ferry_get_pool_stats(ferry_runtime rt, ferry_pool_stats* out) {
   return guarded("ferry_get_pool_stats", [&] {
     FERRY_C_CHECK(rt != nullptr, "ferry_get_pool_stats", "rt");
     FERRY_C_CHECK(out != nullptr, "ferry_get_pool_stats", "out");
-    const ferry::PoolStats s = rt->runtime->pool().stats();
-    *out = ferry::detail::to_c_pool_stats(s);
-    return ok();
+    return done(ferry::detail::write_c_pool_stats(rt->runtime->pool().stats(), out, "ferry_get_pool_stats"));
   });
 }
 
@@ -444,8 +488,10 @@ ferry_status ferry_get_integrity_stats(ferry_runtime rt, ferry_integrity_stats* 
     FERRY_C_CHECK(rt != nullptr, "ferry_get_integrity_stats", "rt");
     FERRY_C_CHECK(out != nullptr, "ferry_get_integrity_stats", "out");
     const ferry::IntegrityCounters c = rt->runtime->engine().counters();
-    *out = ferry_integrity_stats{c.bytes_moved, c.bytes_verified, c.mismatches, c.retries, c.fallbacks};
-    return ok();
+    const ferry_integrity_stats value{sizeof(ferry_integrity_stats), c.bytes_moved, c.bytes_verified,
+                                      c.mismatches, c.retries, c.fallbacks};
+    return done(ferry::detail::write_prefix(value, out, FERRY_INTEGRITY_STATS_V1_SIZE, "ferry_get_integrity_stats",
+                                            "out", "ferry_integrity_stats"));
   });
 }
 
@@ -557,8 +603,10 @@ ferry_status ferry_get_cache_stats(ferry_runtime rt, ferry_cache_stats* out) {
       return fail(FERRY_ERROR_INVALID_ARGUMENT, "ferry_get_cache_stats: the runtime has no cache (cache_slots is 0)");
     }
     const ferry::CacheStats s = cache->stats();
-    *out = ferry_cache_stats{s.hits, s.misses, s.evictions, s.uploads, s.bytes_uploaded, s.prefetches};
-    return ok();
+    const ferry_cache_stats value{sizeof(ferry_cache_stats), s.hits, s.misses, s.evictions, s.uploads,
+                                  s.bytes_uploaded, s.prefetches};
+    return done(ferry::detail::write_prefix(value, out, FERRY_CACHE_STATS_V1_SIZE, "ferry_get_cache_stats", "out",
+                                            "ferry_cache_stats"));
   });
 }
 

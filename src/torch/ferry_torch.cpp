@@ -28,6 +28,12 @@ thread_local std::string last_error;
 
 int status_of(ferry::ErrorCode code) { return static_cast<int>(code) + 1; }  // ferry_status's numbering
 
+int written(const ferry::Result<void>& r) {
+  if (r.ok()) return FERRY_OK;
+  last_error = r.error().message;
+  return status_of(r.error().code);
+}
+
 // CUDA's cudaStreamLegacy: the legacy default stream as a stream handle that
 // events and waits accept (the NULL stream PyTorch passes for its default).
 void* const kLegacyDefaultStream = reinterpret_cast<void*>(std::uintptr_t{1});
@@ -210,12 +216,11 @@ int ferry_torch_get_stats(int device, ferry_pool_stats* out) {
       std::lock_guard lock(devices_mu);
       auto it = devices.find(device);
       if (it != devices.end()) return status_of(it->second->failure.code);  // the runtime failed
-      *out = ferry_pool_stats{};  // nothing allocated on this device yet
-      return FERRY_OK;
+      // Nothing allocated on this device yet: zeros.
+      return written(ferry::detail::write_c_pool_stats(ferry::PoolStats{}, out, "ferry_torch_get_stats"));
     }
     const ferry::PoolStats s = state->runtime->pool().stats();
-    *out = ferry::detail::to_c_pool_stats(s);
-    return FERRY_OK;
+    return written(ferry::detail::write_c_pool_stats(s, out, "ferry_torch_get_stats"));
   } catch (const std::exception& e) {
     last_error = std::string("ferry_torch_get_stats: ") + e.what();
   } catch (...) {

@@ -110,10 +110,10 @@ static void test_memory_and_transfers(void) {
   CHECK(ferry_upload(rt, 1, h, 4000, src, 200) == FERRY_ERROR_INVALID_ARGUMENT);
   CHECK(ferry_download(rt, 0, h, 0, dst, 0) == FERRY_ERROR_INVALID_ARGUMENT);
 
-  ferry_pool_stats ps;
+  ferry_pool_stats ps = {.struct_size = sizeof ps};
   OK(ferry_get_pool_stats(rt, &ps));
   CHECK(ps.allocs >= 1 && ps.allocated_bytes >= 4096 && ps.ooms >= 1);
-  ferry_integrity_stats is;
+  ferry_integrity_stats is = {.struct_size = sizeof is};
   OK(ferry_get_integrity_stats(rt, &is));
   CHECK(is.bytes_verified >= 4096);
 
@@ -236,7 +236,7 @@ static void test_cache_and_trace(const char* trace_path) {
   CHECK(hit == 1);
   OK(ferry_cache_release(rt, 1));
   CHECK(ferry_cache_release(rt, 1) == FERRY_ERROR_INVALID_ARGUMENT);
-  ferry_cache_stats cs;
+  ferry_cache_stats cs = {.struct_size = sizeof cs};
   OK(ferry_get_cache_stats(rt, &cs));
   CHECK(cs.hits == 1 && cs.misses == 1 && cs.uploads == 1);
 
@@ -308,8 +308,144 @@ static void test_races(void) {
   ferry_runtime_destroy(plain);
 }
 
+/* The first release's structs, as a program compiled against that header lays
+ * them out: the prefixes of today's, without the fields added since. */
+typedef struct v1_runtime_options {
+  size_t struct_size;
+  const char* backend;
+  const char* profile;
+  uint64_t capacity;
+  uint64_t seed;
+  const char* integrity;
+  const char* inject;
+  uint32_t cache_slots;
+  uint64_t cache_slot_bytes;
+} v1_runtime_options;
+typedef struct v1_pool_stats {
+  size_t struct_size;
+  uint64_t allocated_bytes, peak_allocated_bytes, reserved_bytes, peak_reserved_bytes, pending_free_bytes, allocs,
+      frees, ooms, reclaims;
+} v1_pool_stats;
+
+/* An old caller keeps working against this library: it reads and writes only the
+ * prefix the caller has. */
+static void test_old_caller(void) {
+  CHECK(sizeof(v1_runtime_options) == FERRY_RUNTIME_OPTIONS_V1_SIZE);
+  CHECK(sizeof(v1_pool_stats) == FERRY_POOL_STATS_V1_SIZE);
+  CHECK(sizeof(v1_runtime_options) < sizeof(ferry_runtime_options));
+  CHECK(sizeof(v1_pool_stats) < sizeof(ferry_pool_stats));
+
+  /* Guarded on both sides: init and the getter must not write past the prefix. */
+  struct {
+    v1_runtime_options o;
+    unsigned char guard[64];
+  } opt;
+  memset(opt.guard, 0xAB, sizeof opt.guard);
+  OK(ferry_runtime_options_init_sized((ferry_runtime_options*)&opt.o, sizeof opt.o));
+  CHECK(opt.o.struct_size == sizeof opt.o && opt.o.seed == 1 && opt.o.backend == NULL);
+  for (size_t i = 0; i < sizeof opt.guard; ++i) CHECK(opt.guard[i] == 0xAB);
+  opt.o.profile = "tiny";
+  opt.o.capacity = 8u << 20;
+  ferry_runtime rt = NULL;
+  OK(ferry_runtime_create((const ferry_runtime_options*)&opt.o, &rt));
+  CHECK(rt != NULL);
+  ferry_handle h;
+  OK(ferry_alloc(rt, 4096, 0, &h));
+  CHECK(ferry_get_races(rt, NULL, 0, NULL, NULL) == FERRY_ERROR_UNSUPPORTED); /* race_check: its default */
+
+  struct {
+    v1_pool_stats s;
+    unsigned char guard[64];
+  } st;
+  memset(&st, 0xAB, sizeof st);
+  st.s.struct_size = sizeof st.s;
+  OK(ferry_get_pool_stats(rt, (ferry_pool_stats*)&st.s));
+  CHECK(st.s.struct_size == sizeof st.s && st.s.allocs == 1 && st.s.allocated_bytes >= 4096);
+  for (size_t i = 0; i < sizeof st.guard; ++i) CHECK(st.guard[i] == 0xAB);
+
+  /* A newer caller's struct, larger than this library's: its own fields are
+   * written, struct_size says how many; an unknown field set is refused. */
+  struct {
+    ferry_pool_stats s;
+    uint64_t later_field;
+  } newer;
+  memset(&newer, 0xCD, sizeof newer);
+  newer.s.struct_size = sizeof newer;
+  OK(ferry_get_pool_stats(rt, &newer.s));
+  CHECK(newer.s.struct_size == sizeof(ferry_pool_stats) && newer.s.allocs == 1);
+  CHECK(newer.later_field == 0xCDCDCDCDCDCDCDCDull);
+  struct {
+    ferry_runtime_options o;
+    uint64_t later_field;
+  } newer_options;
+  memset(&newer_options, 0, sizeof newer_options);
+  ferry_runtime_options_init(&newer_options.o);
+  newer_options.o.struct_size = sizeof newer_options;
+  newer_options.o.profile = "tiny";
+  ferry_runtime other = NULL;
+  OK(ferry_runtime_create(&newer_options.o, &other)); /* the unknown field at its default (zero) */
+  ferry_runtime_destroy(other);
+  other = NULL;
+  newer_options.later_field = 1;
+  CHECK(ferry_runtime_create(&newer_options.o, &other) == FERRY_ERROR_UNSUPPORTED && other == NULL);
+  CHECK(strstr(ferry_last_error(), "does not know") != NULL);
+  ferry_runtime_destroy(rt);
+}
+
+/* A struct that was never initialised, or whose size is garbage, is refused with
+ * INVALID_ARGUMENT and a message, the outputs untouched. */
+static void test_struct_size_refused(void) {
+  static const size_t bad[] = {0, 1, 8, FERRY_RUNTIME_OPTIONS_V1_SIZE - 8, FERRY_RUNTIME_OPTIONS_V1_SIZE + 4, 4104,
+                               (size_t)-1};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; ++i) {
+    ferry_runtime_options o;
+    ferry_runtime_options_init(&o);
+    o.struct_size = bad[i];
+    ferry_runtime rt = NULL;
+    CHECK(ferry_runtime_create(&o, &rt) == FERRY_ERROR_INVALID_ARGUMENT && rt == NULL);
+    CHECK(strstr(ferry_last_error(), "struct_size") != NULL);
+    CHECK(ferry_runtime_options_init_sized(&o, bad[i]) == FERRY_ERROR_INVALID_ARGUMENT);
+    CHECK(o.struct_size == bad[i]);
+  }
+  CHECK(ferry_runtime_options_init_sized(NULL, sizeof(ferry_runtime_options)) == FERRY_ERROR_INVALID_ARGUMENT);
+
+  ferry_runtime rt = make("tiny", NULL, NULL, 1);
+  ferry_pool_stats ps;
+  memset(&ps, 0xEE, sizeof ps);
+  ps.struct_size = 0;
+  CHECK(ferry_get_pool_stats(rt, &ps) == FERRY_ERROR_INVALID_ARGUMENT);
+  CHECK(strstr(ferry_last_error(), "not initialised") != NULL);
+  CHECK(ps.struct_size == 0 && ps.allocs == 0xEEEEEEEEEEEEEEEEull);
+  ps.struct_size = 0xEEEEEEEEEEEEEEEEull; /* garbage, as an uninitialised struct holds */
+  CHECK(ferry_get_pool_stats(rt, &ps) == FERRY_ERROR_INVALID_ARGUMENT);
+  CHECK(ps.allocs == 0xEEEEEEEEEEEEEEEEull);
+  ferry_integrity_stats is = {0};
+  CHECK(ferry_get_integrity_stats(rt, &is) == FERRY_ERROR_INVALID_ARGUMENT);
+  ferry_cache_stats cs = {.struct_size = sizeof cs - 8};
+  CHECK(ferry_get_cache_stats(rt, &cs) == FERRY_ERROR_INVALID_ARGUMENT);
+  ferry_runtime_destroy(rt);
+}
+
+/* ferry_struct_size knows every struct of the header, as this program lays it out. */
+static void test_struct_sizes(void) {
+  CHECK(ferry_struct_size("ferry_handle") == sizeof(ferry_handle));
+  CHECK(ferry_struct_size("ferry_runtime_options") == sizeof(ferry_runtime_options));
+  CHECK(ferry_struct_size("ferry_operand") == sizeof(ferry_operand));
+  CHECK(ferry_struct_size("ferry_launch_context") == sizeof(ferry_launch_context));
+  CHECK(ferry_struct_size("ferry_pool_stats") == sizeof(ferry_pool_stats));
+  CHECK(ferry_struct_size("ferry_integrity_stats") == sizeof(ferry_integrity_stats));
+  CHECK(ferry_struct_size("ferry_race_side") == sizeof(ferry_race_side));
+  CHECK(ferry_struct_size("ferry_race") == sizeof(ferry_race));
+  CHECK(ferry_struct_size("ferry_cache_stats") == sizeof(ferry_cache_stats));
+  CHECK(ferry_struct_size("ferry_no_such_struct") == 0);
+  CHECK(ferry_struct_size(NULL) == 0);
+}
+
 int main(int argc, char** argv) {
   test_basics();
+  test_old_caller();
+  test_struct_size_refused();
+  test_struct_sizes();
   test_memory_and_transfers();
   test_launch_hold_record_use();
   test_integrity();

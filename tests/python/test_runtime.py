@@ -1,5 +1,6 @@
 """ferry.Runtime on the sim: every function of the C ABI through ctypes, its errors,
 the launch callable, numpy buffers, and reports 000 and 003."""
+import ctypes
 import dataclasses
 import json
 import threading
@@ -26,6 +27,36 @@ def test_versions_and_status_names():
     assert ferry.library_version() == ferry.__version__ == "0.1.0"
     assert ferry.status_name(0) == "ok"
     assert ferry.status_name(1) == "out_of_memory"
+
+
+def test_every_mirror_struct_has_the_librarys_size():
+    loaded = ferry._lib.lib()  # loading checked them already; this says which ones
+    assert set(ferry._lib.MIRRORS) >= {"ferry_runtime_options", "ferry_pool_stats", "ferry_integrity_stats",
+                                       "ferry_cache_stats", "ferry_race", "ferry_launch_context"}
+    for name, mirror in ferry._lib.MIRRORS.items():
+        assert loaded.ferry_struct_size(name.encode()) == ctypes.sizeof(mirror), name
+    assert loaded.ferry_struct_size(b"ferry_no_such_struct") == 0
+
+
+class _ShortPoolStats(ctypes.Structure):
+    """ferry_pool_stats as a mirror copied from another header would have it."""
+    _fields_ = [("struct_size", ctypes.c_size_t), ("allocated_bytes", ctypes.c_uint64)]
+
+
+def test_a_mirror_of_the_wrong_size_is_refused_when_the_library_loads(monkeypatch):
+    with pytest.raises(OSError, match=r"ferry_pool_stats in \d+ bytes, this package's mirror \(_ShortPoolStats\) "
+                                      r"in 16: the library .* different versions of ferry.h"):
+        ferry._lib.check_mirrors(ferry._lib.lib(), {"ferry_pool_stats": _ShortPoolStats})
+    # And lib() itself refuses to hand out such a library.
+    monkeypatch.setattr(ferry._lib, "_lib", None)
+    monkeypatch.setitem(ferry._lib.MIRRORS, "ferry_pool_stats", _ShortPoolStats)
+    with pytest.raises(OSError, match="ferry_pool_stats"):
+        ferry._lib.lib()
+
+
+def test_stats_structs_carry_their_size():
+    for cls in (ferry._lib.PoolStats, ferry._lib.IntegrityStats, ferry._lib.CacheStats, ferry._lib.RuntimeOptions):
+        assert cls._fields_[0][0] == "struct_size" and cls().struct_size == ctypes.sizeof(cls)
 
 
 def test_every_error_is_a_ferry_error_with_its_status():

@@ -58,7 +58,7 @@ int main(void) {
   CHECK(tmalloc(0, 0, NULL) == NULL, "a 0-byte malloc is NULL");
   CHECK(tmalloc(-1, 0, NULL) == NULL, "a negative malloc is NULL");
 
-  ferry_pool_stats stats;
+  ferry_pool_stats stats = {.struct_size = sizeof stats};
   CHECK(get_stats(0, NULL) == FERRY_ERROR_INVALID_ARGUMENT, "NULL out");
   CHECK(get_stats(-1, &stats) == FERRY_ERROR_INVALID_ARGUMENT, "negative device");
   CHECK(tmalloc(1024, -1, NULL) == NULL && is_sentence(last_error()), "negative device: '%s'", last_error());

@@ -4,7 +4,13 @@
 //! [`FERRY_OK`] or an error whose message [`ferry_last_error`] holds for this
 //! thread, outputs untouched on error, a runtime usable from any thread except
 //! [`ferry_runtime_destroy`]. The `ferry` crate is the safe API over this one.
-//! `tests/layout.rs` checks every struct's size and field offsets against the header.
+//! `tests/layout.rs` checks every struct's size and field offsets against the header,
+//! and [`check_struct_sizes`] checks the sizes against the loaded library's.
+//!
+//! The structs that grow (`ferry_runtime_options` and the three stats structs)
+//! start with `struct_size`: set it to `size_of` the struct (the
+//! `ferry_runtime_options_init_sized` call and the stats getters' callers do), and
+//! the library reads and writes only that much.
 //!
 //! ```
 //! let v = unsafe { std::ffi::CStr::from_ptr(ferry_sys::ferry_version()) };
@@ -48,6 +54,7 @@ pub struct ferry_handle {
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct ferry_runtime_options {
+    pub struct_size: usize,
     pub backend: *const c_char,
     pub profile: *const c_char,
     pub capacity: u64,
@@ -88,6 +95,7 @@ pub type ferry_launch_fn =
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ferry_pool_stats {
+    pub struct_size: usize,
     pub allocated_bytes: u64,
     pub peak_allocated_bytes: u64,
     pub reserved_bytes: u64,
@@ -104,6 +112,7 @@ pub struct ferry_pool_stats {
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ferry_integrity_stats {
+    pub struct_size: usize,
     pub bytes_moved: u64,
     pub bytes_verified: u64,
     pub mismatches: u64,
@@ -136,6 +145,7 @@ pub struct ferry_race {
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ferry_cache_stats {
+    pub struct_size: usize,
     pub hits: u64,
     pub misses: u64,
     pub evictions: u64,
@@ -149,7 +159,10 @@ extern "C" {
     pub fn ferry_status_name(status: ferry_status) -> *const c_char;
     pub fn ferry_last_error() -> *const c_char;
 
+    pub fn ferry_struct_size(name: *const c_char) -> usize;
+
     pub fn ferry_runtime_options_init(options: *mut ferry_runtime_options);
+    pub fn ferry_runtime_options_init_sized(options: *mut ferry_runtime_options, struct_size: usize) -> ferry_status;
     pub fn ferry_runtime_create(options: *const ferry_runtime_options, out: *mut ferry_runtime) -> ferry_status;
     pub fn ferry_runtime_destroy(rt: ferry_runtime);
 
@@ -198,4 +211,46 @@ extern "C" {
     pub fn ferry_import_torch_snapshot(bytes: *const c_void, size: usize, device: c_int, out_path: *const c_char,
                                        source_json: *mut c_char, capacity: usize, length: *mut usize)
         -> ferry_status;
+}
+
+/// Every struct of `ferry.h` that this crate declares, by its C name, with its size here.
+pub fn struct_sizes() -> [(&'static str, usize); 9] {
+    use std::mem::size_of;
+    [
+        ("ferry_handle", size_of::<ferry_handle>()),
+        ("ferry_runtime_options", size_of::<ferry_runtime_options>()),
+        ("ferry_operand", size_of::<ferry_operand>()),
+        ("ferry_launch_context", size_of::<ferry_launch_context>()),
+        ("ferry_pool_stats", size_of::<ferry_pool_stats>()),
+        ("ferry_integrity_stats", size_of::<ferry_integrity_stats>()),
+        ("ferry_race_side", size_of::<ferry_race_side>()),
+        ("ferry_race", size_of::<ferry_race>()),
+        ("ferry_cache_stats", size_of::<ferry_cache_stats>()),
+    ]
+}
+
+/// `Err` naming the struct when the loaded library lays out `name` in other than
+/// `size` bytes (or does not know it): this crate and the library come from
+/// different versions of `ferry.h`, and a call would read or write past a struct.
+pub fn check_struct_size(name: &str, size: usize) -> Result<(), String> {
+    let c_name = std::ffi::CString::new(name).map_err(|_| format!("{:?} holds a NUL", name))?;
+    let theirs = unsafe { ferry_struct_size(c_name.as_ptr()) };
+    if theirs == size {
+        return Ok(());
+    }
+    let version = unsafe { std::ffi::CStr::from_ptr(ferry_version()) }.to_string_lossy().into_owned();
+    Err(format!(
+        "libferry ({}) lays out {} in {} bytes, ferry-sys ({}) in {}: the library and the crate are from \
+         different versions of ferry.h",
+        version,
+        name,
+        theirs,
+        env!("CARGO_PKG_VERSION"),
+        size
+    ))
+}
+
+/// [`check_struct_size`] for every struct this crate declares.
+pub fn check_struct_sizes() -> Result<(), String> {
+    struct_sizes().iter().try_for_each(|&(name, size)| check_struct_size(name, size))
 }

@@ -34,16 +34,16 @@ macro_rules! layouts {
 fn rust_layouts() -> BTreeMap<String, (usize, BTreeMap<String, usize>)> {
     layouts! {
         ferry_handle { pool, slot, generation }
-        ferry_runtime_options { backend, profile, capacity, seed, integrity, inject, cache_slots,
+        ferry_runtime_options { struct_size, backend, profile, capacity, seed, integrity, inject, cache_slots,
                                 cache_slot_bytes, race_check }
         ferry_operand { handle, offset, bytes, access }
         ferry_launch_context { native_stream, operand_count, device_addresses, bytes, host_views }
-        ferry_pool_stats { allocated_bytes, peak_allocated_bytes, reserved_bytes, peak_reserved_bytes,
+        ferry_pool_stats { struct_size, allocated_bytes, peak_allocated_bytes, reserved_bytes, peak_reserved_bytes,
                            pending_free_bytes, allocs, frees, ooms, reclaims, internal_allocs, internal_frees }
-        ferry_integrity_stats { bytes_moved, bytes_verified, mismatches, retries, fallbacks }
+        ferry_integrity_stats { struct_size, bytes_moved, bytes_verified, mismatches, retries, fallbacks }
         ferry_race_side { stream, ticket, kind, tag, access, block, block_tag }
         ferry_race { earlier, later, addr, bytes, reuse }
-        ferry_cache_stats { hits, misses, evictions, uploads, bytes_uploaded, prefetches }
+        ferry_cache_stats { struct_size, hits, misses, evictions, uploads, bytes_uploaded, prefetches }
     }
 }
 
@@ -209,4 +209,24 @@ fn statuses_have_their_names() {
     assert_eq!(name(FERRY_OK), "ok");
     assert_eq!(name(FERRY_ERROR_STALE_HANDLE), "stale_handle");
     assert_eq!(name(FERRY_ERROR_TIMEOUT), "timeout");
+}
+
+#[test]
+fn the_librarys_struct_sizes_match_these_declarations() {
+    assert_eq!(check_struct_sizes(), Ok(()));
+    let names: Vec<&str> = struct_sizes().iter().map(|&(n, _)| n).collect();
+    let mut in_header: Vec<String> = header_structs(&header_text()).into_iter().map(|(n, _)| n).collect();
+    in_header.sort();
+    let mut declared: Vec<String> = names.iter().map(|n| n.to_string()).collect();
+    declared.sort();
+    assert_eq!(declared, in_header, "struct_sizes() lists every struct of ferry.h");
+}
+
+#[test]
+fn a_declaration_of_the_wrong_size_is_refused() {
+    let size = std::mem::size_of::<ferry_pool_stats>();
+    let err = check_struct_size("ferry_pool_stats", size - 8).unwrap_err();
+    assert!(err.contains(&format!("ferry_pool_stats in {} bytes, ferry-sys", size)), "{}", err);
+    assert!(err.contains("different versions of ferry.h"), "{}", err);
+    assert!(check_struct_size("ferry_no_such_struct", 8).unwrap_err().contains("in 0 bytes"));
 }

@@ -262,9 +262,13 @@ impl RuntimeBuilder {
         let profile = self.profile.as_deref().map(|p| c_string("profile", p)).transpose()?;
         let inject = self.inject.as_deref().map(|p| c_string("inject", p)).transpose()?;
         let opt = |s: &Option<CString>| s.as_ref().map_or(ptr::null(), |s| s.as_ptr());
+        check_library()?;
         let mut o = std::mem::MaybeUninit::<sys::ferry_runtime_options>::uninit();
         let mut o = unsafe {
-            sys::ferry_runtime_options_init(o.as_mut_ptr());
+            check(sys::ferry_runtime_options_init_sized(
+                o.as_mut_ptr(),
+                std::mem::size_of::<sys::ferry_runtime_options>(),
+            ))?;
             o.assume_init()
         };
         if backend.is_some() {
@@ -294,6 +298,14 @@ impl RuntimeBuilder {
             backend: self.backend.unwrap_or(Backend::Sim),
         })
     }
+}
+
+/// `Err(Unsupported)` when the loaded libferry lays out a struct in other than
+/// ferry-sys's size (checked once per process): a call would read or write past it.
+fn check_library() -> Result<()> {
+    static CHECKED: Mutex<Option<std::result::Result<(), String>>> = Mutex::new(None);
+    let mut checked = lock(&CHECKED);
+    checked.get_or_insert_with(sys::check_struct_sizes).clone().map_err(Error::Unsupported)
 }
 
 fn check(status: sys::ferry_status) -> Result<()> {
@@ -597,7 +609,7 @@ impl Runtime {
     /// The pool's figures.
     pub fn pool_stats(&self) -> Result<PoolStats> {
         let rt = self.rt("pool_stats")?;
-        let mut s = PoolStats::default();
+        let mut s = PoolStats { struct_size: std::mem::size_of::<PoolStats>(), ..Default::default() };
         self.check(unsafe { sys::ferry_get_pool_stats(rt, &mut s) })?;
         Ok(s)
     }
@@ -605,7 +617,7 @@ impl Runtime {
     /// The transfer engine's integrity figures.
     pub fn integrity_stats(&self) -> Result<IntegrityStats> {
         let rt = self.rt("integrity_stats")?;
-        let mut s = IntegrityStats::default();
+        let mut s = IntegrityStats { struct_size: std::mem::size_of::<IntegrityStats>(), ..Default::default() };
         self.check(unsafe { sys::ferry_get_integrity_stats(rt, &mut s) })?;
         Ok(s)
     }
@@ -714,7 +726,7 @@ impl Runtime {
 
     pub fn cache_stats(&self) -> Result<CacheStats> {
         let rt = self.rt("cache_stats")?;
-        let mut s = CacheStats::default();
+        let mut s = CacheStats { struct_size: std::mem::size_of::<CacheStats>(), ..Default::default() };
         self.check(unsafe { sys::ferry_get_cache_stats(rt, &mut s) })?;
         Ok(s)
     }
