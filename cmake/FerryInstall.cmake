@@ -8,6 +8,7 @@ install(TARGETS ferry ferry_import ferry_observe ferry_replay ferry_shared EXPOR
   INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 # workload.hpp is the CLI's (an internal layer): not installed.
 install(DIRECTORY include/ferry DESTINATION ${CMAKE_INSTALL_INCLUDEDIR} PATTERN workload.hpp EXCLUDE)
+install(FILES ${PROJECT_BINARY_DIR}/include/ferry/version.h DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/ferry)
 install(TARGETS ferry_cli RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 # pkg-config for C programs: -lferry finds libferry.so (the C ABI) before libferry.a.
 # How many folders ${libdir}/pkgconfig lies below the prefix ("lib" -> "../..").

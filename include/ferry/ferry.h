@@ -43,9 +43,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define FERRY_VERSION_MAJOR 0
-#define FERRY_VERSION_MINOR 1
-#define FERRY_VERSION_PATCH 0
+/* FERRY_VERSION_MAJOR, _MINOR, _PATCH and _STRING: the header's version,
+ * configured from CMakeLists.txt's project(VERSION). */
+#include "ferry/version.h"
 
 #if defined(_WIN32)
 #define FERRY_C_API
@@ -84,8 +84,8 @@ typedef struct ferry_handle {
   uint32_t pool, slot, generation; /* {0,0,0} is the null handle */
 } ferry_handle;
 
-/* The library's version, "MAJOR.MINOR.PATCH" (may differ from the header's
- * macros). Never fails. */
+/* The library's version, "MAJOR.MINOR.PATCH": FERRY_VERSION_STRING as the library
+ * was built (may differ from the header the caller was compiled with). Never fails. */
 FERRY_C_API const char* FERRY_NONNULL ferry_version(void);
 /* The name of a status ("ok", "out_of_memory", ...; "unknown" for any other int).
  * Never fails. */

@@ -27,6 +27,7 @@ import weakref
 
 from . import _lib
 
+# CMakeLists.txt's project(VERSION), the one source (tests/python checks the two agree).
 __version__ = "0.1.0"
 
 __all__ = [
@@ -101,7 +102,7 @@ def _invalid(message):
 
 
 def library_version():
-    """libferry.so's version ("0.1.0")."""
+    """libferry.so's version ("MAJOR.MINOR.PATCH"; __version__ is this package's)."""
     return _lib.lib().ferry_version().decode()
 
 

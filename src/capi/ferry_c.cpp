@@ -206,7 +206,7 @@ ferry::Result<ferry::RuntimeOptions> runtime_options(const ferry_runtime_options
 
 extern "C" {
 
-const char* ferry_version(void) { return "0.1.0"; }
+const char* ferry_version(void) { return FERRY_VERSION_STRING; }
 
 const char* ferry_status_name(ferry_status status) { return name_of(status_value(status)); }
 

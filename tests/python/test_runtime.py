@@ -3,13 +3,15 @@ the launch callable, numpy buffers, and reports 000 and 003."""
 import ctypes
 import dataclasses
 import json
+import os
+import re
 import threading
 
 import numpy as np
 import pytest
 
 import ferry
-from conftest import MiB
+from conftest import MiB, REPO
 
 POOL_KEYS = {"allocated_bytes", "peak_allocated_bytes", "reserved_bytes", "peak_reserved_bytes",
              "pending_free_bytes", "allocs", "frees", "ooms", "reclaims", "internal_allocs", "internal_frees"}
@@ -24,7 +26,12 @@ def pattern(n, seed=0):
 # ---- the module -----------------------------------------------------------------
 
 def test_versions_and_status_names():
-    assert ferry.library_version() == ferry.__version__ == "0.1.0"
+    # One version: CMakeLists.txt's project(VERSION) (ctest passes it), the library's and the package's.
+    project = os.environ.get("FERRY_PROJECT_VERSION")
+    if project is None:
+        with open(os.path.join(REPO, "CMakeLists.txt")) as f:
+            project = re.search(r"project\(ferry VERSION ([0-9.]+)", f.read()).group(1)
+    assert ferry.library_version() == ferry.__version__ == project
     assert ferry.status_name(0) == "ok"
     assert ferry.status_name(1) == "out_of_memory"
 

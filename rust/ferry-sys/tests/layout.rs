@@ -47,15 +47,22 @@ fn rust_layouts() -> BTreeMap<String, (usize, BTreeMap<String, usize>)> {
     }
 }
 
-fn header_dir() -> PathBuf {
+// The directories holding ferry/ferry.h and its configured ferry/version.h.
+fn header_dirs() -> Vec<PathBuf> {
     match option_env!("FERRY_SYS_INCLUDE_DIR") {
-        Some(dir) => PathBuf::from(dir),
+        Some(dirs) => std::env::split_paths(dirs).collect(),
         None => panic!("ferry-sys's build found no ferry/ferry.h: set FERRY_INCLUDE_DIR (or install ferry's pkg-config file)"),
     }
 }
 
+fn header_file(name: &str) -> PathBuf {
+    let dirs = header_dirs();
+    let found = dirs.iter().map(|d| d.join("ferry").join(name)).find(|p| p.is_file());
+    found.unwrap_or_else(|| panic!("no ferry/{} in {:?}: set FERRY_INCLUDE_DIR", name, dirs))
+}
+
 fn header_text() -> String {
-    let path = header_dir().join("ferry/ferry.h");
+    let path = header_file("ferry.h");
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("reading {}: {}", path.display(), e));
     strip_comments(&text)
 }
@@ -117,10 +124,12 @@ fn c_layouts(structs: &[(String, Vec<String>)]) -> BTreeMap<String, (usize, BTre
     let binary = dir.join("layout");
     std::fs::write(&source, program).unwrap();
     let cc = std::env::var("CC").unwrap_or_else(|_| "cc".to_string());
-    let built = Command::new(&cc)
-        .arg("-std=c11")
-        .arg("-I")
-        .arg(header_dir())
+    let mut command = Command::new(&cc);
+    command.arg("-std=c11");
+    for dir in header_dirs() {
+        command.arg("-I").arg(dir);
+    }
+    let built = command
         .arg(&source)
         .arg("-o")
         .arg(&binary)
@@ -229,4 +238,27 @@ fn a_declaration_of_the_wrong_size_is_refused() {
     assert!(err.contains(&format!("ferry_pool_stats in {} bytes, ferry-sys", size)), "{}", err);
     assert!(err.contains("different versions of ferry.h"), "{}", err);
     assert!(check_struct_size("ferry_no_such_struct", 8).unwrap_err().contains("in 0 bytes"));
+}
+
+// One version: the header's macros (configured from CMakeLists.txt's project(VERSION)),
+// the library's ferry_version(), ferry-sys's constants and this crate's Cargo version.
+#[test]
+fn every_version_is_the_one_from_cmake() {
+    let text = std::fs::read_to_string(header_file("version.h")).unwrap();
+    let macro_value = |name: &str| -> String {
+        let line = text.lines().find(|l| l.starts_with(&format!("#define {} ", name))).unwrap();
+        line.split_whitespace().nth(2).unwrap().trim_matches('"').to_string()
+    };
+    let header = macro_value("FERRY_VERSION_STRING");
+    let parts = format!("{}.{}.{}", macro_value("FERRY_VERSION_MAJOR"), macro_value("FERRY_VERSION_MINOR"),
+                        macro_value("FERRY_VERSION_PATCH"));
+    assert_eq!(parts, header);
+    let sys_constants = format!("{}.{}.{}", FERRY_VERSION_MAJOR, FERRY_VERSION_MINOR, FERRY_VERSION_PATCH);
+    assert_eq!(sys_constants, header, "ferry-sys's FERRY_VERSION_* against ferry/version.h");
+    assert_eq!(env!("CARGO_PKG_VERSION"), header, "rust/ferry-sys/Cargo.toml's version against CMakeLists.txt's");
+    let library = unsafe { std::ffi::CStr::from_ptr(ferry_version()) }.to_str().unwrap().to_string();
+    assert_eq!(library, header, "the loaded library's ferry_version()");
+    if let Some(cmake) = option_env!("FERRY_PROJECT_VERSION") {
+        assert_eq!(header, cmake, "ferry/version.h against CMakeLists.txt's project(VERSION)");
+    }
 }

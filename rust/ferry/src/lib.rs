@@ -44,7 +44,7 @@ use std::time::Duration;
 
 use ferry_sys as sys;
 
-/// The version of the loaded library ("0.1.0").
+/// The version of the loaded library ("MAJOR.MINOR.PATCH", CMakeLists.txt's project(VERSION)).
 ///
 /// ```
 /// assert!(ferry::version().starts_with("0."));

@@ -427,7 +427,7 @@ fn race_check_finds_two_unordered_writers() {
 
 #[test]
 fn version_is_the_librarys() {
-    assert_eq!(ferry::version(), "0.1.0");
+    assert_eq!(ferry::version(), env!("CARGO_PKG_VERSION"), "rust/ferry/Cargo.toml against the library");
 }
 
 #[test]
