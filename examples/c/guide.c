@@ -55,7 +55,7 @@ static int run(ferry_runtime rt, unsigned char* host) {
   }
   printf("the freed handle is refused: %s\n", ferry_last_error());
 
-  ferry_pool_stats stats = {.struct_size = sizeof stats}; /* the size this program was built with */
+  ferry_pool_stats stats;
   if (ferry_get_pool_stats(rt, &stats) != FERRY_OK) return failed("ferry_get_pool_stats");
   printf("allocs %llu, frees %llu (ferry's own buffers: internal_allocs %llu, internal_frees %llu)\n",
          (unsigned long long)stats.allocs, (unsigned long long)stats.frees,

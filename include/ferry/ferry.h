@@ -16,15 +16,21 @@
  *     returns INVALID_ARGUMENT for a NULL one or when called from inside a launch
  *     function (ferry_launch_fn).
  *   - Structs that grow carry their size: ferry_runtime_options and the three
- *     stats structs start with `struct_size`, which the caller sets to sizeof the
- *     struct it was compiled with (ferry_runtime_options_init does; for a stats
- *     struct, `ferry_pool_stats s = {.struct_size = sizeof s};`). Fields are only
- *     ever added at the end, so a program built against an older header keeps
- *     working with a newer library: ferry reads and writes only the caller's
- *     prefix (and a newer caller's fields this library lacks must be 0). A size of
- *     0 (not initialised), below the first release's (FERRY_*_V1_SIZE), over
- *     4096 or not a multiple of 8 is INVALID_ARGUMENT. ferry_struct_size tells a
- *     binding (Python's ctypes, Rust) the sizes this library was built with.
+ *     stats structs start with `struct_size`, the sizeof the struct the caller
+ *     was compiled with. In C and C++ the caller need not set it:
+ *     ferry_runtime_options_init and the stats getters are macros that pass
+ *     sizeof to their ..._sized function, so `ferry_pool_stats s;
+ *     ferry_get_pool_stats(rt, &s);` is right as written, and the getter sets
+ *     s.struct_size. Fields are only ever added at the end, so a program built
+ *     against an older header keeps working with a newer library: ferry reads
+ *     and writes only the caller's prefix (and a newer caller's fields this
+ *     library lacks must be 0). A size below the first release's
+ *     (FERRY_*_V1_SIZE), over 4096 or not a multiple of 8 is INVALID_ARGUMENT.
+ *     Bindings (Python's ctypes, Rust) call the ..._sized functions with their
+ *     mirror's size, checked at load against ferry_struct_size. The stats
+ *     getters under the macros' names stay exported and read out->struct_size
+ *     (0, as a struct never set holds, is INVALID_ARGUMENT); in C,
+ *     `(ferry_get_pool_stats)(rt, &s)` calls one.
  *     The other structs (ferry_handle, ferry_operand, ferry_launch_context,
  *     ferry_race_side, ferry_race) never change: a new field means a new struct
  *     and a new function.
@@ -243,10 +249,10 @@ FERRY_C_API ferry_status ferry_adopt_stream(ferry_runtime FERRY_NONNULL rt, void
 FERRY_C_API ferry_status ferry_release_stream(ferry_runtime FERRY_NONNULL rt, uint32_t stream, uint64_t timeout_ms);
 
 /* ---- Statistics. */
-/* Each stats struct starts with struct_size, which the caller sets (e.g.
- * `ferry_pool_stats s = {.struct_size = sizeof s};`): its getter writes only that prefix and
- * sets struct_size to the bytes it wrote (the smaller of the caller's size and
- * this library's sizeof). Fields are only ever added at the end.
+/* Each getter writes the first `struct_size` bytes of *out (the caller's sizeof,
+ * which the macro of the getter's name passes) and sets out->struct_size to the
+ * bytes it wrote (the smaller of struct_size and this library's sizeof); *out
+ * need not be initialised. Fields are only ever added at the end.
  * allocs and frees count the program's blocks (ferry_alloc, ferry_free);
  * internal_allocs and internal_frees ferry's own buffers that never hold program
  * data (the transfer engine's probe and canary scratch), whose bytes count in
@@ -259,17 +265,28 @@ typedef struct ferry_pool_stats {
   uint64_t internal_allocs, internal_frees;
 } ferry_pool_stats;
 #define FERRY_POOL_STATS_V1_SIZE offsetof(ferry_pool_stats, internal_allocs)
-/* Errors: INVALID_ARGUMENT (NULL out; out->struct_size refused as the
- * conventions say: *out is untouched). Never blocks. */
+/* Errors: INVALID_ARGUMENT (NULL out; struct_size refused as the conventions
+ * say: *out is untouched). Never blocks. */
+FERRY_C_API ferry_status ferry_get_pool_stats_sized(ferry_runtime FERRY_NONNULL rt,
+                                                    ferry_pool_stats* FERRY_NONNULL out, size_t struct_size);
+/* As ferry_get_pool_stats_sized with out->struct_size as the size (0, as a
+ * struct never set holds, is INVALID_ARGUMENT). In C and C++ the macro below
+ * replaces the call with ferry_get_pool_stats_sized(rt, out, sizeof *(out)). */
 FERRY_C_API ferry_status ferry_get_pool_stats(ferry_runtime FERRY_NONNULL rt, ferry_pool_stats* FERRY_NONNULL out);
+#define ferry_get_pool_stats(rt, out) ferry_get_pool_stats_sized((rt), (out), sizeof *(out))
 typedef struct ferry_integrity_stats {
   size_t struct_size;
   uint64_t bytes_moved, bytes_verified, mismatches, retries, fallbacks;
 } ferry_integrity_stats;
 #define FERRY_INTEGRITY_STATS_V1_SIZE sizeof(ferry_integrity_stats)
-/* Errors: as ferry_get_pool_stats. Never blocks. */
+/* Errors: as ferry_get_pool_stats_sized. Never blocks. */
+FERRY_C_API ferry_status ferry_get_integrity_stats_sized(ferry_runtime FERRY_NONNULL rt,
+                                                         ferry_integrity_stats* FERRY_NONNULL out,
+                                                         size_t struct_size);
+/* The size from out->struct_size, as ferry_get_pool_stats; the macro passes sizeof *(out). */
 FERRY_C_API ferry_status ferry_get_integrity_stats(ferry_runtime FERRY_NONNULL rt,
                                                    ferry_integrity_stats* FERRY_NONNULL out);
+#define ferry_get_integrity_stats(rt, out) ferry_get_integrity_stats_sized((rt), (out), sizeof *(out))
 /* PyTorch's memory_summary, as text: writes at most `capacity` bytes including
  * the NUL into buf (nullable when capacity is 0) and the full length, without
  * the NUL, into *length (nullable). Errors: INVALID_ARGUMENT (NULL buf with
@@ -325,9 +342,13 @@ typedef struct ferry_cache_stats {
   uint64_t hits, misses, evictions, uploads, bytes_uploaded, prefetches;
 } ferry_cache_stats;
 #define FERRY_CACHE_STATS_V1_SIZE sizeof(ferry_cache_stats)
-/* Errors: INVALID_ARGUMENT (no cache; NULL out; out->struct_size refused as
- * the conventions say). Never blocks. */
+/* Writes as ferry_get_pool_stats_sized. Errors: INVALID_ARGUMENT (no cache; NULL
+ * out; struct_size refused as the conventions say). Never blocks. */
+FERRY_C_API ferry_status ferry_get_cache_stats_sized(ferry_runtime FERRY_NONNULL rt,
+                                                     ferry_cache_stats* FERRY_NONNULL out, size_t struct_size);
+/* The size from out->struct_size, as ferry_get_pool_stats; the macro passes sizeof *(out). */
 FERRY_C_API ferry_status ferry_get_cache_stats(ferry_runtime FERRY_NONNULL rt, ferry_cache_stats* FERRY_NONNULL out);
+#define ferry_get_cache_stats(rt, out) ferry_get_cache_stats_sized((rt), (out), sizeof *(out))
 
 /* ---- Trace recording: from ferry_trace_start until ferry_trace_stop, the pool
  * calls above (alloc, free, upload, download, hold, synchronize, trim) are written

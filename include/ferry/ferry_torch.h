@@ -52,12 +52,19 @@ FERRY_C_API void ferry_torch_free(void* ptr, ssize_t size, int device, void* str
  * until this thread's next ferry_torch call. Never NULL. */
 FERRY_C_API const char* ferry_torch_last_error(void);
 
-/* The pool statistics of `device` into *out: zeros when nothing was allocated on
- * it yet. out->struct_size as ferry_get_pool_stats's. Returns FERRY_OK,
- * FERRY_ERROR_INVALID_ARGUMENT (NULL out, a negative device, out->struct_size
- * refused as ferry.h says), or the status that made the device's runtime fail (its message in
- * ferry_torch_last_error). Never blocks on the device. */
+/* The pool statistics of `device` into the first `struct_size` bytes of *out, as
+ * ferry_get_pool_stats_sized writes them: zeros when nothing was allocated on it
+ * yet. Returns FERRY_OK, FERRY_ERROR_INVALID_ARGUMENT (NULL out, a negative
+ * device, struct_size refused as ferry.h says), or the status that made the
+ * device's runtime fail (its message in ferry_torch_last_error). Never blocks on
+ * the device. */
+FERRY_C_API int ferry_torch_get_stats_sized(int device, ferry_pool_stats* out, size_t struct_size);
+/* As ferry_torch_get_stats_sized with out->struct_size as the size (0, as a
+ * struct never set holds, is INVALID_ARGUMENT). In C and C++ the macro below
+ * replaces the call with ferry_torch_get_stats_sized(device, out, sizeof *(out)),
+ * so `ferry_pool_stats s; ferry_torch_get_stats(0, &s);` needs nothing set. */
 FERRY_C_API int ferry_torch_get_stats(int device, ferry_pool_stats* out);
+#define ferry_torch_get_stats(device, out) ferry_torch_get_stats_sized((device), (out), sizeof *(out))
 
 #ifdef __cplusplus
 }

@@ -528,7 +528,7 @@ class Runtime:
         program's blocks; internal_allocs and internal_frees ferry's own buffers
         (the transfer engine's probe and canary scratch)."""
         out = _lib.PoolStats()
-        self._check(self._lib.ferry_get_pool_stats(self._live(), ctypes.byref(out)))
+        self._check(self._lib.ferry_get_pool_stats_sized(self._live(), ctypes.byref(out), ctypes.sizeof(out)))
         return _lib.as_dict(out)
 
     def races(self):
@@ -558,7 +558,7 @@ class Runtime:
         """ferry_integrity_stats as a dict (bytes_moved, bytes_verified, mismatches,
         retries, fallbacks)."""
         out = _lib.IntegrityStats()
-        self._check(self._lib.ferry_get_integrity_stats(self._live(), ctypes.byref(out)))
+        self._check(self._lib.ferry_get_integrity_stats_sized(self._live(), ctypes.byref(out), ctypes.sizeof(out)))
         return _lib.as_dict(out)
 
     def memory_summary(self):
@@ -618,7 +618,7 @@ class Runtime:
         """ferry_cache_stats as a dict (hits, misses, evictions, uploads,
         bytes_uploaded, prefetches)."""
         out = _lib.CacheStats()
-        self._check(self._lib.ferry_get_cache_stats(self._live(), ctypes.byref(out)))
+        self._check(self._lib.ferry_get_cache_stats_sized(self._live(), ctypes.byref(out), ctypes.sizeof(out)))
         return _lib.as_dict(out)
 
     # -- trace recording

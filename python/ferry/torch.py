@@ -74,6 +74,8 @@ def _library():
             loaded.ferry_torch_last_error.argtypes = []
             loaded.ferry_torch_get_stats.restype = ctypes.c_int
             loaded.ferry_torch_get_stats.argtypes = [ctypes.c_int, ctypes.POINTER(_lib.PoolStats)]
+            loaded.ferry_torch_get_stats_sized.restype = ctypes.c_int
+            loaded.ferry_torch_get_stats_sized.argtypes = [ctypes.c_int, ctypes.POINTER(_lib.PoolStats), ctypes.c_size_t]
             _loaded = loaded
         return _loaded
 
@@ -104,7 +106,7 @@ def memory_stats(device=None):
         device = 0 if device is None else device
     lib = _library()
     out = _lib.PoolStats()
-    status = lib.ferry_torch_get_stats(int(device), ctypes.byref(out))
+    status = lib.ferry_torch_get_stats_sized(int(device), ctypes.byref(out), ctypes.sizeof(out))
     if status != _lib.OK:
         raise _ferry._error(status, lib.ferry_torch_last_error().decode(errors="replace"))
     return _lib.as_dict(out)

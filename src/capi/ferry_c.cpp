@@ -12,6 +12,7 @@
 #include <future>
 #include <set>
 #include <new>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -202,6 +203,46 @@ ferry::Result<ferry::RuntimeOptions> runtime_options(const ferry_runtime_options
   return options;
 }
 
+// The stats getters' bodies: `size` is the ..._sized functions' struct_size argument,
+// nullopt for the unsized symbols, which read out->struct_size.
+ferry_status get_pool_stats(ferry_runtime rt, ferry_pool_stats* out, std::optional<size_t> size) {
+  return guarded("ferry_get_pool_stats", [&] {
+    FERRY_C_CHECK(rt != nullptr, "ferry_get_pool_stats", "rt");
+    FERRY_C_CHECK(out != nullptr, "ferry_get_pool_stats", "out");
+    return done(ferry::detail::write_c_pool_stats(rt->runtime->pool().stats(), out,
+                                                  ferry::detail::caller_size(out, size), "ferry_get_pool_stats"));
+  });
+}
+
+ferry_status get_integrity_stats(ferry_runtime rt, ferry_integrity_stats* out, std::optional<size_t> size) {
+  return guarded("ferry_get_integrity_stats", [&] {
+    FERRY_C_CHECK(rt != nullptr, "ferry_get_integrity_stats", "rt");
+    FERRY_C_CHECK(out != nullptr, "ferry_get_integrity_stats", "out");
+    const ferry::IntegrityCounters c = rt->runtime->engine().counters();
+    const ferry_integrity_stats value{sizeof(ferry_integrity_stats), c.bytes_moved, c.bytes_verified,
+                                      c.mismatches, c.retries, c.fallbacks};
+    return done(ferry::detail::write_prefix(value, out, ferry::detail::caller_size(out, size),
+                                            FERRY_INTEGRITY_STATS_V1_SIZE, "ferry_get_integrity_stats",
+                                            "ferry_integrity_stats"));
+  });
+}
+
+ferry_status get_cache_stats(ferry_runtime rt, ferry_cache_stats* out, std::optional<size_t> size) {
+  return guarded("ferry_get_cache_stats", [&] {
+    FERRY_C_CHECK(rt != nullptr, "ferry_get_cache_stats", "rt");
+    FERRY_C_CHECK(out != nullptr, "ferry_get_cache_stats", "out");
+    ferry::OffloadCache* cache = rt->runtime->cache();
+    if (cache == nullptr) {
+      return fail(FERRY_ERROR_INVALID_ARGUMENT, "ferry_get_cache_stats: the runtime has no cache (cache_slots is 0)");
+    }
+    const ferry::CacheStats s = cache->stats();
+    const ferry_cache_stats value{sizeof(ferry_cache_stats), s.hits, s.misses, s.evictions, s.uploads,
+                                  s.bytes_uploaded, s.prefetches};
+    return done(ferry::detail::write_prefix(value, out, ferry::detail::caller_size(out, size),
+                                            FERRY_CACHE_STATS_V1_SIZE, "ferry_get_cache_stats", "ferry_cache_stats"));
+  });
+}
+
 }  // namespace
 
 extern "C" {
@@ -224,7 +265,8 @@ ferry_status ferry_runtime_options_init_sized(ferry_runtime_options* options, si
   return guarded("ferry_runtime_options_init", [&] {
     FERRY_C_CHECK(options != nullptr, "ferry_runtime_options_init", "options");
     ferry::Result<void> size = ferry::detail::check_struct_size<ferry_runtime_options>(
-        struct_size, FERRY_RUNTIME_OPTIONS_V1_SIZE, "ferry_runtime_options_init", "options", "ferry_runtime_options");
+        ferry::detail::size_argument(struct_size), FERRY_RUNTIME_OPTIONS_V1_SIZE, "ferry_runtime_options_init",
+        "ferry_runtime_options");
     if (!size.ok()) return fail(size.error());
     ferry_runtime_options defaults = default_options();
     defaults.struct_size = std::min(struct_size, sizeof defaults);
@@ -475,24 +517,21 @@ ferry_status ferry_release_stream(ferry_runtime rt, uint32_t stream, uint64_t ti
   });
 }
 
-ferry_status ferry_get_pool_stats(ferry_runtime rt, ferry_pool_stats* out) {
-  return guarded("ferry_get_pool_stats", [&] {
-    FERRY_C_CHECK(rt != nullptr, "ferry_get_pool_stats", "rt");
-    FERRY_C_CHECK(out != nullptr, "ferry_get_pool_stats", "out");
-    return done(ferry::detail::write_c_pool_stats(rt->runtime->pool().stats(), out, "ferry_get_pool_stats"));
-  });
+ferry_status ferry_get_pool_stats_sized(ferry_runtime rt, ferry_pool_stats* out, size_t struct_size) {
+  return get_pool_stats(rt, out, struct_size);
 }
 
-ferry_status ferry_get_integrity_stats(ferry_runtime rt, ferry_integrity_stats* out) {
-  return guarded("ferry_get_integrity_stats", [&] {
-    FERRY_C_CHECK(rt != nullptr, "ferry_get_integrity_stats", "rt");
-    FERRY_C_CHECK(out != nullptr, "ferry_get_integrity_stats", "out");
-    const ferry::IntegrityCounters c = rt->runtime->engine().counters();
-    const ferry_integrity_stats value{sizeof(ferry_integrity_stats), c.bytes_moved, c.bytes_verified,
-                                      c.mismatches, c.retries, c.fallbacks};
-    return done(ferry::detail::write_prefix(value, out, FERRY_INTEGRITY_STATS_V1_SIZE, "ferry_get_integrity_stats",
-                                            "out", "ferry_integrity_stats"));
-  });
+// The exported symbols behind ferry.h's macros of the same names.
+ferry_status(ferry_get_pool_stats)(ferry_runtime rt, ferry_pool_stats* out) {
+  return get_pool_stats(rt, out, std::nullopt);
+}
+
+ferry_status ferry_get_integrity_stats_sized(ferry_runtime rt, ferry_integrity_stats* out, size_t struct_size) {
+  return get_integrity_stats(rt, out, struct_size);
+}
+
+ferry_status(ferry_get_integrity_stats)(ferry_runtime rt, ferry_integrity_stats* out) {
+  return get_integrity_stats(rt, out, std::nullopt);
 }
 
 ferry_status ferry_memory_summary(ferry_runtime rt, char* buf, size_t capacity, size_t* length) {
@@ -594,20 +633,12 @@ ferry_status ferry_cache_release(ferry_runtime rt, uint64_t key) {
   });
 }
 
-ferry_status ferry_get_cache_stats(ferry_runtime rt, ferry_cache_stats* out) {
-  return guarded("ferry_get_cache_stats", [&] {
-    FERRY_C_CHECK(rt != nullptr, "ferry_get_cache_stats", "rt");
-    FERRY_C_CHECK(out != nullptr, "ferry_get_cache_stats", "out");
-    ferry::OffloadCache* cache = rt->runtime->cache();
-    if (cache == nullptr) {
-      return fail(FERRY_ERROR_INVALID_ARGUMENT, "ferry_get_cache_stats: the runtime has no cache (cache_slots is 0)");
-    }
-    const ferry::CacheStats s = cache->stats();
-    const ferry_cache_stats value{sizeof(ferry_cache_stats), s.hits, s.misses, s.evictions, s.uploads,
-                                  s.bytes_uploaded, s.prefetches};
-    return done(ferry::detail::write_prefix(value, out, FERRY_CACHE_STATS_V1_SIZE, "ferry_get_cache_stats", "out",
-                                            "ferry_cache_stats"));
-  });
+ferry_status ferry_get_cache_stats_sized(ferry_runtime rt, ferry_cache_stats* out, size_t struct_size) {
+  return get_cache_stats(rt, out, struct_size);
+}
+
+ferry_status(ferry_get_cache_stats)(ferry_runtime rt, ferry_cache_stats* out) {
+  return get_cache_stats(rt, out, std::nullopt);
 }
 
 ferry_status ferry_trace_start(ferry_runtime rt, const char* path) {

@@ -14,9 +14,10 @@ inline ferry_pool_stats to_c_pool_stats(const PoolStats& s) {
                           s.internal_allocs, s.internal_frees};
 }
 
-// `s` into the caller's *out, as much of it as out->struct_size says the caller has.
-inline Result<void> write_c_pool_stats(const PoolStats& s, ferry_pool_stats* out, const char* fn) {
-  return write_prefix(to_c_pool_stats(s), out, FERRY_POOL_STATS_V1_SIZE, fn, "out", "ferry_pool_stats");
+// `s` into the caller's *out, as much of it as `size` says the caller has.
+inline Result<void> write_c_pool_stats(const PoolStats& s, ferry_pool_stats* out, const CallerSize& size,
+                                       const char* fn) {
+  return write_prefix(to_c_pool_stats(s), out, size, FERRY_POOL_STATS_V1_SIZE, fn, "ferry_pool_stats");
 }
 
 }  // namespace ferry::detail

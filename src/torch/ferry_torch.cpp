@@ -15,6 +15,7 @@
 #include <exception>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <unordered_map>
 
@@ -171,6 +172,39 @@ void free_impl(void* ptr, int device, void* stream) {
   if (auto r = pool.free(handle); !r.ok()) last_error = request + r.error().message;
 }
 
+// ferry_torch_get_stats's body: `size` is the sized function's argument, nullopt for
+// the unsized symbol, which reads out->struct_size.
+int get_stats(int device, ferry_pool_stats* out, std::optional<size_t> size) {
+  last_error.clear();
+  if (out == nullptr) {
+    last_error = "ferry_torch_get_stats: out is NULL";
+    return FERRY_ERROR_INVALID_ARGUMENT;
+  }
+  try {
+    if (device < 0) {
+      last_error = "ferry_torch_get_stats: " + device_text(device) + ": not a device ordinal";
+      return FERRY_ERROR_INVALID_ARGUMENT;
+    }
+    DeviceState* state = device_state(device, false);
+    if (state == nullptr) {
+      std::lock_guard lock(devices_mu);
+      auto it = devices.find(device);
+      if (it != devices.end()) return status_of(it->second->failure.code);  // the runtime failed
+      // Nothing allocated on this device yet: zeros.
+      return written(ferry::detail::write_c_pool_stats(ferry::PoolStats{}, out, ferry::detail::caller_size(out, size),
+                                                     "ferry_torch_get_stats"));
+    }
+    const ferry::PoolStats s = state->runtime->pool().stats();
+    return written(
+        ferry::detail::write_c_pool_stats(s, out, ferry::detail::caller_size(out, size), "ferry_torch_get_stats"));
+  } catch (const std::exception& e) {
+    last_error = std::string("ferry_torch_get_stats: ") + e.what();
+  } catch (...) {
+    last_error = "ferry_torch_get_stats: an unknown exception";
+  }
+  return FERRY_ERROR_BACKEND;
+}
+
 }  // namespace
 
 extern "C" {
@@ -200,33 +234,11 @@ void ferry_torch_free(void* ptr, ssize_t /*size: the pool knows the block's*/, i
 
 const char* ferry_torch_last_error(void) { return last_error.c_str(); }
 
-int ferry_torch_get_stats(int device, ferry_pool_stats* out) {
-  last_error.clear();
-  if (out == nullptr) {
-    last_error = "ferry_torch_get_stats: out is NULL";
-    return FERRY_ERROR_INVALID_ARGUMENT;
-  }
-  try {
-    if (device < 0) {
-      last_error = "ferry_torch_get_stats: " + device_text(device) + ": not a device ordinal";
-      return FERRY_ERROR_INVALID_ARGUMENT;
-    }
-    DeviceState* state = device_state(device, false);
-    if (state == nullptr) {
-      std::lock_guard lock(devices_mu);
-      auto it = devices.find(device);
-      if (it != devices.end()) return status_of(it->second->failure.code);  // the runtime failed
-      // Nothing allocated on this device yet: zeros.
-      return written(ferry::detail::write_c_pool_stats(ferry::PoolStats{}, out, "ferry_torch_get_stats"));
-    }
-    const ferry::PoolStats s = state->runtime->pool().stats();
-    return written(ferry::detail::write_c_pool_stats(s, out, "ferry_torch_get_stats"));
-  } catch (const std::exception& e) {
-    last_error = std::string("ferry_torch_get_stats: ") + e.what();
-  } catch (...) {
-    last_error = "ferry_torch_get_stats: an unknown exception";
-  }
-  return FERRY_ERROR_BACKEND;
+int ferry_torch_get_stats_sized(int device, ferry_pool_stats* out, size_t struct_size) {
+  return get_stats(device, out, struct_size);
 }
+
+// The exported symbol behind ferry_torch.h's macro of the same name.
+int(ferry_torch_get_stats)(int device, ferry_pool_stats* out) { return get_stats(device, out, std::nullopt); }
 
 }  // extern "C"

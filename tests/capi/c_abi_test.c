@@ -116,10 +116,10 @@ static void test_memory_and_transfers(void) {
   CHECK(ferry_upload(rt, 1, h, 4000, src, 200) == FERRY_ERROR_INVALID_ARGUMENT);
   CHECK(ferry_download(rt, 0, h, 0, dst, 0) == FERRY_ERROR_INVALID_ARGUMENT);
 
-  ferry_pool_stats ps = {.struct_size = sizeof ps};
+  ferry_pool_stats ps; /* as the first release's guide: nothing set */
   OK(ferry_get_pool_stats(rt, &ps));
   CHECK(ps.allocs >= 1 && ps.allocated_bytes >= 4096 && ps.ooms >= 1);
-  ferry_integrity_stats is = {.struct_size = sizeof is};
+  ferry_integrity_stats is;
   OK(ferry_get_integrity_stats(rt, &is));
   CHECK(is.bytes_verified >= 4096);
 
@@ -242,7 +242,7 @@ static void test_cache_and_trace(const char* trace_path) {
   CHECK(hit == 1);
   OK(ferry_cache_release(rt, 1));
   CHECK(ferry_cache_release(rt, 1) == FERRY_ERROR_INVALID_ARGUMENT);
-  ferry_cache_stats cs = {.struct_size = sizeof cs};
+  ferry_cache_stats cs;
   OK(ferry_get_cache_stats(rt, &cs));
   CHECK(cs.hits == 1 && cs.misses == 1 && cs.uploads == 1);
 
@@ -363,9 +363,15 @@ static void test_old_caller(void) {
     v1_pool_stats s;
     unsigned char guard[64];
   } st;
+  /* Its ferry_get_pool_stats(rt, &s) macro passed its own sizeof. */
+  memset(&st, 0xAB, sizeof st);
+  OK(ferry_get_pool_stats_sized(rt, (ferry_pool_stats*)&st.s, sizeof st.s));
+  CHECK(st.s.struct_size == sizeof st.s && st.s.allocs == 1 && st.s.allocated_bytes >= 4096);
+  for (size_t i = 0; i < sizeof st.guard; ++i) CHECK(st.guard[i] == 0xAB);
+  /* A binding through the unsized symbol: the size read from the struct. */
   memset(&st, 0xAB, sizeof st);
   st.s.struct_size = sizeof st.s;
-  OK(ferry_get_pool_stats(rt, (ferry_pool_stats*)&st.s));
+  OK((ferry_get_pool_stats)(rt, (ferry_pool_stats*)&st.s));
   CHECK(st.s.struct_size == sizeof st.s && st.s.allocs == 1 && st.s.allocated_bytes >= 4096);
   for (size_t i = 0; i < sizeof st.guard; ++i) CHECK(st.guard[i] == 0xAB);
 
@@ -376,8 +382,7 @@ static void test_old_caller(void) {
     uint64_t later_field;
   } newer;
   memset(&newer, 0xCD, sizeof newer);
-  newer.s.struct_size = sizeof newer;
-  OK(ferry_get_pool_stats(rt, &newer.s));
+  OK(ferry_get_pool_stats_sized(rt, &newer.s, sizeof newer));
   CHECK(newer.s.struct_size == sizeof(ferry_pool_stats) && newer.s.allocs == 1);
   CHECK(newer.later_field == 0xCDCDCDCDCDCDCDCDull);
   struct {
@@ -398,6 +403,13 @@ static void test_old_caller(void) {
   ferry_runtime_destroy(rt);
 }
 
+/* The i-th (0..5) struct_size refused for a struct whose first release was v1
+ * bytes: 0, too small, not a multiple of 8, absurd. */
+static size_t bad_size(size_t v1, size_t i) {
+  const size_t sizes[6] = {0, 8, v1 - 8, v1 + 4, 4104, (size_t)-1};
+  return sizes[i];
+}
+
 /* A struct that was never initialised, or whose size is garbage, is refused with
  * INVALID_ARGUMENT and a message, the outputs untouched. */
 static void test_struct_size_refused(void) {
@@ -415,20 +427,79 @@ static void test_struct_size_refused(void) {
   }
   CHECK(ferry_runtime_options_init_sized(NULL, sizeof(ferry_runtime_options)) == FERRY_ERROR_INVALID_ARGUMENT);
 
+  /* The unsized symbols (a binding's) read out->struct_size. */
   ferry_runtime rt = make("tiny", NULL, NULL, 1);
   ferry_pool_stats ps;
   memset(&ps, 0xEE, sizeof ps);
   ps.struct_size = 0;
-  CHECK(ferry_get_pool_stats(rt, &ps) == FERRY_ERROR_INVALID_ARGUMENT);
+  CHECK((ferry_get_pool_stats)(rt, &ps) == FERRY_ERROR_INVALID_ARGUMENT);
   CHECK(strstr(ferry_last_error(), "not initialised") != NULL);
   CHECK(ps.struct_size == 0 && ps.allocs == 0xEEEEEEEEEEEEEEEEull);
   ps.struct_size = 0xEEEEEEEEEEEEEEEEull; /* garbage, as an uninitialised struct holds */
-  CHECK(ferry_get_pool_stats(rt, &ps) == FERRY_ERROR_INVALID_ARGUMENT);
+  CHECK((ferry_get_pool_stats)(rt, &ps) == FERRY_ERROR_INVALID_ARGUMENT);
   CHECK(ps.allocs == 0xEEEEEEEEEEEEEEEEull);
   ferry_integrity_stats is = {0};
-  CHECK(ferry_get_integrity_stats(rt, &is) == FERRY_ERROR_INVALID_ARGUMENT);
+  CHECK((ferry_get_integrity_stats)(rt, &is) == FERRY_ERROR_INVALID_ARGUMENT);
   ferry_cache_stats cs = {.struct_size = sizeof cs - 8};
-  CHECK(ferry_get_cache_stats(rt, &cs) == FERRY_ERROR_INVALID_ARGUMENT);
+  CHECK((ferry_get_cache_stats)(rt, &cs) == FERRY_ERROR_INVALID_ARGUMENT);
+  CHECK((ferry_get_pool_stats)(rt, NULL) == FERRY_ERROR_INVALID_ARGUMENT);
+
+  /* The sized functions refuse the same sizes as an argument, *out untouched. */
+  for (size_t i = 0; i < 6; ++i) {
+    memset(&ps, 0xEE, sizeof ps);
+    CHECK(ferry_get_pool_stats_sized(rt, &ps, bad_size(FERRY_POOL_STATS_V1_SIZE, i)) == FERRY_ERROR_INVALID_ARGUMENT);
+    CHECK(strstr(ferry_last_error(), "ferry_get_pool_stats: struct_size is ") != NULL);
+    CHECK(ps.struct_size == 0xEEEEEEEEEEEEEEEEull && ps.allocs == 0xEEEEEEEEEEEEEEEEull);
+    memset(&is, 0xEE, sizeof is);
+    CHECK(ferry_get_integrity_stats_sized(rt, &is, bad_size(FERRY_INTEGRITY_STATS_V1_SIZE, i)) ==
+          FERRY_ERROR_INVALID_ARGUMENT);
+    CHECK(is.struct_size == 0xEEEEEEEEEEEEEEEEull && is.bytes_moved == 0xEEEEEEEEEEEEEEEEull);
+    memset(&cs, 0xEE, sizeof cs);
+    CHECK(ferry_get_cache_stats_sized(rt, &cs, bad_size(FERRY_CACHE_STATS_V1_SIZE, i)) ==
+          FERRY_ERROR_INVALID_ARGUMENT);
+    CHECK(cs.struct_size == 0xEEEEEEEEEEEEEEEEull && cs.hits == 0xEEEEEEEEEEEEEEEEull);
+  }
+  CHECK(ferry_get_pool_stats_sized(rt, NULL, sizeof ps) == FERRY_ERROR_INVALID_ARGUMENT);
+  ferry_runtime_destroy(rt);
+}
+
+/* A stats struct never initialised (0xAB in every byte, struct_size included)
+ * through the getters' macros, as the first release's guide wrote the call:
+ * each passes sizeof, so the getter fills the struct and sets struct_size. */
+static void test_uninitialised_stats(void) {
+  ferry_runtime rt = make("tiny", NULL, NULL, 1);
+  ferry_handle h;
+  OK(ferry_alloc(rt, 4096, 0, &h));
+  static const unsigned char payload[4096] = {7};
+  OK(ferry_upload(rt, 0, h, 0, payload, sizeof payload));
+  const void* pieces[1] = {payload};
+  const uint64_t piece_bytes[1] = {sizeof payload};
+  OK(ferry_cache_define(rt, 9, pieces, piece_bytes, 1));
+  ferry_handle slot;
+  OK(ferry_cache_acquire(rt, 9, 0, &slot, NULL, NULL));
+  OK(ferry_cache_release(rt, 9));
+  OK(ferry_synchronize(rt));
+
+  ferry_pool_stats ps;
+  memset(&ps, 0xAB, sizeof ps);
+  OK(ferry_get_pool_stats(rt, &ps));
+  CHECK(ps.struct_size == sizeof ps);
+  CHECK(ps.allocs >= 1 && ps.allocated_bytes >= 4096 && ps.frees <= ps.allocs);
+  CHECK(ps.internal_allocs != 0xABABABABABABABABull && ps.internal_frees <= ps.internal_allocs);
+  ferry_integrity_stats is;
+  memset(&is, 0xAB, sizeof is);
+  OK(ferry_get_integrity_stats(rt, &is));
+  CHECK(is.struct_size == sizeof is && is.bytes_moved >= 4096 && is.mismatches == 0);
+  ferry_cache_stats cs;
+  memset(&cs, 0xAB, sizeof cs);
+  OK(ferry_get_cache_stats(rt, &cs));
+  CHECK(cs.struct_size == sizeof cs && cs.misses == 1 && cs.hits == 0 && cs.uploads == 1 && cs.evictions == 0);
+
+  /* The same struct through a pointer, as a caller's helper would pass it. */
+  ferry_pool_stats* p = &ps;
+  memset(p, 0xAB, sizeof *p);
+  OK(ferry_get_pool_stats(rt, p));
+  CHECK(p->struct_size == sizeof *p && p->allocs >= 1);
   ferry_runtime_destroy(rt);
 }
 
@@ -451,6 +522,7 @@ int main(int argc, char** argv) {
   test_basics();
   test_old_caller();
   test_struct_size_refused();
+  test_uninitialised_stats();
   test_struct_sizes();
   test_memory_and_transfers();
   test_launch_hold_record_use();

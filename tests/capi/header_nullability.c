@@ -6,12 +6,13 @@
 int use_the_header(ferry_runtime rt);
 int use_the_header(ferry_runtime rt) {
   ferry_handle h;
-  ferry_pool_stats stats = {.struct_size = sizeof stats};
+  ferry_pool_stats stats; /* the getter's macro passes sizeof stats */
   int failed = ferry_alloc(rt, 4096, 0, &h) != FERRY_OK;
   failed |= ferry_get_pool_stats(rt, &stats) != FERRY_OK;
+  failed |= (ferry_get_pool_stats)(rt, &stats) != FERRY_OK; /* the unsized symbol */
   failed |= ferry_device_address(rt, h, NULL, NULL) != FERRY_OK; /* both outputs nullable */
 #ifdef FERRY_PLANT_NULL
-  failed |= ferry_get_pool_stats(rt, NULL) != FERRY_OK; /* out is FERRY_NONNULL */
+  failed |= ferry_get_pool_stats_sized(rt, NULL, sizeof stats) != FERRY_OK; /* out is FERRY_NONNULL */
 #endif
   return failed;
 }

@@ -66,6 +66,22 @@ def test_stats_structs_carry_their_size():
         assert cls._fields_[0][0] == "struct_size" and cls().struct_size == ctypes.sizeof(cls)
 
 
+def test_stats_getters_pass_the_mirrors_size(rt):
+    # The package calls the ..._sized functions: the mirror's struct_size need not be set.
+    loaded = ferry._lib.lib()
+    for name, cls in (("pool", ferry._lib.PoolStats), ("integrity", ferry._lib.IntegrityStats)):
+        out = cls()
+        out.struct_size = 0
+        sized = getattr(loaded, "ferry_get_%s_stats_sized" % name)
+        assert sized(rt._live(), ctypes.byref(out), ctypes.sizeof(out)) == ferry._lib.OK, name
+        assert out.struct_size == ctypes.sizeof(cls), name
+        # The unsized symbol reads struct_size from the struct: 0 is refused.
+        out.struct_size = 0
+        assert getattr(loaded, "ferry_get_%s_stats" % name)(rt._live(), ctypes.byref(out)) == \
+            ferry.InvalidArgumentError.status, name
+        assert ferry._lib.as_dict(out) == getattr(rt, name + "_stats")(), name
+
+
 def test_every_error_is_a_ferry_error_with_its_status():
     expected = {ferry.OutOfMemoryError: 1, ferry.StaleHandleError: 2, ferry.InvalidArgumentError: 3,
                 ferry.TransferCorruptError: 4, ferry.BackendError: 5, ferry.UnsupportedError: 6,

@@ -12,6 +12,10 @@ typedef void* (*malloc_fn)(ssize_t, int, void*);
 typedef void (*free_fn)(void*, ssize_t, int, void*);
 typedef const char* (*last_error_fn)(void);
 typedef int (*stats_fn)(int, ferry_pool_stats*);
+typedef int (*sized_stats_fn)(int, ferry_pool_stats*, size_t);
+
+/* ferry_torch.h's macro compiles to the sized call (unevaluated here: no link). */
+_Static_assert(sizeof(ferry_torch_get_stats(0, (ferry_pool_stats*)0)) == sizeof(int), "the macro's call is an int");
 
 static int failures = 0;
 #define CHECK(cond, ...)                              \
@@ -44,7 +48,8 @@ int main(void) {
   free_fn tfree = (free_fn)dlsym(lib, "ferry_torch_free");
   last_error_fn last_error = (last_error_fn)dlsym(lib, "ferry_torch_last_error");
   stats_fn get_stats = (stats_fn)dlsym(lib, "ferry_torch_get_stats");
-  if (!tmalloc || !tfree || !last_error || !get_stats) {
+  sized_stats_fn get_stats_sized = (sized_stats_fn)dlsym(lib, "ferry_torch_get_stats_sized");
+  if (!tmalloc || !tfree || !last_error || !get_stats || !get_stats_sized) {
     fprintf(stderr, "FAIL: a ferry_torch_* symbol is not exported\n");
     return 1;
   }
@@ -58,9 +63,16 @@ int main(void) {
   CHECK(tmalloc(0, 0, NULL) == NULL, "a 0-byte malloc is NULL");
   CHECK(tmalloc(-1, 0, NULL) == NULL, "a negative malloc is NULL");
 
-  ferry_pool_stats stats = {.struct_size = sizeof stats};
+  ferry_pool_stats stats = {.struct_size = sizeof stats}; /* dlsym's unsized symbol reads it */
   CHECK(get_stats(0, NULL) == FERRY_ERROR_INVALID_ARGUMENT, "NULL out");
   CHECK(get_stats(-1, &stats) == FERRY_ERROR_INVALID_ARGUMENT, "negative device");
+  CHECK(get_stats_sized(0, NULL, sizeof stats) == FERRY_ERROR_INVALID_ARGUMENT, "NULL out");
+  memset(&stats, 0xAB, sizeof stats);
+  CHECK(get_stats(7, &stats) == FERRY_ERROR_INVALID_ARGUMENT && is_sentence(last_error()),
+        "an unset struct_size through the unsized symbol: '%s'", last_error());
+  CHECK(get_stats_sized(7, &stats, 4) == FERRY_ERROR_INVALID_ARGUMENT && stats.allocs == 0xABABABABABABABABull,
+        "a struct_size of 4: '%s'", last_error());
+  stats.struct_size = sizeof stats; /* for the unsized symbol below */
   CHECK(tmalloc(1024, -1, NULL) == NULL && is_sentence(last_error()), "negative device: '%s'", last_error());
 
   void* p = tmalloc(1 << 20, 0, NULL);
@@ -74,6 +86,11 @@ int main(void) {
     tfree((void*)0x1000, 4096, 0, NULL); /* never allocated: ignored */
     CHECK(is_sentence(last_error()), "a foreign free says so: '%s'", last_error());
     CHECK(get_stats(7, &stats) == FERRY_OK && stats.allocs == 0, "an untouched device has zero stats");
+    /* As ferry_torch.h's macro calls it: the caller's sizeof, the struct never set. */
+    memset(&stats, 0xAB, sizeof stats);
+    CHECK(get_stats_sized(7, &stats, sizeof stats) == FERRY_OK && stats.struct_size == sizeof stats &&
+              stats.allocs == 0 && stats.internal_frees == 0,
+          "an uninitialised struct, sized: '%s'", last_error());
   } else {
     printf("with a GPU: ferry_torch_malloc(1 MiB) = %p\n", p);
     CHECK(get_stats(0, &stats) == FERRY_OK, "stats: %s", last_error());
@@ -81,6 +98,10 @@ int main(void) {
     tfree(p, 1 << 20, 0, NULL);
     CHECK(strcmp(last_error(), "") == 0, "free: '%s'", last_error());
     CHECK(get_stats(0, &stats) == FERRY_OK && stats.frees == 1, "stats count the free");
+    memset(&stats, 0xAB, sizeof stats);
+    CHECK(get_stats_sized(0, &stats, sizeof stats) == FERRY_OK && stats.struct_size == sizeof stats &&
+              stats.frees == 1,
+          "an uninitialised struct, sized: '%s'", last_error());
     tfree(p, 1 << 20, 0, NULL); /* double free: ignored with a message */
     CHECK(is_sentence(last_error()), "a double free says so: '%s'", last_error());
   }

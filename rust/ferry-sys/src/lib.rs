@@ -8,9 +8,9 @@
 //! and [`check_struct_sizes`] checks the sizes against the loaded library's.
 //!
 //! The structs that grow (`ferry_runtime_options` and the three stats structs)
-//! start with `struct_size`: set it to `size_of` the struct (the
-//! `ferry_runtime_options_init_sized` call and the stats getters' callers do), and
-//! the library reads and writes only that much.
+//! start with `struct_size`. Call the `..._sized` functions with `size_of` the
+//! struct (C's macros pass `sizeof` to the same functions), and the library reads
+//! and writes only that much; the unsized stats getters read `out.struct_size`.
 //!
 //! ```
 //! let v = unsafe { std::ffi::CStr::from_ptr(ferry_sys::ferry_version()) };
@@ -191,7 +191,11 @@ extern "C" {
     pub fn ferry_release_stream(rt: ferry_runtime, stream: u32, timeout_ms: u64) -> ferry_status;
 
     pub fn ferry_get_pool_stats(rt: ferry_runtime, out: *mut ferry_pool_stats) -> ferry_status;
+    pub fn ferry_get_pool_stats_sized(rt: ferry_runtime, out: *mut ferry_pool_stats, struct_size: usize)
+        -> ferry_status;
     pub fn ferry_get_integrity_stats(rt: ferry_runtime, out: *mut ferry_integrity_stats) -> ferry_status;
+    pub fn ferry_get_integrity_stats_sized(rt: ferry_runtime, out: *mut ferry_integrity_stats, struct_size: usize)
+        -> ferry_status;
     pub fn ferry_memory_summary(rt: ferry_runtime, buf: *mut c_char, capacity: usize, length: *mut usize)
         -> ferry_status;
 
@@ -204,6 +208,8 @@ extern "C" {
                                offsets: *mut u64, hit: *mut c_int) -> ferry_status;
     pub fn ferry_cache_release(rt: ferry_runtime, key: u64) -> ferry_status;
     pub fn ferry_get_cache_stats(rt: ferry_runtime, out: *mut ferry_cache_stats) -> ferry_status;
+    pub fn ferry_get_cache_stats_sized(rt: ferry_runtime, out: *mut ferry_cache_stats, struct_size: usize)
+        -> ferry_status;
 
     pub fn ferry_trace_start(rt: ferry_runtime, path: *const c_char) -> ferry_status;
     pub fn ferry_trace_stop(rt: ferry_runtime) -> ferry_status;

@@ -609,16 +609,18 @@ impl Runtime {
     /// The pool's figures.
     pub fn pool_stats(&self) -> Result<PoolStats> {
         let rt = self.rt("pool_stats")?;
-        let mut s = PoolStats { struct_size: std::mem::size_of::<PoolStats>(), ..Default::default() };
-        self.check(unsafe { sys::ferry_get_pool_stats(rt, &mut s) })?;
+        let mut s = PoolStats::default();
+        let size = std::mem::size_of::<PoolStats>();
+        self.check(unsafe { sys::ferry_get_pool_stats_sized(rt, &mut s, size) })?;
         Ok(s)
     }
 
     /// The transfer engine's integrity figures.
     pub fn integrity_stats(&self) -> Result<IntegrityStats> {
         let rt = self.rt("integrity_stats")?;
-        let mut s = IntegrityStats { struct_size: std::mem::size_of::<IntegrityStats>(), ..Default::default() };
-        self.check(unsafe { sys::ferry_get_integrity_stats(rt, &mut s) })?;
+        let mut s = IntegrityStats::default();
+        let size = std::mem::size_of::<IntegrityStats>();
+        self.check(unsafe { sys::ferry_get_integrity_stats_sized(rt, &mut s, size) })?;
         Ok(s)
     }
 
@@ -726,8 +728,9 @@ impl Runtime {
 
     pub fn cache_stats(&self) -> Result<CacheStats> {
         let rt = self.rt("cache_stats")?;
-        let mut s = CacheStats { struct_size: std::mem::size_of::<CacheStats>(), ..Default::default() };
-        self.check(unsafe { sys::ferry_get_cache_stats(rt, &mut s) })?;
+        let mut s = CacheStats::default();
+        let size = std::mem::size_of::<CacheStats>();
+        self.check(unsafe { sys::ferry_get_cache_stats_sized(rt, &mut s, size) })?;
         Ok(s)
     }
 

@@ -316,6 +316,9 @@ fn stats_and_memory_summary() {
     assert!(s.allocated_bytes >= 1 << 20 && s.peak_allocated_bytes >= s.allocated_bytes);
     let i = rt.integrity_stats().unwrap();
     assert!(i.bytes_verified >= 1 << 20, "{:?}", i);
+    // The library filled the whole of each struct (the sized getters got size_of).
+    assert_eq!(s.struct_size, std::mem::size_of::<ferry::PoolStats>());
+    assert_eq!(i.struct_size, std::mem::size_of::<ferry::IntegrityStats>());
     let summary = rt.memory_summary().unwrap();
     assert!(!summary.is_empty());
     drop(a);
