@@ -24,6 +24,43 @@ std::string read(const std::string& path) {
   return s.str();
 }
 
+// One history entry of a hand-made snapshot.
+struct Entry {
+  std::string action;
+  std::uint64_t addr = 0, size = 0, stream = 0;
+  std::string filename = "train.py", name = "step";
+  std::uint64_t line = 1;
+};
+
+// The snapshot pickle (protocol 4, entries in one MARK ... APPENDS batch) of
+// one device's history; no segments.
+std::string snapshot_pickle(const std::vector<Entry>& entries) {
+  std::string p = "\x80\x04}";
+  const auto str = [&p](std::string_view s) {
+    p += 'X';
+    for (int i = 0; i < 4; ++i) p += static_cast<char>((s.size() >> (8 * i)) & 0xFF);
+    p += s;
+  };
+  const auto num = [&p](std::uint64_t v) {
+    p += "\x8a\x09";  // LONG1 of 9 bytes: 8 and a zero sign byte
+    for (int i = 0; i < 8; ++i) p += static_cast<char>((v >> (8 * i)) & 0xFF);
+    p += '\0';
+  };
+  str("device_traces");
+  p += "]](";
+  for (const Entry& e : entries) {
+    p += "}(";
+    str("action"), str(e.action), str("addr"), num(e.addr), str("size"), num(e.size), str("stream"), num(e.stream);
+    str("frames");
+    p += "]}(";
+    str("filename"), str(e.filename), str("line"), num(e.line), str("name"), str(e.name);
+    p += "ua";  // SETITEMS into the frame, APPEND it to the frames list
+    p += 'u';   // SETITEMS into the entry
+  }
+  p += "eas.";  // APPENDS the entries, APPEND the history to device_traces, SETITEM, STOP
+  return p;
+}
+
 class Corpus : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(Corpus, ImportsToTheGeneratorsFigures) {
@@ -114,6 +151,25 @@ TEST(TorchSnapshot, HostilePicklesExecuteNothing) {
     EXPECT_EQ(replayed.error().code, ErrorCode::invalid_argument);
   }
   EXPECT_FALSE(std::filesystem::exists("ferry-hostile-ran"));
+}
+
+TEST(TorchSnapshot, NonAsciiFramesKeepTheirUtf8ThroughTheTraceAndReport) {
+  const std::string name = "v\u00e4rme_\u6ce8\u610f";  // UTF-8, as BINUNICODE holds it
+  Entry alloc{"alloc", 0x1000, 4096, 0};
+  alloc.filename = "\u043c\u043e\u0434\u0435\u043b\u044c.py";
+  alloc.name = name;
+  Entry bad{"alloc", 0x3000, 512, 0};
+  bad.name = "x\xff\xc3y";  // no well-formed sequence: each such byte becomes '?'
+  const std::vector<Entry> history = {alloc, bad, {"free_requested", 0x1000, 4096, 0}, {"free_completed", 0x1000, 4096, 0}};
+  Result<TorchSnapshotImport> imported = import_torch_snapshot(snapshot_pickle(history), "utf8");
+  ASSERT_TRUE(imported.ok()) << imported.error().message;
+  const std::string tag = alloc.filename + ":1:" + name;
+  EXPECT_NE(imported->trace.find("\"tag\":\"" + tag + "\""), std::string::npos) << imported->trace;
+  EXPECT_NE(imported->trace.find("\"tag\":\"train.py:1:x??y\""), std::string::npos) << imported->trace;
+  ReplayOptions options;
+  Result<ReplayReport> report = replay_trace_text(imported->trace, "utf8", options);
+  ASSERT_TRUE(report.ok()) << report.error().message;
+  EXPECT_TRUE(report->passed()) << report_summary(*report);
 }
 
 }  // namespace
