@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "import/block_list.hpp"
+#include "import/json_text.hpp"
 #include "import/pickle.hpp"
 
 namespace ferry {
@@ -18,6 +19,7 @@ namespace {
 using import::Kind;
 using import::Tree;
 using import::Value;
+using import::append_json_text;
 
 constexpr std::size_t kMaxStreams = 64;  // ferry's streams: 0..63 (docs/spec.md §3)
 
@@ -301,7 +303,7 @@ class Importer final : public import::AppendSink {
     const std::optional<Action> action = parse_action(*tree.string(*a));
     if (!action) {
       std::string shown;
-      escape_into(shown, tree.string(*a)->substr(0, 40));
+      append_json_text(shown, tree.string(*a)->substr(0, 40));
       return ".action: unknown action '" + shown + "'";
     }
     e.action = *action;
@@ -463,53 +465,6 @@ class Importer final : public import::AppendSink {
     return "";
   }
 
-  // JSON string text: the file's UTF-8 kept (BINUNICODE is UTF-8); a byte that
-  // starts no well-formed sequence (RFC 3629) becomes '?', so the trace stays valid JSON.
-  static void escape_into(std::string& out, std::string_view s) {
-    for (std::size_t i = 0; i < s.size();) {
-      const auto c = static_cast<unsigned char>(s[i]);
-      if (c == '"' || c == '\\') {
-        out += '\\';
-        out += s[i++];
-      } else if (c < 0x20) {
-        out += '?';
-        ++i;
-      } else if (c < 0x80) {
-        out += s[i++];
-      } else if (const std::size_t n = utf8_length(s.substr(i)); n != 0) {
-        out.append(s.substr(i, n));
-        i += n;
-      } else {
-        out += '?';
-        ++i;
-      }
-    }
-  }
-  // Bytes of the well-formed UTF-8 sequence opening `s`, or 0.
-  static std::size_t utf8_length(std::string_view s) noexcept {
-    const auto b = [&](std::size_t k) { return static_cast<unsigned char>(s[k]); };
-    const unsigned char c = b(0);
-    std::size_t n = 0;
-    unsigned char lo = 0x80, hi = 0xBF;  // the second byte's range
-    if (c >= 0xC2 && c <= 0xDF) {
-      n = 2;
-    } else if (c >= 0xE0 && c <= 0xEF) {
-      n = 3;
-      if (c == 0xE0) lo = 0xA0;
-      if (c == 0xED) hi = 0x9F;  // no surrogates
-    } else if (c >= 0xF0 && c <= 0xF4) {
-      n = 4;
-      if (c == 0xF0) lo = 0x90;
-      if (c == 0xF4) hi = 0x8F;
-    } else {
-      return 0;
-    }
-    if (s.size() < n || b(1) < lo || b(1) > hi) return 0;
-    for (std::size_t k = 2; k < n; ++k) {
-      if (b(k) < 0x80 || b(k) > 0xBF) return 0;
-    }
-    return n;
-  }
   static void number_into(std::string& out, std::uint64_t v) {
     char buf[24];
     const auto r = std::to_chars(buf, buf + sizeof buf, v);
@@ -521,7 +476,7 @@ class Importer final : public import::AppendSink {
     number_into(out, l.id);
     if (l.tag != 0) {  // the id names the program's line: race reports and the snapshot page show ids
       out += ' ';
-      escape_into(out, tags_[l.tag]);
+      append_json_text(out, tags_[l.tag]);
     }
     out += '"';
     if (l.alloc) {
@@ -531,7 +486,7 @@ class Importer final : public import::AppendSink {
       number_into(out, l.stream);
       if (l.tag != 0) {
         out += ",\"tag\":\"";
-        escape_into(out, tags_[l.tag]);
+        append_json_text(out, tags_[l.tag]);
         out += '"';
       }
     }
