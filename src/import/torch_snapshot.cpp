@@ -174,6 +174,19 @@ class Importer final : public import::AppendSink {
     const std::int64_t initial_reserved = static_cast<std::int64_t>(final_reserved_) - reserved_delta_;
     source_.peak_reserved_bytes =
         static_cast<std::uint64_t>(std::max<std::int64_t>(0, initial_reserved) + max_reserved_delta_);
+    // Steps were taken at history lines; the reconstructed allocs come first in the trace.
+    source_.reserved_steps.reserve(reserved_steps_.size() + 1);
+    const std::int64_t before = std::max<std::int64_t>(0, initial_reserved);  // as peak_reserved_bytes counts it
+    source_.reserved_steps.emplace_back(0, static_cast<std::uint64_t>(before));
+    for (const auto& [line, delta] : reserved_steps_) {
+      const auto bytes = static_cast<std::uint64_t>(std::max<std::int64_t>(0, before + delta));
+      const std::uint64_t after = reconstructed_.size() + line;
+      if (source_.reserved_steps.back().first == after) {
+        source_.reserved_steps.back().second = bytes;
+      } else {
+        source_.reserved_steps.emplace_back(after, bytes);
+      }
+    }
     source_.reconstructed_blocks = reconstructed_.size();
     source_.streams = stream_count_;
     tree_ = nullptr;
@@ -334,6 +347,11 @@ class Importer final : public import::AppendSink {
   void reserved(std::int64_t delta) {
     reserved_delta_ += delta;
     max_reserved_delta_ = std::max(max_reserved_delta_, reserved_delta_);
+    if (!reserved_steps_.empty() && reserved_steps_.back().first == lines_.size()) {
+      reserved_steps_.back().second = reserved_delta_;
+    } else {
+      reserved_steps_.emplace_back(lines_.size(), reserved_delta_);
+    }
   }
 
   std::string walk(const Entry& e, std::uint64_t index) {
@@ -508,6 +526,7 @@ class Importer final : public import::AppendSink {
   std::unordered_map<std::string, std::uint32_t> tag_index_;
   std::uint64_t initial_requested_ = 0, max_requested_delta_ = 0, final_reserved_ = 0;
   std::int64_t requested_delta_ = 0, reserved_delta_ = 0, max_reserved_delta_ = 0;
+  std::vector<std::pair<std::uint64_t, std::int64_t>> reserved_steps_;  // {history lines before, reserved_delta_}
 };
 
 }  // namespace

@@ -9,8 +9,10 @@
 #include <sstream>
 #include <string>
 
+#include "ferry/pool_timeline.hpp"
 #include "ferry/replay.hpp"
 #include "ferry/torch_snapshot.hpp"
+#include "replay/timeline_page.hpp"
 
 namespace ferry {
 namespace {
@@ -170,6 +172,46 @@ TEST(TorchSnapshot, NonAsciiFramesKeepTheirUtf8ThroughTheTraceAndReport) {
   Result<ReplayReport> report = replay_trace_text(imported->trace, "utf8", options);
   ASSERT_TRUE(report.ok()) << report.error().message;
   EXPECT_TRUE(report->passed()) << report_summary(*report);
+}
+
+// The snapshot page's data: PyTorch's reserved line (from the history's segment
+// events) beside ferry's, and the largest live blocks at the peak named by frames.
+TEST(TorchSnapshot, ThePageDrawsPyTorchsReservedAndNamesTheLargestBlocks) {
+  TimelineOptions options;
+  Result<PoolTimeline> t = observe_replay(kDir + "/training.pickle", options);
+  ASSERT_TRUE(t.ok()) << t.error().message;
+  ASSERT_TRUE(t->report.source.has_value());
+  const auto expect = nlohmann::json::parse(read(kDir + "/training.expect.json"));
+  const auto page = nlohmann::json::parse(replay::timeline_page_json(*t));
+  const auto& chart = page.at("chart");
+  ASSERT_TRUE(chart.contains("torch_reserved_bytes"));
+  const auto& hi = chart.at("torch_reserved_bytes_max");
+  ASSERT_EQ(hi.size(), chart.at("reserved_bytes").size());
+  std::uint64_t top = 0;
+  for (const auto& v : hi) top = std::max(top, v.get<std::uint64_t>());
+  EXPECT_EQ(top, expect.at("peak_reserved_bytes").get<std::uint64_t>());
+  // Before the first line the history has mapped the first parameter's segment (4 MiB) already.
+  EXPECT_EQ(chart.at("torch_reserved_bytes").front().get<std::uint64_t>(), 4u << 20);
+  // The history ends with the program's memory still reserved (no empty_cache).
+  EXPECT_GT(chart.at("torch_reserved_bytes").back().get<std::uint64_t>(), 0u);
+
+  // training(): at the peak, the optimizer state (2 x 4 MiB) is the largest.
+  const auto& largest = page.at("largest_at_peak");
+  ASSERT_FALSE(largest.empty());
+  EXPECT_LE(largest.size(), replay::kLargestBlocks);
+  for (std::size_t i = 1; i < largest.size(); ++i) {
+    EXPECT_GE(largest[i - 1].at("bytes").get<std::uint64_t>(), largest[i].at("bytes").get<std::uint64_t>());
+  }
+  EXPECT_EQ(largest[0].at("bytes").get<std::uint64_t>(), 8u << 20);
+  EXPECT_NE(largest[0].at("owner").get<std::string>().find("optim.py:88:_init_group"), std::string::npos)
+      << largest[0].dump();
+
+  // A plain trace's page has no PyTorch line.
+  Result<TorchSnapshotImport> imported = import_torch_snapshot(read(kDir + "/training.pickle"), "training");
+  ASSERT_TRUE(imported.ok());
+  Result<PoolTimeline> plain = observe_replay_text(imported->trace, "training.jsonl", options);
+  ASSERT_TRUE(plain.ok());
+  EXPECT_FALSE(nlohmann::json::parse(replay::timeline_page_json(*plain)).at("chart").contains("torch_reserved_bytes"));
 }
 
 }  // namespace
