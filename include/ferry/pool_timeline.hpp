@@ -106,7 +106,9 @@ std::string timeline_json(const PoolTimeline& timeline);
 // reserved range, its mapped and cached granules, its blocks colored by state
 // and stream and named by owner) at the peak, the first OOM, the end, --at, and
 // at any point of the chart one clicks (the keyframe at or before it; also
-// FILE.html#op=N). Its size is bounded whatever the trace's length.
+// FILE.html#op=N), the largest live blocks at the peak, and for an imported
+// PyTorch snapshot its own reserved bytes as one more line. Its size is bounded
+// whatever the trace's length.
 std::string timeline_html(const PoolTimeline& timeline);
 
 }  // namespace ferry

@@ -13,6 +13,8 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "ferry/api.hpp"
 #include "ferry/result.hpp"
@@ -34,6 +36,10 @@ struct TorchSnapshotSource {
   std::uint64_t segment_allocs = 0;        // segment_alloc and segment_map entries
   std::uint64_t ooms = 0;                  // `oom` entries
   std::uint64_t deferred_frees = 0;        // frees completed later than requested (record_stream)
+  // PyTorch's reserved bytes along the trace, as steps {after, bytes}: after the
+  // trace's first `after` lines, until the next step, its segments held `bytes`.
+  // The first step is {0, reserved before the history}; `after` increases.
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> reserved_steps;
 };
 
 struct TorchSnapshotImport {

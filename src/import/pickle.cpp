@@ -2,6 +2,9 @@
 // pickletools documentation; the machine is a loop over the bytes.
 #include "import/pickle.hpp"
 
+#include "import/block_list.hpp"
+
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <new>
@@ -87,6 +90,7 @@ std::string_view to_string(Kind kind) noexcept {
     case Kind::tuple: return "tuple";
     case Kind::dict: return "dict";
     case Kind::set: return "set";
+    case Kind::external: return "history value";
   }
   return "?";
 }
@@ -98,7 +102,7 @@ bool is_pickle(std::string_view bytes) noexcept {
 
 class Unpickler {
  public:
-  explicit Unpickler(std::string_view in) : in_(in) { tree_.input_ = in; }
+  Unpickler(std::string_view in, AppendSink* sink) : in_(in), sink_(sink) { tree_.input_ = in; }
 
   Result<Tree> run() {
     if (in_.empty()) return make_error(ErrorCode::invalid_argument, "empty file: not a pickle");
@@ -122,6 +126,14 @@ class Unpickler {
   }
 
  private:
+  // A MARK and the tree's sizes when it was pushed (all below 2^32: each took
+  // an input byte); min_*: the oldest container grown and memo slot set since.
+  struct Mark {
+    std::uint32_t stack, containers, chunks, items, wide, reals, memo;
+    std::uint64_t min_extended, min_memo_put;
+  };
+  static constexpr std::uint64_t kNone = ~std::uint64_t{0};
+
   std::uint8_t byte(std::size_t i) const noexcept { return static_cast<std::uint8_t>(in_[i]); }
 
   Error fail(std::string_view why) {
@@ -163,12 +175,63 @@ class Unpickler {
     stack_.pop_back();
     return true;
   }
-  std::size_t floor() const noexcept { return marks_.empty() ? 0 : marks_.back(); }
+  std::size_t floor() const noexcept { return marks_.empty() ? 0 : marks_.back().stack; }
   bool pop_mark(std::size_t& from) {
     if (marks_.empty()) return stop("finds no MARK");
-    from = marks_.back();
+    popped_ = marks_.back();
     marks_.pop_back();
+    from = popped_.stack;
+    if (!marks_.empty()) {  // what the inner mark saw, its parent saw too
+      marks_.back().min_extended = std::min(marks_.back().min_extended, popped_.min_extended);
+      marks_.back().min_memo_put = std::min(marks_.back().min_memo_put, popped_.min_memo_put);
+    }
     return true;
+  }
+  void push_mark() {
+    marks_.push_back(Mark{static_cast<std::uint32_t>(stack_.size()), static_cast<std::uint32_t>(tree_.containers_.size()),
+                          static_cast<std::uint32_t>(tree_.chunks_.size()), static_cast<std::uint32_t>(tree_.items_.size()),
+                          static_cast<std::uint32_t>(tree_.wide_ints_.size()), static_cast<std::uint32_t>(tree_.reals_.size()),
+                          static_cast<std::uint32_t>(memo_.size()), kNone, kNone});
+  }
+
+  // Gives back the storage made since mark `m` (its items went to the sink),
+  // when nothing older points into it: no older container grew and no older
+  // memo slot was set since. Memoized values in it are offered to the sink.
+  void give_back(const Mark& m) {
+    if (m.min_extended < m.containers || m.min_memo_put < m.memo) return;
+    for (std::size_t i = m.memo; i < memo_.size(); ++i) {
+      if (!known_[i]) continue;
+      Value& v = memo_[i];
+      const Kind k = v.tag() == Value::kGoneTag ? Kind::none : v.kind();
+      if (Tree::is_container(k) && v.payload() >= m.containers) {
+        const std::optional<std::uint64_t> id = sink_->keep(tree_, v);
+        v = id ? Value::make(Kind::external, *id & kPayloadMask) : Value::tagged(Value::kGoneTag, 0);
+      }
+    }
+    // Numbers memoized in the region are copied below the mark's sizes.
+    std::vector<std::pair<std::size_t, Integer>> wides;
+    std::vector<std::pair<std::size_t, double>> reals;
+    for (std::size_t i = m.memo; i < memo_.size(); ++i) {
+      if (!known_[i]) continue;
+      const Value v = memo_[i];
+      if (v.tag() == Value::kWideTag && v.payload() >= m.wide) wides.emplace_back(i, tree_.wide_ints_[v.payload()]);
+      if (v.tag() != Value::kGoneTag && v.kind() == Kind::real && v.payload() >= m.reals) {
+        reals.emplace_back(i, tree_.reals_[v.payload()]);
+      }
+    }
+    tree_.containers_.resize(m.containers);
+    tree_.chunks_.resize(m.chunks);
+    tree_.items_.resize(m.items);
+    tree_.wide_ints_.resize(m.wide);
+    tree_.reals_.resize(m.reals);
+    for (const auto& [i, w] : wides) {
+      tree_.wide_ints_.push_back(w);
+      memo_[i] = Value::tagged(Value::kWideTag, tree_.wide_ints_.size() - 1);
+    }
+    for (const auto& [i, r] : reals) {
+      tree_.reals_.push_back(r);
+      memo_[i] = Value::make(Kind::real, tree_.reals_.size() - 1);
+    }
   }
 
   Value make_int(bool negative, std::uint64_t magnitude, bool in_range) {
@@ -234,6 +297,7 @@ class Unpickler {
   void extend(Value c, std::size_t from) {
     const std::size_t n = stack_.size() - from;
     if (n == 0) return;
+    if (!marks_.empty()) marks_.back().min_extended = std::min<std::uint64_t>(marks_.back().min_extended, c.payload());
     Tree::Container& box = tree_.containers_[c.payload()];
     const auto begin = static_cast<std::uint32_t>(tree_.items_.size());
     tree_.items_.insert(tree_.items_.end(), stack_.begin() + static_cast<std::ptrdiff_t>(from), stack_.end());
@@ -264,17 +328,24 @@ class Unpickler {
   }
   // The container under stack_[from - 1], checked to be of `kind`.
   bool target(Kind kind, std::size_t from, Value& c) {
-    if (from == 0 || from - 1 < (marks_.empty() ? 0 : marks_.back())) return stop("finds no container below its items");
+    if (from == 0 || from - 1 < floor()) return stop("finds no container below its items");
     c = stack_[from - 1];
     if (c.kind() != kind) {
       return stop("applies to a " + std::string(to_string(kind)) + ", not to a " + std::string(to_string(c.kind())));
     }
     return true;
   }
-  bool add_items(Kind kind, std::size_t from) {
+  // `marked`: the items were MARK ... APPENDS (popped_ is that mark).
+  bool add_items(Kind kind, std::size_t from, bool marked = false) {
     Value c;
     if (!target(kind, from, c)) return false;
     if (kind == Kind::dict && (stack_.size() - from) % 2 != 0) return stop("has an odd number of items");
+    if (sink_ != nullptr && kind == Kind::list && stack_.size() > from &&
+        sink_->take(tree_, c, stack_.data() + from, stack_.size() - from)) {
+      stack_.resize(from);
+      if (marked) give_back(popped_);
+      return true;
+    }
     extend(c, from);
     return true;
   }
@@ -287,12 +358,16 @@ class Unpickler {
       memo_.resize(index + 1);
       known_.resize(index + 1, false);
     }
+    if (!marks_.empty()) marks_.back().min_memo_put = std::min<std::uint64_t>(marks_.back().min_memo_put, index);
     memo_[index] = stack_.back();
     known_[index] = true;
     return true;
   }
   bool memo_get(std::uint64_t index) {
     if (index >= memo_.size() || !known_[index]) return stop("memo index " + std::to_string(index) + " was never set");
+    if (memo_[index].tag() == Value::kGoneTag) {
+      return stop("memo index " + std::to_string(index) + " names a value inside a history entry already read: refused");
+    }
     push(memo_[index]);
     return true;
   }
@@ -315,12 +390,11 @@ class Unpickler {
         tree_.root_ = a;
         done_ = true;
         return true;
-      case MARK: marks_.push_back(stack_.size()); return true;
+      case MARK: push_mark(); return true;
       case POP:
         if (stack_.size() == floor()) {  // POP of a MARK itself, as pickletools allows
           if (marks_.empty()) return stop("finds the stack empty");
-          marks_.pop_back();
-          return true;
+          return pop_mark(from);
         }
         return pop(a);
       case POP_MARK:
@@ -395,7 +469,7 @@ class Unpickler {
       case APPEND:
         if (stack_.size() < floor() + 2) return stop("finds fewer than 2 items");
         return add_items(Kind::list, stack_.size() - 1);
-      case APPENDS: return pop_mark(from) && add_items(Kind::list, from);
+      case APPENDS: return pop_mark(from) && add_items(Kind::list, from, true);
       case SETITEM:
         if (stack_.size() < floor() + 3) return stop("finds fewer than 3 items");
         return add_items(Kind::dict, stack_.size() - 2);
@@ -416,15 +490,17 @@ class Unpickler {
   bool done_ = false;
   std::optional<Error> error_;
   std::vector<Value> stack_;
-  std::vector<std::size_t> marks_;
-  std::deque<Value> memo_;  // a deque: growing never copies (a big file memoizes most of its values)
+  AppendSink* sink_ = nullptr;
+  std::vector<Mark> marks_;
+  Mark popped_{};
+  BlockList<Value> memo_;  // a big file memoizes most of its values
   std::vector<bool> known_;
   Tree tree_;
 };
 
-Result<Tree> unpickle(std::string_view bytes) {
+Result<Tree> unpickle(std::string_view bytes, AppendSink* sink) {
   try {
-    return Unpickler(bytes).run();
+    return Unpickler(bytes, sink).run();
   } catch (const std::bad_alloc&) {
     return make_error(ErrorCode::out_of_memory, "host memory cannot hold the unpickled tree");
   }
@@ -453,6 +529,11 @@ std::optional<std::string_view> Tree::string(Value v) const noexcept {
   if (v.kind() != Kind::string && v.kind() != Kind::bytes) return std::nullopt;
   const std::uint64_t p = v.payload();
   return input_.substr(p >> 30, p & ((std::uint64_t{1} << 30) - 1));
+}
+
+std::optional<std::uint64_t> Tree::external(Value v) const noexcept {
+  if (v.kind() != Kind::external) return std::nullopt;
+  return v.payload();
 }
 
 std::uint64_t Tree::size(Value v) const noexcept {

@@ -10,7 +10,9 @@
 // Memory is bounded by the input: a value is 8 bytes; strings and bytes point
 // into the input (which must outlive the tree); each opcode adds at most one
 // container, one chunk and the stack items it consumes, so the tree holds at
-// most a few times the input's size (tree_bytes() says how much).
+// most a few times the input's size (tree_bytes() says how much). An
+// AppendSink takes the items of a long list as they are appended, so a
+// million-entry history never stands as a tree (its storage is given back).
 #pragma once
 
 #include <cstddef>
@@ -24,7 +26,8 @@
 
 namespace ferry::import {
 
-enum class Kind : std::uint8_t { none, boolean, integer, real, string, bytes, list, tuple, dict, set };
+// `external`: a value an AppendSink took and kept as a number of its own.
+enum class Kind : std::uint8_t { none, boolean, integer, real, string, bytes, list, tuple, dict, set, external };
 
 std::string_view to_string(Kind kind) noexcept;
 
@@ -40,6 +43,7 @@ class Value {
   friend class Tree;
   friend class Unpickler;
   static constexpr std::uint64_t kWideTag = 0xF;  // an int kept in Tree::wide_ints_
+  static constexpr std::uint64_t kGoneTag = 0xE;  // a memo entry whose storage an AppendSink consumed
   static constexpr Value make(Kind k, std::uint64_t payload) noexcept {
     return tagged(static_cast<std::uint64_t>(k), payload);
   }
@@ -69,6 +73,9 @@ class Tree {
   std::optional<double> real(Value v) const noexcept;
   std::optional<bool> boolean(Value v) const noexcept;
   std::optional<std::string_view> string(Value v) const noexcept;  // str (UTF-8 as pickled) or bytes
+  std::optional<std::uint64_t> external(Value v) const noexcept;   // the sink's number for it
+  // A number naming a container while the tree lives (what an AppendSink gets).
+  static std::uint64_t container_id(Value v) noexcept { return v.payload(); }
 
   // Items of a list, tuple or set; a dict's keys and values alternate. 0 for a scalar.
   std::uint64_t size(Value v) const noexcept;
@@ -120,6 +127,20 @@ class Tree {
 // payload keeps offsets and lengths in 30 bits each).
 inline constexpr std::size_t kMaxPickleBytes = std::size_t{1} << 30;
 
+// Takes list items as they are appended (APPEND, APPENDS), before the tree
+// stores them. When take() returns true the items are the sink's: the list does
+// not grow, and the storage they used is given back when the batch was a MARK
+// ... APPENDS that nothing older points into. Memoized values of that storage
+// are offered to keep() first: a number it returns stands for the value from
+// then on (Kind::external); without one a later reference to it is refused.
+class AppendSink {
+ public:
+  virtual ~AppendSink() = default;
+  // `list`: the list appended to (Tree::container_id names it while the tree lives).
+  virtual bool take(const Tree& tree, Value list, const Value* items, std::size_t count) = 0;
+  virtual std::optional<std::uint64_t> keep(const Tree& tree, Value memoized) = 0;
+};
+
 // True when `bytes` opens like a pickle of protocol 2 to 5 (PROTO, then 2..5).
 bool is_pickle(std::string_view bytes) noexcept;
 
@@ -127,7 +148,8 @@ bool is_pickle(std::string_view bytes) noexcept;
 // opcode and its byte offset ("byte 17: opcode REDUCE (0x52) calls a callable:
 // refused") for a refused or unknown opcode, a truncated or empty input, a
 // stack or mark underflow, a wrong-typed operand, a memo miss, or an input
-// larger than kMaxPickleBytes; out_of_memory if the host cannot hold the tree.
-Result<Tree> unpickle(std::string_view bytes);
+// larger than kMaxPickleBytes, a reference to a value the sink consumed;
+// out_of_memory if the host cannot hold the tree. `sink` may be null.
+Result<Tree> unpickle(std::string_view bytes, AppendSink* sink = nullptr);
 
 }  // namespace ferry::import

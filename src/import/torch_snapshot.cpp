@@ -9,6 +9,8 @@
 #include <unordered_set>
 #include <vector>
 
+#include "import/block_list.hpp"
+#include "import/json_text.hpp"
 #include "import/pickle.hpp"
 
 namespace ferry {
@@ -17,6 +19,7 @@ namespace {
 using import::Kind;
 using import::Tree;
 using import::Value;
+using import::append_json_text;
 
 constexpr std::size_t kMaxStreams = 64;  // ferry's streams: 0..63 (docs/spec.md §3)
 
@@ -39,12 +42,12 @@ std::optional<Action> parse_action(std::string_view s) noexcept {
 
 // One line of the trace to be: an alloc or a free of id `id`.
 struct TraceLine {
-  bool alloc = false;
-  std::uint32_t id = 0;  // allocation number; reconstructed blocks have their own numbers
-  bool reconstructed = false;
   std::uint64_t bytes = 0;
-  std::uint8_t stream = 0;
+  std::uint32_t id = 0;  // allocation number; reconstructed blocks have their own numbers
   std::uint32_t tag = 0;  // index into tags; 0: none
+  bool alloc = false;
+  bool reconstructed = false;
+  std::uint8_t stream = 0;
 };
 
 struct Block {
@@ -56,20 +59,66 @@ struct Block {
   std::uint64_t requested_at = 0;  // entry index of its free_requested
 };
 
-class Importer {
- public:
-  Importer(const Tree& tree, std::string_view name) : tree_(&tree), name_(name) { tags_.emplace_back(); }
+// A history entry as read from the pickle: what the walk needs, nothing more.
+struct Entry {
+  std::uint64_t addr = 0, size = 0, stream = 0;
+  std::uint32_t tag = 0;
+  Action action = Action::snapshot;
+};
 
-  // Walks the tree (which may be dropped after) and returns the source figures.
-  Result<TorchSnapshotSource> run(std::optional<int> device) {
-    const Value root = tree_->root();
+// A device's history taken as the unpickler appended it (the tree never holds it).
+struct History {
+  import::BlockList<Entry> entries;  // up to the first entry that could not be read
+  std::uint64_t count = 0;       // entries appended
+  std::string problem;           // that entry's problem, after its location
+};
+
+class Importer final : public import::AppendSink {
+ public:
+  explicit Importer(std::string_view name) : name_(name) { tags_.emplace_back(); }
+
+  bool take(const Tree& tree, Value list, const Value* items, std::size_t count) override {
+    auto it = histories_.find(Tree::container_id(list));
+    if (it == histories_.end()) {
+      // A list becomes a history when its first item is a dict with an action.
+      if (tree.size(list) != 0 || items[0].kind() != Kind::dict || !tree.find(items[0], "action")) return false;
+      it = histories_.emplace(Tree::container_id(list), History{}).first;
+    }
+    History& h = it->second;
+    for (std::size_t i = 0; i < count; ++i, ++h.count) {
+      if (!h.problem.empty()) continue;
+      Entry e;
+      h.problem = read_entry(tree, items[i], e);
+      if (h.problem.empty()) h.entries.push_back(e);
+    }
+    return true;
+  }
+
+  // A frames list or a frame dict is kept as its tag; the rest is not needed again.
+  std::optional<std::uint64_t> keep(const Tree& tree, Value v) override {
+    std::uint32_t tag = 0;
+    if (v.kind() == Kind::list) {
+      if (!frames_tag(tree, v, tag).empty()) return std::nullopt;
+      return tag;
+    }
+    if (v.kind() == Kind::dict && tree.find(v, "filename")) {
+      if (!frame_tag(tree, v, tag).empty()) return std::nullopt;
+      return tag;
+    }
+    return std::nullopt;
+  }
+
+  // Reads the tree (which may be dropped after) and returns the source figures.
+  Result<TorchSnapshotSource> run(const Tree& tree, std::optional<int> device) {
+    tree_ = &tree;
+    const Value root = tree.root();
     if (root.kind() != Kind::dict) return fail("the pickle holds a " + kind(root) + ", not a snapshot dict");
-    const std::optional<Value> traces = tree_->find(root, "device_traces");
+    const std::optional<Value> traces = tree.find(root, "device_traces");
     if (!traces) return fail("no device_traces: not a memory snapshot with history (record it with _record_memory_history)");
     if (traces->kind() != Kind::list) return fail("device_traces is a " + kind(*traces) + ", not a list");
     std::vector<Value> lists;
     std::string problem;
-    tree_->for_each(*traces, [&](Value v) {
+    tree.for_each(*traces, [&](Value v) {
       if (v.kind() != Kind::list) {
         problem = "device_traces[" + std::to_string(lists.size()) + "] is a " + kind(v) + ", not a list";
         return false;
@@ -79,6 +128,10 @@ class Importer {
     });
     if (!problem.empty()) return fail(problem);
     if (lists.empty()) return fail("device_traces is empty: no device has a history");
+    const auto entries = [&](Value list) {
+      const auto h = histories_.find(Tree::container_id(list));
+      return h == histories_.end() ? tree.size(list) : h->second.count;
+    };
     source_.devices = static_cast<int>(lists.size());
     if (device) {
       if (*device < 0 || static_cast<std::size_t>(*device) >= lists.size()) {
@@ -88,36 +141,72 @@ class Importer {
       device_ = *device;
     } else {
       for (std::size_t d = 1; d < lists.size(); ++d) {
-        if (tree_->size(lists[d]) > tree_->size(lists[static_cast<std::size_t>(device_)])) device_ = static_cast<int>(d);
+        if (entries(lists[d]) > entries(lists[static_cast<std::size_t>(device_)])) device_ = static_cast<int>(d);
       }
     }
     source_.device = device_;
     const Value history = lists[static_cast<std::size_t>(device_)];
-    if (tree_->size(history) == 0) return fail("device " + std::to_string(device_) + " has no history");
-    source_.events = tree_->size(history);
+    source_.events = entries(history);
+    if (source_.events == 0) return fail("device " + std::to_string(device_) + " has no history");
     lines_.reserve(source_.events);
 
     std::uint64_t index = 0;
-    tree_->for_each(history, [&](Value entry) {
-      problem = walk(entry, index++);
-      return problem.empty();
-    });
+    if (const auto h = histories_.find(Tree::container_id(history)); h != histories_.end()) {
+      const import::BlockList<Entry>& taken = h->second.entries;
+      for (std::size_t i = 0; i < taken.size() && problem.empty(); ++i) problem = walk(taken[i], index++);
+      if (problem.empty() && !h->second.problem.empty()) problem = where(index) + h->second.problem;
+    } else {
+      tree.for_each(history, [&](Value item) {
+        Entry e;
+        if (problem = read_entry(tree, item, e); !problem.empty()) {
+          problem = where(index) + problem;
+          return false;
+        }
+        problem = walk(e, index++);
+        return problem.empty();
+      });
+    }
     if (!problem.empty()) return fail(problem);
+    histories_.clear();
     if (std::string why = read_segments(); !why.empty()) return fail(why);
 
     source_.peak_requested_bytes = initial_requested_ + max_requested_delta_;
     const std::int64_t initial_reserved = static_cast<std::int64_t>(final_reserved_) - reserved_delta_;
     source_.peak_reserved_bytes =
         static_cast<std::uint64_t>(std::max<std::int64_t>(0, initial_reserved) + max_reserved_delta_);
+    // Steps were taken at history lines; the reconstructed allocs come first in the trace.
+    source_.reserved_steps.reserve(reserved_steps_.size() + 1);
+    const std::int64_t before = std::max<std::int64_t>(0, initial_reserved);  // as peak_reserved_bytes counts it
+    source_.reserved_steps.emplace_back(0, static_cast<std::uint64_t>(before));
+    for (const auto& [line, delta] : reserved_steps_) {
+      const auto bytes = static_cast<std::uint64_t>(std::max<std::int64_t>(0, before + delta));
+      const std::uint64_t after = reconstructed_.size() + line;
+      if (source_.reserved_steps.back().first == after) {
+        source_.reserved_steps.back().second = bytes;
+      } else {
+        source_.reserved_steps.emplace_back(after, bytes);
+      }
+    }
     source_.reconstructed_blocks = reconstructed_.size();
     source_.streams = stream_count_;
+    tree_ = nullptr;
     return source_;
   }
 
   // The trace text; call after the tree is gone (the peak is then file + text).
   std::string render() const {
+    // Sized exactly first: growing by doubling would hold the text twice at the peak.
+    std::size_t total = 0;
+    std::string scratch;
+    for (const auto* part : {&reconstructed_, &lines_}) {
+      for (const TraceLine& l : *part) {
+        scratch.clear();
+        line_into(scratch, l);
+        total += scratch.size();
+      }
+    }
     std::string out;
-    out.reserve((reconstructed_.size() + lines_.size()) * 48);
+    out.reserve(total);
     for (const TraceLine& l : reconstructed_) line_into(out, l);
     for (const TraceLine& l : lines_) line_into(out, l);
     return out;
@@ -129,18 +218,17 @@ class Importer {
   }
   static std::string kind(Value v) { return std::string(import::to_string(v.kind())); }
 
-  std::string where(std::uint64_t index, std::string_view field) const {
-    return "device_traces[" + std::to_string(device_) + "][" + std::to_string(index) + "]." + std::string(field);
+  std::string where(std::uint64_t index) const {
+    return "device_traces[" + std::to_string(device_) + "][" + std::to_string(index) + "]";
   }
 
-  // An int field in [0, 2^64): "" and the value, or why not.
-  // `at` builds the entry's location, only when there is a problem to name.
-  template <class Loc>
-  std::string u64(Value dict, std::string_view field, const Loc& loc, std::uint64_t& out, bool required = true) const {
-    const auto at = [&] { return loc() + "." + std::string(field); };
-    const std::optional<Value> v = tree_->find(dict, field);
+  // An int field in [0, 2^64): "" and the value, or why not (after the dict's location).
+  static std::string u64(const Tree& tree, Value dict, std::string_view field, std::uint64_t& out,
+                         bool required = true) {
+    const auto at = [&] { return "." + std::string(field); };
+    const std::optional<Value> v = tree.find(dict, field);
     if (!v) return required ? at() + ": missing" : "";
-    const std::optional<import::Integer> i = tree_->integer(*v);
+    const std::optional<import::Integer> i = tree.integer(*v);
     if (!i || v->kind() == Kind::boolean) return at() + ": a " + kind(*v) + ", not an int";
     if (!i->in_range) return at() + ": out of range";
     if (i->negative && i->magnitude != 0) return at() + ": negative (-" + std::to_string(i->magnitude) + ")";
@@ -170,33 +258,84 @@ class Importer {
     return "";
   }
 
-  // The top frame as "file:line:name", interned; 0 when there is none.
-  template <class Loc>
-  std::string top_frame(Value dict, const Loc& at, std::uint32_t& tag) {
+  // A frame dict as "file:line:name", interned (a kept one is its tag already).
+  std::string frame_tag(const Tree& tree, Value frame, std::uint32_t& tag) {
+    if (const std::optional<std::uint64_t> kept = tree.external(frame)) {
+      tag = static_cast<std::uint32_t>(*kept);
+      return "";
+    }
+    if (frame.kind() != Kind::dict) return ": a " + kind(frame) + ", not a dict";
+    const std::optional<Value> file = tree.find(frame, "filename");
+    const std::optional<Value> func = tree.find(frame, "name");
+    std::uint64_t line = 0;
+    if (!file || file->kind() != Kind::string) return ".filename: missing or not a str";
+    if (!func || func->kind() != Kind::string) return ".name: missing or not a str";
+    if (std::string why = u64(tree, frame, "line", line); !why.empty()) return why;
+    std::string text(*tree.string(*file));
+    text += ':' + std::to_string(line) + ':';
+    text += *tree.string(*func);
+    auto [it, fresh] = tag_index_.try_emplace(text, static_cast<std::uint32_t>(tags_.size()));
+    if (fresh) tags_.push_back(std::move(text));
+    tag = it->second;
+    return "";
+  }
+  // The top frame of a frames list (0: none).
+  std::string frames_tag(const Tree& tree, Value frames, std::uint32_t& tag) {
     tag = 0;
-    std::optional<Value> frames = tree_->find(dict, "frames");
-    if (!frames) frames = tree_->find(dict, "history");  // older snapshots
-    if (!frames || frames->kind() == Kind::none) return "";
-    if (frames->kind() != Kind::list) return at() + ".frames: a " + kind(*frames) + ", not a list";
+    if (const std::optional<std::uint64_t> kept = tree.external(frames)) {
+      tag = static_cast<std::uint32_t>(*kept);
+      return "";
+    }
+    if (frames.kind() == Kind::none) return "";
+    if (frames.kind() != Kind::list) return ": a " + kind(frames) + ", not a list";
     std::optional<Value> top;
-    tree_->for_each(*frames, [&](Value f) {
+    tree.for_each(frames, [&](Value f) {
       top = f;
       return false;
     });
     if (!top) return "";
-    if (top->kind() != Kind::dict) return at() + ".frames[0]: a " + kind(*top) + ", not a dict";
-    const std::optional<Value> file = tree_->find(*top, "filename");
-    const std::optional<Value> func = tree_->find(*top, "name");
-    std::uint64_t line = 0;
-    if (!file || file->kind() != Kind::string) return at() + ".frames[0].filename: missing or not a str";
-    if (!func || func->kind() != Kind::string) return at() + ".frames[0].name: missing or not a str";
-    if (std::string why = u64(*top, "line", [&] { return at() + ".frames[0]"; }, line); !why.empty()) return why;
-    std::string text(*tree_->string(*file));
-    text += ':' + std::to_string(line) + ':';
-    text += *tree_->string(*func);
-    auto [it, fresh] = tag_index_.try_emplace(text, static_cast<std::uint32_t>(tags_.size()));
-    if (fresh) tags_.push_back(std::move(text));
-    tag = it->second;
+    if (std::string why = frame_tag(tree, *top, tag); !why.empty()) return "[0]" + why;
+    return "";
+  }
+  // The dict's top frame (`frames`, or `history` in older snapshots).
+  std::string top_frame(const Tree& tree, Value dict, std::uint32_t& tag) {
+    tag = 0;
+    std::optional<Value> frames = tree.find(dict, "frames");
+    if (!frames) frames = tree.find(dict, "history");
+    if (!frames) return "";
+    if (std::string why = frames_tag(tree, *frames, tag); !why.empty()) return ".frames" + why;
+    return "";
+  }
+
+  // One entry's fields and types; "" or its problem (after the entry's location).
+  std::string read_entry(const Tree& tree, Value entry, Entry& e) {
+    if (entry.kind() != Kind::dict) return ": a " + kind(entry) + ", not a dict";
+    const std::optional<Value> a = tree.find(entry, "action");
+    if (!a) return ".action: missing";
+    if (a->kind() != Kind::string) return ".action: a " + kind(*a) + ", not a str";
+    const std::optional<Action> action = parse_action(*tree.string(*a));
+    if (!action) {
+      std::string shown;
+      append_json_text(shown, tree.string(*a)->substr(0, 40));
+      return ".action: unknown action '" + shown + "'";
+    }
+    e.action = *action;
+    switch (*action) {
+      case Action::snapshot: return "";
+      case Action::oom: {
+        std::uint64_t ignored = 0;
+        if (std::string why = u64(tree, entry, "size", ignored, false); !why.empty()) return why;
+        return u64(tree, entry, "device_free", ignored, false);
+      }
+      default: break;
+    }
+    if (std::string why = u64(tree, entry, "addr", e.addr); !why.empty()) return why;
+    if (std::string why = u64(tree, entry, "size", e.size); !why.empty()) return why;
+    if (e.size > (std::uint64_t{1} << 62)) return ".size: " + std::to_string(e.size) + " is beyond any device";
+    if (std::string why = u64(tree, entry, "stream", e.stream, *action == Action::alloc); !why.empty()) return why;
+    if (*action == Action::alloc || *action == Action::free_requested || *action == Action::free_completed) {
+      return top_frame(tree, entry, e.tag);
+    }
     return "";
   }
 
@@ -208,41 +347,19 @@ class Importer {
   void reserved(std::int64_t delta) {
     reserved_delta_ += delta;
     max_reserved_delta_ = std::max(max_reserved_delta_, reserved_delta_);
+    if (!reserved_steps_.empty() && reserved_steps_.back().first == lines_.size()) {
+      reserved_steps_.back().second = reserved_delta_;
+    } else {
+      reserved_steps_.emplace_back(lines_.size(), reserved_delta_);
+    }
   }
 
-  std::string walk(Value entry, std::uint64_t index) {
-    const auto at = [&] { return "device_traces[" + std::to_string(device_) + "][" + std::to_string(index) + "]"; };
-    if (entry.kind() != Kind::dict) return at() + ": a " + kind(entry) + ", not a dict";
-    const std::optional<Value> a = tree_->find(entry, "action");
-    if (!a) return at() + ".action: missing";
-    if (a->kind() != Kind::string) return at() + ".action: a " + kind(*a) + ", not a str";
-    const std::optional<Action> action = parse_action(*tree_->string(*a));
-    if (!action) {
-      std::string shown(tree_->string(*a)->substr(0, 40));
-      for (char& c : shown) {
-        if (static_cast<unsigned char>(c) < 0x20 || static_cast<unsigned char>(c) >= 0x7f) c = '?';
-      }
-      return at() + ".action: unknown action '" + shown + "'";
-    }
-    std::uint64_t addr = 0, size = 0, raw_stream = 0;
-    switch (*action) {
+  std::string walk(const Entry& e, std::uint64_t index) {
+    const auto at = [&] { return where(index); };
+    const auto signed_size = static_cast<std::int64_t>(e.size);
+    switch (e.action) {
       case Action::snapshot: return "";
-      case Action::oom: {
-        ++source_.ooms;
-        std::uint64_t ignored = 0;
-        if (std::string why = u64(entry, "size", at, ignored, false); !why.empty()) return why;
-        return u64(entry, "device_free", at, ignored, false);
-      }
-      default: break;
-    }
-    if (std::string why = u64(entry, "addr", at, addr); !why.empty()) return why;
-    if (std::string why = u64(entry, "size", at, size); !why.empty()) return why;
-    if (size > (std::uint64_t{1} << 62)) return at() + ".size: " + std::to_string(size) + " is beyond any device";
-    if (std::string why = u64(entry, "stream", at, raw_stream, *action == Action::alloc); !why.empty()) {
-      return why;
-    }
-    const auto signed_size = static_cast<std::int64_t>(size);
-    switch (*action) {
+      case Action::oom: ++source_.ooms; return "";
       case Action::segment_alloc:
       case Action::segment_map:
         ++source_.segment_allocs;
@@ -253,63 +370,60 @@ class Importer {
         reserved(-signed_size);
         return "";
       case Action::alloc: {
-        if (size == 0) return at() + ".size: 0 (an allocation of 0 bytes)";
-        if (auto it = live_.find(addr); it != live_.end()) {
-          return at() + ".addr: a second alloc at live address " + std::to_string(addr);
+        if (e.size == 0) return at() + ".size: 0 (an allocation of 0 bytes)";
+        if (auto it = live_.find(e.addr); it != live_.end()) {
+          return at() + ".addr: a second alloc at live address " + std::to_string(e.addr);
         }
         std::uint8_t stream = 0;
-        if (std::string why = stream_of(raw_stream, at, stream); !why.empty()) return why;
-        std::uint32_t tag = 0;
-        if (std::string why = top_frame(entry, at, tag); !why.empty()) return why;
+        if (std::string why = stream_of(e.stream, at, stream); !why.empty()) return why;
         const auto id = static_cast<std::uint32_t>(source_.allocs++);
-        live_.emplace(addr, Block{id, tag, false, size, false, 0});
-        seen_.insert(addr);
-        lines_.push_back(TraceLine{true, id, false, size, stream, tag});
+        live_.emplace(e.addr, Block{id, e.tag, false, e.size, false, 0});
+        seen_.insert(e.addr);
+        lines_.push_back(TraceLine{e.size, id, e.tag, true, false, stream});
         requested(signed_size);
         return "";
       }
       case Action::free_requested:
       case Action::free_completed: {
-        auto it = live_.find(addr);
+        auto it = live_.find(e.addr);
         if (it == live_.end()) {
           // Alive before the history starts: the ring buffer dropped its alloc.
           std::uint8_t stream = 0;
-          if (std::string why = stream_of(raw_stream, at, stream); !why.empty()) return why;
-          std::uint32_t tag = 0;
-          if (std::string why = top_frame(entry, at, tag); !why.empty()) return why;
+          if (std::string why = stream_of(e.stream, at, stream); !why.empty()) return why;
           const auto id = static_cast<std::uint32_t>(reconstructed_.size());
-          reconstructed_.push_back(TraceLine{true, id, true, size, stream, tag});
-          initial_requested_ += size;
-          it = live_.emplace(addr, Block{id, tag, true, size, false, 0}).first;
-          seen_.insert(addr);
+          reconstructed_.push_back(TraceLine{e.size, id, e.tag, true, true, stream});
+          initial_requested_ += e.size;
+          it = live_.emplace(e.addr, Block{id, e.tag, true, e.size, false, 0}).first;
+          seen_.insert(e.addr);
         }
         Block& b = it->second;
-        if (*action == Action::free_requested) {
-          if (b.free_requested) return at() + ".addr: a second free_requested of address " + std::to_string(addr);
+        if (e.action == Action::free_requested) {
+          if (b.free_requested) return at() + ".addr: a second free_requested of address " + std::to_string(e.addr);
           b.free_requested = true;
           b.requested_at = index;
           return "";
         }
         if (b.free_requested && index > b.requested_at + 1) ++source_.deferred_frees;
-        lines_.push_back(TraceLine{false, b.id, b.reconstructed, 0, 0, b.tag});
+        lines_.push_back(TraceLine{0, b.id, b.tag, false, b.reconstructed, 0});
         ++source_.frees;
         requested(-static_cast<std::int64_t>(b.size));
         live_.erase(it);
         return "";
       }
-      default: return "";
     }
+    return "";
   }
 
   // The allocator's state at the snapshot: reserved bytes, and active blocks
   // whose alloc the history does not hold.
   std::string read_segments() {
-    const std::optional<Value> segments = tree_->find(tree_->root(), "segments");
+    const Tree& tree = *tree_;
+    const std::optional<Value> segments = tree.find(tree.root(), "segments");
     if (!segments) return "";
     if (segments->kind() != Kind::list) return "segments: a " + kind(*segments) + ", not a list";
     std::string problem;
     std::uint64_t s = 0;
-    tree_->for_each(*segments, [&](Value seg) {
+    tree.for_each(*segments, [&](Value seg) {
       const std::uint64_t seg_index = s++;
       const auto at = [&] { return "segments[" + std::to_string(seg_index) + "]"; };
       if (seg.kind() != Kind::dict) {
@@ -317,19 +431,21 @@ class Importer {
         return false;
       }
       std::uint64_t dev = 0, total = 0, raw_stream = 0;
-      if (problem = u64(seg, "device", at, dev); !problem.empty()) return false;
+      if (problem = u64(tree, seg, "device", dev); !problem.empty()) return (problem = at() + problem), false;
       if (dev != static_cast<std::uint64_t>(device_)) return true;
-      if (problem = u64(seg, "total_size", at, total); !problem.empty()) return false;
-      if (problem = u64(seg, "stream", at, raw_stream, false); !problem.empty()) return false;
+      if (problem = u64(tree, seg, "total_size", total); !problem.empty()) return (problem = at() + problem), false;
+      if (problem = u64(tree, seg, "stream", raw_stream, false); !problem.empty()) {
+        return (problem = at() + problem), false;
+      }
       final_reserved_ += total;
-      const std::optional<Value> blocks = tree_->find(seg, "blocks");
+      const std::optional<Value> blocks = tree.find(seg, "blocks");
       if (!blocks) return true;
       if (blocks->kind() != Kind::list) {
         problem = at() + ".blocks: a " + kind(*blocks) + ", not a list";
         return false;
       }
       std::uint64_t b = 0;
-      tree_->for_each(*blocks, [&](Value block) {
+      tree.for_each(*blocks, [&](Value block) {
         const std::uint64_t block_index = b++;
         problem = read_block(block, [&] { return at() + ".blocks[" + std::to_string(block_index) + "]"; }, raw_stream);
         return problem.empty();
@@ -341,17 +457,18 @@ class Importer {
 
   template <class Loc>
   std::string read_block(Value block, const Loc& at, std::uint64_t raw_stream) {
+    const Tree& tree = *tree_;
     if (block.kind() != Kind::dict) return at() + ": a " + kind(block) + ", not a dict";
     std::uint64_t addr = 0, size = 0, requested_size = 0;
-    if (std::string why = u64(block, "address", at, addr); !why.empty()) return why;
-    if (std::string why = u64(block, "size", at, size); !why.empty()) return why;
+    if (std::string why = u64(tree, block, "address", addr); !why.empty()) return at() + why;
+    if (std::string why = u64(tree, block, "size", size); !why.empty()) return at() + why;
     requested_size = size;
-    if (std::string why = u64(block, "requested_size", at, requested_size, false); !why.empty()) {
-      return why;
+    if (std::string why = u64(tree, block, "requested_size", requested_size, false); !why.empty()) {
+      return at() + why;
     }
-    const std::optional<Value> state = tree_->find(block, "state");
+    const std::optional<Value> state = tree.find(block, "state");
     if (!state || state->kind() != Kind::string) return at() + ".state: missing or not a str";
-    const std::string_view st = *tree_->string(*state);
+    const std::string_view st = *tree.string(*state);
     if (st != "active_allocated" && st != "active_awaiting_free") return "";
     // An address the history touched holds a block the history accounts for.
     if (live_.count(addr) != 0 || seen_.count(addr) != 0) return "";
@@ -359,26 +476,13 @@ class Importer {
     std::uint8_t stream = 0;
     if (std::string why = stream_of(raw_stream, at, stream); !why.empty()) return why;
     std::uint32_t tag = 0;
-    if (std::string why = top_frame(block, at, tag); !why.empty()) return why;
+    if (std::string why = top_frame(tree, block, tag); !why.empty()) return at() + why;
     const auto id = static_cast<std::uint32_t>(reconstructed_.size());
-    reconstructed_.push_back(TraceLine{true, id, true, requested_size, stream, tag});
+    reconstructed_.push_back(TraceLine{requested_size, id, tag, true, true, stream});
     initial_requested_ += requested_size;
     return "";
   }
 
-  static void escape_into(std::string& out, std::string_view s) {
-    for (const char ch : s) {
-      const auto c = static_cast<unsigned char>(ch);
-      if (c == '"' || c == '\\') {
-        out += '\\';
-        out += ch;
-      } else if (c < 0x20 || c >= 0x7f) {
-        out += '?';  // keeps the trace plain ASCII whatever the file holds
-      } else {
-        out += ch;
-      }
-    }
-  }
   static void number_into(std::string& out, std::uint64_t v) {
     char buf[24];
     const auto r = std::to_chars(buf, buf + sizeof buf, v);
@@ -390,7 +494,7 @@ class Importer {
     number_into(out, l.id);
     if (l.tag != 0) {  // the id names the program's line: race reports and the snapshot page show ids
       out += ' ';
-      escape_into(out, tags_[l.tag]);
+      append_json_text(out, tags_[l.tag]);
     }
     out += '"';
     if (l.alloc) {
@@ -400,14 +504,15 @@ class Importer {
       number_into(out, l.stream);
       if (l.tag != 0) {
         out += ",\"tag\":\"";
-        escape_into(out, tags_[l.tag]);
+        append_json_text(out, tags_[l.tag]);
         out += '"';
       }
     }
     out += "}\n";
   }
-  const Tree* tree_;  // null after the walk
+  const Tree* tree_ = nullptr;  // set while run() reads it
   std::string_view name_;
+  std::unordered_map<std::uint64_t, History> histories_;  // by the list's container id, during the parse
   int device_ = 0;
   TorchSnapshotSource source_;
   std::vector<TraceLine> lines_;
@@ -421,6 +526,7 @@ class Importer {
   std::unordered_map<std::string, std::uint32_t> tag_index_;
   std::uint64_t initial_requested_ = 0, max_requested_delta_ = 0, final_reserved_ = 0;
   std::int64_t requested_delta_ = 0, reserved_delta_ = 0, max_reserved_delta_ = 0;
+  std::vector<std::pair<std::uint64_t, std::int64_t>> reserved_steps_;  // {history lines before, reserved_delta_}
 };
 
 }  // namespace
@@ -430,15 +536,15 @@ bool is_torch_snapshot(std::string_view bytes) noexcept { return import::is_pick
 Result<TorchSnapshotImport> import_torch_snapshot(std::string_view bytes, std::string_view name,
                                                   std::optional<int> device) {
   try {
-    Result<Tree> tree = import::unpickle(bytes);
+    Importer importer(name);
+    Result<Tree> tree = import::unpickle(bytes, &importer);
     if (!tree.ok()) {
       Error e = std::move(tree).error();
       e.message = std::string(name) + ": " + e.message;
       return e;
     }
     std::optional<Tree> held(std::move(tree).value());
-    Importer importer(*held, name);
-    Result<TorchSnapshotSource> source = importer.run(device);
+    Result<TorchSnapshotSource> source = importer.run(*held, device);
     held.reset();  // the tree is the largest thing; the trace text is built without it
     if (!source.ok()) return std::move(source).error();
     TorchSnapshotImport out;

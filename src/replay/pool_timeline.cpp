@@ -257,6 +257,33 @@ std::string timeline_json(const PoolTimeline& t) {
 
 namespace ferry::replay {
 
+// The largest live blocks at the peak layout, largest first (ties by address),
+// named by their owners: an imported snapshot's ids carry the program's frame.
+static Json largest_at_peak(const PoolTimeline& t) {
+  Json out = Json::array();
+  const auto peak = std::find_if(t.layouts.begin(), t.layouts.end(), [](const PoolLayout& l) { return l.moment == "peak"; });
+  if (peak == t.layouts.end()) return out;
+  const PoolSnapshot& snap = peak->snapshot;
+  std::vector<std::size_t> order;
+  for (std::size_t i = 0; i < snap.blocks.size(); ++i) {
+    if (snap.blocks[i].state == BlockInfo::State::live) order.push_back(i);
+  }
+  const std::size_t shown = std::min(order.size(), kLargestBlocks);
+  std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(shown), order.end(),
+                    [&](std::size_t a, std::size_t b) {
+                      return std::tie(snap.blocks[b].bytes, snap.blocks[a].addr) <
+                             std::tie(snap.blocks[a].bytes, snap.blocks[b].addr);
+                    });
+  for (std::size_t k = 0; k < shown; ++k) {
+    const BlockInfo& b = snap.blocks[order[k]];
+    out.push_back({{"owner", order[k] < snap.owners.size() ? snap.owners[order[k]] : std::string()},
+                   {"bytes", b.bytes},
+                   {"stream", b.stream},
+                   {"addr", b.addr}});
+  }
+  return out;
+}
+
 std::string timeline_page_json(const PoolTimeline& t) {
   // The chart: samples in at most kChartColumns runs of consecutive ones, each
   // with its min, max and last value per series, so every peak survives.
@@ -302,6 +329,28 @@ std::string timeline_page_json(const PoolTimeline& t) {
       chart[std::string(kSeries[k]) + "_max"].push_back(hi);
     }
   }
+  // PyTorch's reserved line beside ferry's, when the trace is a snapshot's history.
+  if (t.report.source) {
+    const auto& steps = t.report.source->reserved_steps;
+    std::vector<std::uint64_t> torch(n, 0);
+    std::size_t k = 0;
+    for (std::size_t i = 0; i < n && !steps.empty(); ++i) {
+      // after op i its trace line is behind; the end sample stands after every line
+      const std::uint64_t after = t.samples[i].op == "end" ? ~std::uint64_t{0} : t.samples[i].line;
+      while (k + 1 < steps.size() && steps[k + 1].first <= after) ++k;
+      torch[i] = steps[k].second;
+    }
+    Json last = Json::array(), lo = Json::array(), hi = Json::array();
+    for (std::size_t c = 0; c < columns; ++c) {
+      const std::size_t from = c * n / columns, to = (c + 1) * n / columns;
+      last.push_back(torch[to - 1]);
+      lo.push_back(*std::min_element(torch.begin() + static_cast<std::ptrdiff_t>(from), torch.begin() + static_cast<std::ptrdiff_t>(to)));
+      hi.push_back(*std::max_element(torch.begin() + static_cast<std::ptrdiff_t>(from), torch.begin() + static_cast<std::ptrdiff_t>(to)));
+    }
+    chart["torch_reserved_bytes"] = std::move(last);
+    chart["torch_reserved_bytes_min"] = std::move(lo);
+    chart["torch_reserved_bytes_max"] = std::move(hi);
+  }
   // The steps where an OOM or a reclaim happened: the first kMaxEvents of each.
   Json oom = Json::array(), reclaim = Json::array();
   std::uint64_t ooms = 0, reclaims = 0;
@@ -315,6 +364,7 @@ std::string timeline_page_json(const PoolTimeline& t) {
   j["events"] = {{"oom", std::move(oom)}, {"oom_steps", ooms}, {"reclaim", std::move(reclaim)},
                  {"reclaim_steps", reclaims}};
   add_layouts(j, t);
+  j["largest_at_peak"] = largest_at_peak(t);
   return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 

@@ -118,6 +118,67 @@ TEST(Unpickle, DeepNestingNeedsNoRecursion) {
   EXPECT_LE(t->tree_bytes(), 64 * p.size());
 }
 
+// Takes what is appended to the first list made (the root); keeps a memoized
+// one-item list as 42 and nothing else.
+class RootSink final : public AppendSink {
+ public:
+  bool take(const Tree& tree, Value list, const Value* items, std::size_t count) override {
+    if (Tree::container_id(list) != 0) return false;
+    for (std::size_t i = 0; i < count; ++i) {
+      taken.push_back(items[i].kind());
+      if (tree.external(items[i])) externals.push_back(*tree.external(items[i]));
+    }
+    return true;
+  }
+  std::optional<std::uint64_t> keep(const Tree& tree, Value v) override {
+    if (tree.size(v) == 1) return 42;
+    return std::nullopt;
+  }
+  std::vector<Kind> taken;
+  std::vector<std::uint64_t> externals;
+};
+
+TEST(Unpickle, AnAppendSinkTakesBatchesAndTheirStorageIsGivenBack) {
+  // root = []; a = [7]; b = []: root gets MARK a b APPENDS, then MARK a-again APPENDS.
+  const std::string head = from_hex("80045d94285d944b07615d9465");
+  RootSink sink;
+  Result<Tree> t = unpickle(head + from_hex("286801652e"), &sink);
+  ASSERT_TRUE(t.ok()) << t.error().message;
+  EXPECT_EQ(sink.taken, (std::vector<Kind>{Kind::list, Kind::list, Kind::external}));
+  EXPECT_EQ(sink.externals, std::vector<std::uint64_t>{42});
+  EXPECT_EQ(t->size(t->root()), 0u);
+  Result<Tree> bare = unpickle(std::string("\x80\x04].", 4));
+  ASSERT_TRUE(bare.ok());
+  EXPECT_EQ(t->tree_bytes(), bare->tree_bytes());  // a, b and their items were given back
+
+  // b was not kept: a reference to it after its batch is refused, not a dangling value.
+  RootSink again;
+  Result<Tree> gone = unpickle(head + from_hex("286802652e"), &again);
+  ASSERT_FALSE(gone.ok());
+  EXPECT_NE(gone.error().message.find("memo index 2 names a value inside a history entry already read"),
+            std::string::npos)
+      << gone.error().message;
+
+  // Without a sink the same bytes are a plain tree.
+  Result<Tree> plain = unpickle(head + from_hex("286802652e"));
+  ASSERT_TRUE(plain.ok()) << plain.error().message;
+  EXPECT_EQ(plain->size(plain->root()), 3u);
+}
+
+TEST(Unpickle, StorageAnOlderValueReachesIsNotGivenBack) {
+  // root = []; old = []; MARK, old grows (BINGET old, 5, APPEND), then 6 is
+  // appended to root by APPENDS: the batch grew an older list, so its storage
+  // stays, and old (the pickle's result) is whole.
+  const std::string p = from_hex("80045d945d94302868014b0561304b066568012e");
+  RootSink sink;
+  Result<Tree> t = unpickle(p, &sink);
+  ASSERT_TRUE(t.ok()) << t.error().message;
+  EXPECT_EQ(sink.taken, std::vector<Kind>{Kind::integer});
+  const std::vector<Value> v = items(*t, t->root());
+  ASSERT_EQ(v.size(), 1u);
+  EXPECT_EQ(t->integer(v[0])->magnitude, 5u);
+}
+
 TEST(Unpickle, HostileMemoIndexIsBoundedByTheInput) {
   expect_refused(std::string("\x80\x04N\x72\xff\xff\xff\x7f.", 9), "out of reach");
 }
