@@ -88,7 +88,7 @@ std::string_view to_string(Kind kind) noexcept {
     case Kind::dict: return "dict";
     case Kind::set: return "set";
   }
-  return "?";
+  return "unknown";
 }
 
 bool is_pickle(std::string_view bytes) noexcept {
