@@ -76,7 +76,7 @@ int run_pool(const PoolArgs& args, const Io& io) {
   }
   if (max_bytes <= kMinSize || max_bytes > profile->capacity / (2 * live)) {
     io.err << "ferry bench pool: --max-bytes " << args.max_bytes << ": must be above " << kMinSize
-           << " B and at most " << human_bytes(profile->capacity / (2 * live)) << " (the "
+           << " B and at most " << text::human_bytes(profile->capacity / (2 * live)) << " (the "
            << args.profile << "'s capacity / (2 x --live))\n";
     return kExitUsage;
   }
@@ -184,7 +184,7 @@ int run_pool(const PoolArgs& args, const Io& io) {
   io.out << "pool churn on sim " << args.profile << ": " << pair_ns.size() << " free+allocate pairs ("
          << kRepetitions << " x " << per_rep << "), each frees one of " << live
          << " live blocks at random and allocates its replacement, sizes log-uniform "
-         << human_bytes(kMinSize) << " - " << human_bytes(max_bytes) << ", " << streams
+         << text::human_bytes(kMinSize) << " - " << text::human_bytes(max_bytes) << ", " << streams
          << " stream(s)\n";
   std::snprintf(line, sizeof line, "  median   %llu ns/pair\n  p99      %llu ns/pair\n",
                 static_cast<unsigned long long>(median), static_cast<unsigned long long>(p99));
@@ -280,22 +280,22 @@ int run_fragmentation(const FragmentationArgs& args, const Io& io) {
   char ratio[32];
   std::snprintf(ratio, sizeof ratio, "%.3f", found.ratio());
   io.out << "fragmentation of " << args.file << " on sim " << args.profile << '\n'
-         << "  peak live          " << human_bytes(found.peak_live) << " (" << found.peak_live
+         << "  peak live          " << text::human_bytes(found.peak_live) << " (" << found.peak_live
          << " B)\n"
-         << "  smallest capacity  " << human_bytes(found.min_capacity) << " (" << found.min_capacity
-         << " B, to one step of " << human_bytes(found.step) << ")\n"
+         << "  smallest capacity  " << text::human_bytes(found.min_capacity) << " (" << found.min_capacity
+         << " B, to one step of " << text::human_bytes(found.step) << ")\n"
          << "  min capacity ratio " << ratio << " (smallest capacity / peak live)\n"
          << "  monotone           ";
   if (found.monotone) {
     io.out << "yes (smallest + 1.." << found.monotone_probes << " steps all pass)\n";
   } else {
-    io.out << "NO: fails again at " << human_bytes(found.first_failure_above) << " ("
+    io.out << "NO: fails again at " << text::human_bytes(found.first_failure_above) << " ("
            << found.first_failure_above << " B)\n";
   }
   io.out << "  replays            " << found.replays << '\n';
   if (source) {
-    io.out << "  PyTorch reserved " << human_bytes(source->peak_reserved_bytes) << ", ferry needs "
-           << human_bytes(found.min_capacity) << " (" << source->peak_reserved_bytes << " B vs "
+    io.out << "  PyTorch reserved " << text::human_bytes(source->peak_reserved_bytes) << ", ferry needs "
+           << text::human_bytes(found.min_capacity) << " (" << source->peak_reserved_bytes << " B vs "
            << found.min_capacity << " B; device " << source->device << "'s history)\n";
   }
   return kExitOk;

@@ -7,6 +7,7 @@
 #include "option_values.hpp"
 #include "ferry/device_profile.hpp"
 #include "ferry/fault_spec.hpp"
+#include "ferry/make_backend.hpp"
 
 namespace ferry::cli {
 
@@ -19,9 +20,11 @@ std::string bar_separated(const std::vector<std::string>& names) {
 std::string profile_list() { return bar_separated(profile_names()); }
 
 std::string fault_refusal(BackendKind backend, const SimFaults& faults) {
-  if (backend == BackendKind::sim || !faults.any()) return {};
-  return "fault injection needs --backend " + std::string(to_string(BackendKind::sim)) + " (the " +
-         std::string(to_string(backend)) + " backend runs on a real device)";
+  BackendSpec spec;  // the default profile: only the faults are in question
+  spec.kind = backend;
+  spec.faults = faults;
+  Result<void> checked = check_spec(spec);
+  return checked.ok() ? std::string() : checked.error().message;
 }
 
 CLI::Option* add_backend_option(CLI::App& app, BackendKind& backend) {
@@ -59,8 +62,8 @@ std::string capacity_clamp_warning(std::uint64_t requested, BackendKind backend,
   if (backend != BackendKind::sim) return {};
   const std::optional<DeviceProfile> p = find_profile(profile);
   if (!p || requested <= p->capacity) return {};
-  return "warning: --capacity " + human_bytes(requested) + " is more than the " + profile + "'s " +
-         human_bytes(p->capacity) + ": the pool is clamped to the device";
+  return "warning: --capacity " + text::human_bytes(requested) + " is more than the " + profile + "'s " +
+         text::human_bytes(p->capacity) + ": the pool is clamped to the device";
 }
 
 std::string overwrite_refusal(const std::string& option, const std::string& output, const std::string& input,

@@ -35,14 +35,10 @@ std::string bar_separated(const std::vector<std::string>& names);
 // The sim's device profiles, "h200|...".
 std::string profile_list();
 
-// "512 B" below 1 KiB, else one decimal in the largest unit (up to `largest`)
-// that leaves at least 1: "1.5 MiB" (text.hpp's, with one decimal).
 using text::ByteUnit;
-inline std::string human_bytes(std::uint64_t bytes, ByteUnit largest = ByteUnit::EiB) {
-  return text::human_bytes(bytes, 1, largest);
-}
 
-// Empty when `backend` can run with `faults`; else why not, for "--inject X: ...".
+// Empty when `backend` can run with `faults`; else why not (make_backend's one rule,
+// check_spec), for "--inject X: ...".
 std::string fault_refusal(BackendKind backend, const SimFaults& faults);
 
 // Each adds one option to `app`, bound to the given variable, and returns it.

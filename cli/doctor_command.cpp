@@ -237,7 +237,7 @@ int run_doctor(const DoctorArgs& args, const Io& io) {
       if (injected != "none") device += ", injecting " + injected;
     }
     line("device", device);
-    line("memory", human_bytes(info.capacity) + ", granularity " + human_bytes(info.granularity));
+    line("memory", text::human_bytes(info.capacity) + ", granularity " + text::human_bytes(info.granularity));
     if (info.h2d_bytes_per_s > 0 || info.mem_bytes_per_s > 0) {
       line("bandwidth", "host->device " + text::rate(info.h2d_bytes_per_s) + ", device memory " +
                             text::rate(info.mem_bytes_per_s) + " (nominal)");
@@ -248,8 +248,8 @@ int run_doctor(const DoctorArgs& args, const Io& io) {
                              (probe.detail.empty() ? "" : ": " + probe.detail));
     line("host register", yes_no(info.host_register));
     line("gemm", gemm_library(*backend));
-    line("pinned arena", human_bytes(arena.options().budget_bytes) + " budget in " +
-                             human_bytes(arena.options().chunk_bytes) + " chunks");
+    line("pinned arena", text::human_bytes(arena.options().budget_bytes) + " budget in " +
+                             text::human_bytes(arena.options().chunk_bytes) + " chunks");
     if (churn.ok()) {
       std::string arrived;
       for (bool a : churn->arrived) arrived += a ? '+' : 'x';
@@ -264,7 +264,7 @@ int run_doctor(const DoctorArgs& args, const Io& io) {
                       std::to_string(guard.counters.mismatches) + " mismatches caught, " +
                       std::to_string(guard.counters.recovered) + " recovered)";
       if (!guard.error.empty()) g += ": " + guard.error;
-      line("verified copy", human_bytes(kGuardBytes) + " through ferry's arena and engine: " + g);
+      line("verified copy", text::human_bytes(kGuardBytes) + " through ferry's arena and engine: " + g);
     } else if (!guard.error.empty()) {
       line("verified copy", "could not run: " + guard.error);
     }

@@ -4,17 +4,12 @@
 #include <string>
 #include <utility>
 
+#include "core/text.hpp"
+
 namespace ferry::cli {
 namespace {
 
 constexpr std::uint64_t kMax = ~std::uint64_t{0};
-
-std::string in_quotes(std::string_view s) {
-  std::string out(1, '"');  // appended: gcc 12 warns falsely (-Wrestrict) on "\"" + ...
-  out += s;
-  out += '"';
-  return out;
-}
 
 // Accumulates digits of `base`; false on overflow or a non-digit.
 bool accumulate(std::string_view digits, unsigned base, std::uint64_t& value) {
@@ -47,7 +42,7 @@ Result<std::uint64_t> parse_u64(std::string_view text) {
     return v;
   }
   return make_error(ErrorCode::invalid_argument,
-                    in_quotes(text) + " is not a non-negative integer up to 18446744073709551615");
+                    text::quoted(text) + " is not a non-negative integer up to 18446744073709551615");
 }
 
 Result<std::uint64_t> parse_byte_size(std::string_view text) {
@@ -66,7 +61,9 @@ Result<std::uint64_t> parse_byte_size(std::string_view text) {
       {"GiB", std::uint64_t{1} << 30},
       {"TiB", std::uint64_t{1} << 40},
   }};
-  const auto bad = [&](const std::string& why) { return make_error(ErrorCode::invalid_argument, in_quotes(text) + why); };
+  const auto bad = [&](const std::string& why) {
+    return make_error(ErrorCode::invalid_argument, text::quoted(text) + why);
+  };
   const std::size_t int_end = text.find_first_not_of("0123456789");
   const std::string_view whole = text.substr(0, int_end);
   std::string_view rest = int_end == std::string_view::npos ? std::string_view{} : text.substr(int_end);
@@ -101,7 +98,7 @@ Result<std::uint64_t> parse_byte_size(std::string_view text) {
       }
     }
     if (!known) {
-      return bad(" has an unknown unit " + in_quotes(rest) +
+      return bad(" has an unknown unit " + text::quoted(rest) +
                  " (units: B; KB, MB, GB, TB = powers of 1000; KiB, MiB, GiB, TiB = powers of 1024)");
     }
   }

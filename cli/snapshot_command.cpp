@@ -123,7 +123,7 @@ int run_snapshot(const SnapshotArgs& args, const Io& io) {
       return kExitFailed;
     }
     if (!json_on_stdout) {
-      io.out << "wrote " << html_path << " (" << human_bytes(page.size(), ByteUnit::TiB)
+      io.out << "wrote " << html_path << " (" << text::human_bytes(page.size(), 1, ByteUnit::TiB)
              << "): " << t.samples.size() << " samples, " << t.layouts.size() << " layouts\n";
     }
   }
@@ -135,14 +135,14 @@ int run_snapshot(const SnapshotArgs& args, const Io& io) {
       io.err << "ferry snapshot: --json: cannot write " << args.json << '\n';
       return kExitFailed;
     } else {
-      io.out << "wrote " << args.json << " (" << human_bytes(json.size() + 1, ByteUnit::TiB) << ")\n";
+      io.out << "wrote " << args.json << " (" << text::human_bytes(json.size() + 1, 1, ByteUnit::TiB) << ")\n";
     }
   }
   if (!json_on_stdout) {
     for (const PoolLayout& l : t.layouts) {
       io.out << "layout " << l.title << ": " << l.snapshot.blocks.size() << " blocks, live "
-             << human_bytes(l.snapshot.stats.allocated_bytes, ByteUnit::TiB) << ", reserved "
-             << human_bytes(l.snapshot.stats.reserved_bytes, ByteUnit::TiB) << '\n';
+             << text::human_bytes(l.snapshot.stats.allocated_bytes, 1, ByteUnit::TiB) << ", reserved "
+             << text::human_bytes(l.snapshot.stats.reserved_bytes, 1, ByteUnit::TiB) << '\n';
     }
     if (!t.note.empty()) io.out << "note: " << t.note << '\n';
     io.out << report_summary(t.report);

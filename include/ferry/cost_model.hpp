@@ -15,7 +15,9 @@
 //
 // A profile figure of 0 models that resource as instantaneous. Durations round
 // up to whole nanoseconds (any real work takes at least 1 ns) and are capped at
-// 1e18 ns so absurd figures cannot overflow a clock. Thread safety: pure functions.
+// 1e18 ns so absurd figures cannot overflow a clock. The formula reads only the
+// op table (op_contract.hpp): an op's engine, operands and stated figures.
+// Thread safety: pure functions.
 #pragma once
 
 #include <cstddef>
@@ -25,21 +27,20 @@
 #include "ferry/api.hpp"
 #include "ferry/backend.hpp"
 #include "ferry/device_profile.hpp"
+#include "ferry/op_contract.hpp"  // Engine, engine_of: the op table
 
 namespace ferry FERRY_API {
-
-enum class Engine : std::uint8_t {
-  none,      // waits and no-ops
-  compute,   // fill, compute, user, hash, device-to-device copy
-  copy_h2d,  // a copy engine and the host->device direction of the link
-  copy_d2h,  // a copy engine and the device->host direction of the link
-};
-Engine engine_of(const Op& op) noexcept;
 
 // Whether [ptr, ptr + bytes) is pinned or registered host memory (pinned link
 // bandwidth) rather than pageable.
 using PinnedQuery = std::function<bool(const std::byte* ptr, std::uint64_t bytes)>;
 
 std::uint64_t modeled_ns(const Op& op, const DeviceProfile& profile, const PinnedQuery& pinned);
+
+// The one roofline, unrounded: latency + max(flops / flops_per_s, bytes /
+// bytes_per_s), in ns (a rate of 0 models that resource as instantaneous).
+// modeled_ns charges every kernel with it; a workload its host execution.
+double roofline_ns(double latency_ns, double flops, double flops_per_s, std::uint64_t bytes,
+                   double bytes_per_s) noexcept;
 
 }  // namespace ferry

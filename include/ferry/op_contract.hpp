@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstddef>
+#include <concepts>
 #include <cstdint>
 #include <functional>
 #include <string_view>
@@ -21,6 +22,7 @@
 #include "ferry/backend.hpp"
 #include "ferry/result.hpp"
 #include "ferry/stream.hpp"
+#include "ferry/user_kernel.hpp"
 
 namespace ferry FERRY_API {
 
@@ -49,49 +51,213 @@ std::string_view op_name(const Op& op) noexcept;
 Result<void> check_op(StreamId stream, const Op& op, const DeviceInfo& info,
                       const std::function<Ticket(StreamId)>& submitted);
 
-// Calls fn(addr, bytes, role) for each device range `op` reads or writes (a
-// UserOp's roles are its operands' access marks: "read", "write", "read_write").
-template <class Fn>
-void for_each_device_range(const Op& op, Fn&& fn) {
-  std::visit(Overloaded{
-                 [&](const FillOp& f) { fn(f.dst.addr, f.dst.bytes, "dst"); },
-                 [&](const CopyToDeviceOp& c) { fn(c.dst.addr, c.dst.bytes, "dst"); },
-                 [&](const CopyToHostOp& c) { fn(c.src.addr, c.src.bytes, "src"); },
-                 [&](const CopyOnDeviceOp& c) {
-                   fn(c.src_addr, c.dst.bytes, "src");
-                   fn(c.dst.addr, c.dst.bytes, "dst");
-                 },
-                 [&](const BatchCopyToDeviceOp& b) {
-                   for (const CopyToDeviceOp& c : b.copies) fn(c.dst.addr, c.dst.bytes, "dst");
-                 },
-                 [&](const ComputeOp& c) {
-                   for (const DeviceRange& in : c.inputs) fn(in.addr, in.bytes, "input");
-                   fn(c.output.addr, c.output.bytes, "output");
-                 },
-                 [&](const HashOp& h) { fn(h.src.addr, h.src.bytes, "src"); },
-                 [&](const UserOp& u) {
-                   for (const UserOperand& o : u.operands) fn(o.range.addr, o.range.bytes, to_string(o.access).data());
-                 },
-                 [](const auto&) {},
-             },
-             op);
+// --- Each op described once: the operand table that check_op, the cost model
+// (cost_model.hpp), the sim (admit, effects, race checker) and cuda's admission
+// all read. OpDescription<T> has no primary definition, so an Op alternative
+// without its description does not compile (tests/compile_fail checks it).
+
+// The engine an op occupies (the cost model's and the sim's queues).
+enum class Engine : std::uint8_t {
+  none,      // waits and no-ops
+  compute,   // fill, compute, user, hash, device-to-device copy
+  copy_h2d,  // a copy engine and the host->device direction of the link
+  copy_d2h,  // a copy engine and the device->host direction of the link
+};
+
+// A device range an op reads or writes. `role` names it in messages ("dst",
+// "src", "input", "output"; a UserOp operand's is its access mark).
+struct DeviceOperand {
+  std::uint64_t addr = 0;
+  std::uint64_t bytes = 0;
+  std::string_view role;
+  Access access = Access::read;
+};
+// A host range an op reads or writes (a copy's host side, a hash's result).
+struct HostOperand {
+  const std::byte* ptr = nullptr;
+  std::uint64_t bytes = 0;
+  std::string_view role;
+  Access access = Access::read;
+};
+// The modeled cost an op states (compute and user ops); 0 and 0: one pass over
+// its device operands.
+struct OpFigures {
+  double flops = 0;
+  std::uint64_t mem_bytes = 0;
+};
+
+template <class T>
+struct OpDescription;  // name, engine, device(op, fn), host(op, fn), figures(op)
+
+template <>
+struct OpDescription<FillOp> {
+  static constexpr std::string_view name = "fill";
+  static constexpr Engine engine = Engine::compute;
+  template <class Fn>
+  static void device(const FillOp& o, Fn&& fn) { fn(DeviceOperand{o.dst.addr, o.dst.bytes, "dst", Access::write}); }
+  template <class Fn>
+  static void host(const FillOp&, Fn&&) {}
+  static OpFigures figures(const FillOp&) { return {}; }
+};
+template <>
+struct OpDescription<CopyToDeviceOp> {
+  static constexpr std::string_view name = "copy_to_device";
+  static constexpr Engine engine = Engine::copy_h2d;
+  template <class Fn>
+  static void device(const CopyToDeviceOp& o, Fn&& fn) {
+    fn(DeviceOperand{o.dst.addr, o.dst.bytes, "dst", Access::write});
+  }
+  template <class Fn>
+  static void host(const CopyToDeviceOp& o, Fn&& fn) { fn(HostOperand{o.src, o.dst.bytes, "src", Access::read}); }
+  static OpFigures figures(const CopyToDeviceOp&) { return {}; }
+};
+template <>
+struct OpDescription<CopyToHostOp> {
+  static constexpr std::string_view name = "copy_to_host";
+  static constexpr Engine engine = Engine::copy_d2h;
+  template <class Fn>
+  static void device(const CopyToHostOp& o, Fn&& fn) {
+    fn(DeviceOperand{o.src.addr, o.src.bytes, "src", Access::read});
+  }
+  template <class Fn>
+  static void host(const CopyToHostOp& o, Fn&& fn) { fn(HostOperand{o.dst, o.src.bytes, "dst", Access::write}); }
+  static OpFigures figures(const CopyToHostOp&) { return {}; }
+};
+template <>
+struct OpDescription<CopyOnDeviceOp> {
+  static constexpr std::string_view name = "copy_on_device";
+  static constexpr Engine engine = Engine::compute;
+  template <class Fn>
+  static void device(const CopyOnDeviceOp& o, Fn&& fn) {
+    fn(DeviceOperand{o.src_addr, o.dst.bytes, "src", Access::read});
+    fn(DeviceOperand{o.dst.addr, o.dst.bytes, "dst", Access::write});
+  }
+  template <class Fn>
+  static void host(const CopyOnDeviceOp&, Fn&&) {}
+  static OpFigures figures(const CopyOnDeviceOp&) { return {}; }
+};
+template <>
+struct OpDescription<BatchCopyToDeviceOp> {
+  static constexpr std::string_view name = "batch_copy_to_device";
+  static constexpr Engine engine = Engine::copy_h2d;
+  template <class Fn>
+  static void device(const BatchCopyToDeviceOp& o, Fn&& fn) {
+    for (const CopyToDeviceOp& c : o.copies) OpDescription<CopyToDeviceOp>::device(c, fn);
+  }
+  template <class Fn>
+  static void host(const BatchCopyToDeviceOp& o, Fn&& fn) {
+    for (const CopyToDeviceOp& c : o.copies) OpDescription<CopyToDeviceOp>::host(c, fn);
+  }
+  static OpFigures figures(const BatchCopyToDeviceOp&) { return {}; }
+};
+template <>
+struct OpDescription<ComputeOp> {
+  static constexpr std::string_view name = "compute";
+  static constexpr Engine engine = Engine::compute;
+  template <class Fn>
+  static void device(const ComputeOp& o, Fn&& fn) {
+    for (const DeviceRange& in : o.inputs) fn(DeviceOperand{in.addr, in.bytes, "input", Access::read});
+    fn(DeviceOperand{o.output.addr, o.output.bytes, "output", Access::write});
+  }
+  template <class Fn>
+  static void host(const ComputeOp&, Fn&&) {}
+  static OpFigures figures(const ComputeOp& o) { return {o.flops, o.mem_bytes}; }
+};
+template <>
+struct OpDescription<HashOp> {
+  static constexpr std::string_view name = "hash";
+  static constexpr Engine engine = Engine::compute;
+  template <class Fn>
+  static void device(const HashOp& o, Fn&& fn) { fn(DeviceOperand{o.src.addr, o.src.bytes, "src", Access::read}); }
+  template <class Fn>
+  static void host(const HashOp& o, Fn&& fn) {
+    fn(HostOperand{reinterpret_cast<const std::byte*>(o.result), sizeof(std::uint64_t), "result", Access::write});
+  }
+  static OpFigures figures(const HashOp&) { return {}; }
+};
+template <>
+struct OpDescription<WaitOp> {
+  static constexpr std::string_view name = "wait";
+  static constexpr Engine engine = Engine::none;
+  template <class Fn>
+  static void device(const WaitOp&, Fn&&) {}
+  template <class Fn>
+  static void host(const WaitOp&, Fn&&) {}
+  static OpFigures figures(const WaitOp&) { return {}; }
+};
+template <>
+struct OpDescription<NativeWaitOp> {
+  static constexpr std::string_view name = "native_wait";
+  static constexpr Engine engine = Engine::none;
+  template <class Fn>
+  static void device(const NativeWaitOp&, Fn&&) {}
+  template <class Fn>
+  static void host(const NativeWaitOp&, Fn&&) {}
+  static OpFigures figures(const NativeWaitOp&) { return {}; }
+};
+template <>
+struct OpDescription<UserOp> {
+  static constexpr std::string_view name = "user";
+  static constexpr Engine engine = Engine::compute;
+  template <class Fn>
+  static void device(const UserOp& o, Fn&& fn) {
+    for (const UserOperand& u : o.operands) {
+      fn(DeviceOperand{u.range.addr, u.range.bytes, to_string(u.access), u.access});
+    }
+  }
+  template <class Fn>
+  static void host(const UserOp&, Fn&&) {}
+  static OpFigures figures(const UserOp& o) { return {o.flops, o.mem_bytes}; }
+};
+template <>
+struct OpDescription<NopOp> {
+  static constexpr std::string_view name = "nop";
+  static constexpr Engine engine = Engine::none;
+  template <class Fn>
+  static void device(const NopOp&, Fn&&) {}
+  template <class Fn>
+  static void host(const NopOp&, Fn&&) {}
+  static OpFigures figures(const NopOp&) { return {}; }
+};
+
+template <class T>
+concept DescribedOp = requires(const T& op) {
+  { OpDescription<T>::name } -> std::convertible_to<std::string_view>;
+  { OpDescription<T>::engine } -> std::convertible_to<Engine>;
+  { OpDescription<T>::figures(op) } -> std::same_as<OpFigures>;
+};
+template <class V>
+inline constexpr bool kEveryOpDescribed = false;
+template <class... T>
+inline constexpr bool kEveryOpDescribed<std::variant<T...>> = (DescribedOp<T> && ...);
+static_assert(kEveryOpDescribed<Op>, "an Op alternative has no OpDescription (op_contract.hpp)");
+
+// std::visit with the alternative's description: fn(description, op).
+template <class... T, class Fn>
+  requires(DescribedOp<T> && ...)
+decltype(auto) visit_described(const std::variant<T...>& op, Fn&& fn) {
+  return std::visit([&](const auto& o) -> decltype(auto) { return fn(OpDescription<std::decay_t<decltype(o)>>{}, o); },
+                    op);
 }
 
-// Calls fn(first_byte, bytes) for each host range `op` reads or writes.
-template <class Fn>
-void for_each_host_range(const Op& op, Fn&& fn) {
-  std::visit(Overloaded{
-                 [&](const CopyToDeviceOp& c) { fn(c.src, c.dst.bytes); },
-                 [&](const CopyToHostOp& c) { fn(c.dst, c.src.bytes); },
-                 [&](const BatchCopyToDeviceOp& b) {
-                   for (const CopyToDeviceOp& c : b.copies) fn(c.src, c.dst.bytes);
-                 },
-                 [&](const HashOp& h) {
-                   fn(reinterpret_cast<const std::byte*>(h.result), sizeof(std::uint64_t));
-                 },
-                 [](const auto&) {},
-             },
-             op);
+// Calls fn(const DeviceOperand&) for each device range `op` reads or writes.
+template <class... T, class Fn>
+void for_each_device_range(const std::variant<T...>& op, Fn&& fn) {
+  visit_described(op, [&](auto d, const auto& o) { d.device(o, fn); });
+}
+
+// Calls fn(const HostOperand&) for each host range `op` reads or writes.
+template <class... T, class Fn>
+void for_each_host_range(const std::variant<T...>& op, Fn&& fn) {
+  visit_described(op, [&](auto d, const auto& o) { d.host(o, fn); });
+}
+
+inline Engine engine_of(const Op& op) noexcept {
+  return visit_described(op, [](auto d, const auto&) { return d.engine; });
+}
+
+inline OpFigures figures_of(const Op& op) noexcept {
+  return visit_described(op, [](auto d, const auto& o) { return d.figures(o); });
 }
 
 // True when `op` reads or writes any of the host bytes [begin, begin + bytes)
@@ -99,9 +265,9 @@ void for_each_host_range(const Op& op, Fn&& fn) {
 inline bool touches_host(const Op& op, const std::byte* begin, std::uint64_t bytes) {
   const auto lo = reinterpret_cast<std::uintptr_t>(begin);
   bool touches = false;
-  for_each_host_range(op, [&](const std::byte* p, std::uint64_t n) {
-    const auto a = reinterpret_cast<std::uintptr_t>(p);
-    touches = touches || (n > 0 && bytes > 0 && a < lo + bytes && lo < a + n);
+  for_each_host_range(op, [&](const HostOperand& h) {
+    const auto a = reinterpret_cast<std::uintptr_t>(h.ptr);
+    touches = touches || (h.bytes > 0 && bytes > 0 && a < lo + bytes && lo < a + h.bytes);
   });
   return touches;
 }

@@ -123,7 +123,8 @@ struct WorkloadOptions {
   std::uint64_t seed = 1;           // weights, routing trace and the sim's schedule
   bool race_check = false;          // sim: report stream races (race.hpp); a race fails the run
   // Host model for moe-offload's host execution (sim): a missed expert costs
-  // max(FLOPs / host_flops_per_s, expert bytes / host_bytes_per_s) + 2 us.
+  // max(FLOPs / host_flops_per_s, expert bytes / host_bytes_per_s) + 2 us
+  // (cost_model.hpp's roofline_ns).
   double host_flops_per_s = 1.0e12;
   double host_bytes_per_s = 40e9;
   std::function<void(const WorkloadProgress&)> progress;  // optional

@@ -3,6 +3,8 @@
 #include <charconv>
 #include <string>
 
+#include "core/text.hpp"
+
 namespace ferry {
 namespace {
 
@@ -10,15 +12,8 @@ constexpr std::string_view kGrammar =
     "expected pinned-noop[:P] (0<=P<=1), batch-broken, batch-missing, fail-map:N (N>=1), "
     "delay:NS or none, comma-separated";
 
-// '...' quoted; built by appending (GCC 12's -Wrestrict misfires on "'" + string).
-std::string quoted(std::string_view text) {
-  std::string out;
-  out.reserve(text.size() + 2);
-  out += '\'';
-  out += text;
-  out += '\'';
-  return out;
-}
+// Faults are quoted as on the command line: 'pinned-noop'.
+std::string quoted(std::string_view text) { return text::quoted(text, std::string_view::npos, '\''); }
 
 Error bad(std::string_view item, std::string_view why) {
   return make_error(ErrorCode::invalid_argument, "--inject item " + quoted(item) + ": " +

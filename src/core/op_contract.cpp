@@ -1,8 +1,6 @@
 #include "ferry/op_contract.hpp"
 
-#include <array>
 #include <cmath>
-#include <iterator>
 #include <string>
 #include <utility>
 
@@ -10,11 +8,6 @@
 
 namespace ferry {
 namespace {
-
-constexpr std::array<std::string_view, 11> kOpNames{"fill", "copy_to_device", "copy_to_host", "copy_on_device",
-                                                    "batch_copy_to_device", "compute", "hash", "wait",
-                                                    "native_wait", "user", "nop"};
-static_assert(std::variant_size_v<Op> == kOpNames.size());
 
 bool device_range_ok(std::uint64_t addr, std::uint64_t bytes) {
   return bytes == 0 || (addr != 0 && addr <= UINT64_MAX - bytes);
@@ -30,7 +23,9 @@ bool ranges_overlap(const DeviceRange& x, const DeviceRange& y) {
 
 }  // namespace
 
-std::string_view op_name(const Op& op) noexcept { return kOpNames[op.index()]; }
+std::string_view op_name(const Op& op) noexcept {
+  return visit_described(op, [](auto d, const auto&) { return d.name; });
+}
 
 Result<void> check_op(StreamId stream, const Op& op, const DeviceInfo& info,
                       const std::function<Ticket(StreamId)>& submitted) {
@@ -42,68 +37,28 @@ Result<void> check_op(StreamId stream, const Op& op, const DeviceInfo& info,
     return Result<void>(make_error(ErrorCode::invalid_argument, where() + std::move(why)));
   };
   if (Result<void> s = check_stream(stream, "enqueue(" + std::string(op_name(op)) + ")"); !s.ok()) return s;
-  const auto device = [&](std::uint64_t addr, std::uint64_t bytes, const char* role) {
-    return device_range_ok(addr, bytes)
-               ? Result<void>()
-               : bad(std::string(role) + " " + text::range(addr, bytes) + " starts at address 0 or wraps around");
-  };
-  const auto host = [&](const void* ptr, std::uint64_t bytes, const char* role) {
-    return host_range_ok(ptr, bytes) ? Result<void>()
-                                     : bad(std::string("host ") + role + " " + text::hex(ptr) + " of " +
-                                           std::to_string(bytes) + " bytes is null or wraps around");
-  };
-  const auto copy_to_device = [&](const CopyToDeviceOp& c) -> Result<void> {
-    FERRY_TRY(device(c.dst.addr, c.dst.bytes, "dst"));
-    return host(c.src, c.dst.bytes, "src");
-  };
   const auto pattern = [&](Pattern p) {
     return known_pattern(p) ? Result<void>() : bad("unknown pattern " + std::to_string(static_cast<int>(p)));
   };
   const auto flops = [&](double f) {
     return std::isfinite(f) && f >= 0 ? Result<void>() : bad("flops must be finite and >= 0");
   };
-  return std::visit(
+  // Three passes, so that an op with one flaw is named by that flaw: what the
+  // op's own fields say, its device ranges (the op table), what relates them,
+  // then its host ranges (the op table).
+  FERRY_TRY(std::visit(
       Overloaded{
-          [&](const FillOp& f) -> Result<void> {
-            FERRY_TRY(pattern(f.pattern));
-            return device(f.dst.addr, f.dst.bytes, "dst");
+          [&](const FillOp& f) { return pattern(f.pattern); },
+          [](const CopyToDeviceOp&) { return Result<void>(); },
+          [](const CopyToHostOp&) { return Result<void>(); },
+          [](const CopyOnDeviceOp&) { return Result<void>(); },
+          [&](const BatchCopyToDeviceOp&) -> Result<void> {
+            if (info.batched_copy) return {};
+            return make_error(ErrorCode::unsupported,
+                              where() + "this device has no batched copy (DeviceInfo::batched_copy is false)");
           },
-          copy_to_device,
-          [&](const CopyToHostOp& c) -> Result<void> {
-            FERRY_TRY(device(c.src.addr, c.src.bytes, "src"));
-            return host(c.dst, c.src.bytes, "dst");
-          },
-          [&](const CopyOnDeviceOp& c) -> Result<void> {
-            FERRY_TRY(device(c.src_addr, c.dst.bytes, "src"));
-            FERRY_TRY(device(c.dst.addr, c.dst.bytes, "dst"));
-            // A device copy reads and writes in parallel: a partial overlap has no
-            // defined result. The same range is a no-op.
-            const DeviceRange src{c.src_addr, c.dst.bytes};
-            if (c.src_addr != c.dst.addr && ranges_overlap(src, c.dst)) {
-              return bad("src " + text::range(src.addr, src.bytes) + " overlaps dst " +
-                         text::range(c.dst.addr, c.dst.bytes));
-            }
-            return {};
-          },
-          [&](const BatchCopyToDeviceOp& b) -> Result<void> {
-            if (!info.batched_copy) {
-              return make_error(ErrorCode::unsupported,
-                                where() + "this device has no batched copy (DeviceInfo::batched_copy is false)");
-            }
-            for (const CopyToDeviceOp& c : b.copies) FERRY_TRY(copy_to_device(c));
-            return {};
-          },
-          [&](const ComputeOp& c) -> Result<void> {
-            FERRY_TRY(pattern(c.pattern));
-            for (const DeviceRange& in : c.inputs) FERRY_TRY(device(in.addr, in.bytes, "input"));
-            FERRY_TRY(device(c.output.addr, c.output.bytes, "output"));
-            return flops(c.flops);
-          },
-          [&](const HashOp& h) -> Result<void> {
-            FERRY_TRY(device(h.src.addr, h.src.bytes, "src"));
-            if (h.result == nullptr) return bad("result pointer is null");
-            return {};
-          },
+          [&](const ComputeOp& c) { return pattern(c.pattern); },
+          [](const HashOp&) { return Result<void>(); },
           [&](const WaitOp& w) -> Result<void> {
             if (Result<void> s = check_stream(w.point.stream, where() + "its wait"); !s.ok()) return s;
             // Only enqueued work can be waited for, which also rules out cycles.
@@ -124,13 +79,54 @@ Result<void> check_op(StreamId stream, const Op& op, const DeviceInfo& info,
               if (static_cast<unsigned>(o.access) > static_cast<unsigned>(Access::read_write)) {
                 return bad("operand " + text::range(o.range.addr, o.range.bytes) + " has an unknown access mark");
               }
-              FERRY_TRY(device(o.range.addr, o.range.bytes, to_string(o.access).data()));
             }
-            return flops(u.flops);
+            return {};
           },
           [](const NopOp&) { return Result<void>(); },
       },
-      op);
+      op));
+  Result<void> ranges;
+  for_each_device_range(op, [&](const DeviceOperand& d) {
+    if (ranges.ok() && !device_range_ok(d.addr, d.bytes)) {
+      ranges = bad(std::string(d.role) + " " + text::range(d.addr, d.bytes) + " starts at address 0 or wraps around");
+    }
+  });
+  FERRY_TRY(std::move(ranges));
+  FERRY_TRY(std::visit(
+      Overloaded{
+          [](const FillOp&) { return Result<void>(); },
+          [](const CopyToDeviceOp&) { return Result<void>(); },
+          [](const CopyToHostOp&) { return Result<void>(); },
+          [&](const CopyOnDeviceOp& c) -> Result<void> {
+            // A device copy reads and writes in parallel: a partial overlap has no
+            // defined result. The same range is a no-op.
+            const DeviceRange src{c.src_addr, c.dst.bytes};
+            if (c.src_addr != c.dst.addr && ranges_overlap(src, c.dst)) {
+              return bad("src " + text::range(src.addr, src.bytes) + " overlaps dst " +
+                         text::range(c.dst.addr, c.dst.bytes));
+            }
+            return {};
+          },
+          [](const BatchCopyToDeviceOp&) { return Result<void>(); },
+          [&](const ComputeOp& c) { return flops(c.flops); },
+          [&](const HashOp& h) -> Result<void> {
+            if (h.result == nullptr) return bad("result pointer is null");
+            return {};
+          },
+          [](const WaitOp&) { return Result<void>(); },
+          [](const NativeWaitOp&) { return Result<void>(); },
+          [&](const UserOp& u) { return flops(u.flops); },
+          [](const NopOp&) { return Result<void>(); },
+      },
+      op));
+  Result<void> host_ranges;
+  for_each_host_range(op, [&](const HostOperand& h) {
+    if (host_ranges.ok() && !host_range_ok(h.ptr, h.bytes)) {
+      host_ranges = bad("host " + std::string(h.role) + " " + text::hex(h.ptr) + " of " + std::to_string(h.bytes) +
+                   " bytes is null or wraps around");
+    }
+  });
+  return host_ranges;
 }
 
 }  // namespace ferry

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "core/error_codes.hpp"
 #include "ferry/names.hpp"
 
 namespace ferry {
@@ -20,6 +21,8 @@ constexpr std::array<NamedValue<ErrorCode>, 7> kErrorCodes{{
 }};
 
 }  // namespace
+
+std::span<const NamedValue<ErrorCode>> error_code_names() noexcept { return kErrorCodes; }
 
 std::string_view to_string(ErrorCode code) noexcept { return name_in<ErrorCode>(kErrorCodes, code); }
 

@@ -94,6 +94,21 @@ std::string count(std::uint64_t n, const char* one, const char* many) {
   return std::to_string(n) + " " + (n == 1 ? one : many);
 }
 
+std::string quoted(std::string_view text, std::size_t limit, char quote) {
+  const bool cut = text.size() > limit;
+  if (cut) text = text.substr(0, limit < 3 ? 0 : limit - 3);
+  std::string out;  // appended: gcc 12 warns falsely (-Wrestrict) on "\"" + ...
+  out.reserve(text.size() + 5);
+  out += quote;
+  for (char c : text) {
+    const auto u = static_cast<unsigned char>(c);
+    out += u < 0x20 || u == 0x7f ? '?' : c;
+  }
+  if (cut) out += "...";
+  out += quote;
+  return out;
+}
+
 std::string point(StreamPoint p) {
   return "stream " + std::to_string(p.stream) + " ticket " + std::to_string(p.ticket);
 }

@@ -2,8 +2,10 @@
 // messages and reports. Every layer formats through these; none keeps its own.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 #include "ferry/stream.hpp"
 
@@ -40,6 +42,11 @@ std::string range(std::uint64_t addr, std::uint64_t bytes);
 
 // "1 race", "3 races": a count and its noun, singular for exactly one.
 std::string count(std::uint64_t n, const char* one, const char* many);
+
+// "text" (or 'text' with quote '\''), for messages: control characters shown as
+// '?' (names may come from untrusted files), and a text longer than `limit`
+// cut to its first limit - 3 characters and "...".
+std::string quoted(std::string_view text, std::size_t limit = std::string_view::npos, char quote = '"');
 
 // "stream 3 ticket 12".
 std::string point(StreamPoint p);

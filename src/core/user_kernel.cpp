@@ -1,23 +1,25 @@
 #include "ferry/user_kernel.hpp"
 
+#include <array>
 #include <exception>
 #include <string>
 
 #include "core/text.hpp"
+#include "ferry/names.hpp"
 
 namespace ferry {
 
-std::string_view to_string(Access access) noexcept {
-  switch (access) {
-    case Access::read:
-      return "read";
-    case Access::write:
-      return "write";
-    case Access::read_write:
-      return "read_write";
-  }
-  return "unknown";
-}
+namespace {
+
+constexpr std::array<NamedValue<Access>, 3> kAccessNames{{
+    {Access::read, "read"},
+    {Access::write, "write"},
+    {Access::read_write, "read_write"},
+}};
+
+}  // namespace
+
+std::string_view to_string(Access access) noexcept { return name_in<Access>(kAccessNames, access); }
 
 namespace {
 

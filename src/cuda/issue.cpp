@@ -114,43 +114,14 @@ Result<Ticket> CudaBackend::issue(StreamId stream, Op op) {
 }
 
 Result<void> CudaBackend::validate(const Op& op) const {
-  return std::visit(
-      Overloaded{
-          [&](const FillOp& o) { return space_.check_mapped(o.dst.addr, o.dst.bytes, "FillOp"); },
-          [&](const CopyToDeviceOp& o) {
-            return space_.check_mapped(o.dst.addr, o.dst.bytes, "CopyToDeviceOp destination");
-          },
-          [&](const CopyToHostOp& o) {
-            return space_.check_mapped(o.src.addr, o.src.bytes, "CopyToHostOp source");
-          },
-          [&](const CopyOnDeviceOp& o) -> Result<void> {
-            FERRY_TRY(space_.check_mapped(o.dst.addr, o.dst.bytes, "CopyOnDeviceOp destination"));
-            return space_.check_mapped(o.src_addr, o.dst.bytes, "CopyOnDeviceOp source");
-          },
-          [&](const BatchCopyToDeviceOp& o) -> Result<void> {
-            for (const CopyToDeviceOp& c : o.copies) {
-              FERRY_TRY(space_.check_mapped(c.dst.addr, c.dst.bytes, "BatchCopyToDeviceOp destination"));
-            }
-            return {};
-          },
-          [&](const ComputeOp& o) -> Result<void> {
-            for (const DeviceRange& in : o.inputs) {
-              FERRY_TRY(space_.check_mapped(in.addr, in.bytes, "ComputeOp input"));
-            }
-            return space_.check_mapped(o.output.addr, o.output.bytes, "ComputeOp output");
-          },
-          [&](const HashOp& o) { return space_.check_mapped(o.src.addr, o.src.bytes, "HashOp source"); },
-          [&](const UserOp& o) -> Result<void> {
-            for (const UserOperand& u : o.operands) {
-              FERRY_TRY(space_.check_mapped(u.range.addr, u.range.bytes, "UserOp operand"));
-            }
-            return {};
-          },
-          [&](const WaitOp&) -> Result<void> { return {}; },
-          [&](const NativeWaitOp&) -> Result<void> { return {}; },
-          [&](const NopOp&) -> Result<void> { return {}; },
-      },
-      op);
+  Result<void> r;
+  for_each_device_range(op, [&](const DeviceOperand& d) {
+    if (r.ok()) r = space_.check_mapped(d.addr, d.bytes, d.role.data());  // roles are literals
+  });
+  if (r.ok()) return r;
+  Error e = std::move(r).error();
+  e.message = std::string(op_name(op)) + " " + e.message;
+  return e;
 }
 
 Result<std::uint64_t*> CudaBackend::scratch(Stream& st, std::uint64_t bytes) {

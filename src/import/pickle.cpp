@@ -92,7 +92,7 @@ std::string_view to_string(Kind kind) noexcept {
     case Kind::set: return "set";
     case Kind::external: return "history value";
   }
-  return "?";
+  return "unknown";
 }
 
 bool is_pickle(std::string_view bytes) noexcept {

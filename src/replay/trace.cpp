@@ -5,6 +5,9 @@
 #include <array>
 #include <unordered_map>
 
+#include "core/error_codes.hpp"
+#include "core/text.hpp"
+#include "ferry/names.hpp"
 #include "ferry/replay.hpp"
 
 namespace ferry::replay {
@@ -12,36 +15,21 @@ namespace {
 
 using nlohmann::json;
 
-constexpr std::array<std::pair<std::string_view, OpKind>, 13> kOps = {{
-    {"alloc", OpKind::alloc},
-    {"free", OpKind::free},
-    {"fill", OpKind::fill},
-    {"upload", OpKind::upload},
-    {"compute", OpKind::compute},
-    {"hold", OpKind::hold},
-    {"release", OpKind::release},
-    {"sync", OpKind::sync},
-    {"trim", OpKind::trim},
-    {"check", OpKind::check},
-    {"wait", OpKind::wait},
-    {"user", OpKind::user},
-    {"meta", OpKind::meta},
+constexpr std::array<NamedValue<OpKind>, 13> kOps{{
+    {OpKind::alloc, "alloc"},
+    {OpKind::free, "free"},
+    {OpKind::fill, "fill"},
+    {OpKind::upload, "upload"},
+    {OpKind::compute, "compute"},
+    {OpKind::hold, "hold"},
+    {OpKind::release, "release"},
+    {OpKind::sync, "sync"},
+    {OpKind::trim, "trim"},
+    {OpKind::check, "check"},
+    {OpKind::wait, "wait"},
+    {OpKind::user, "user"},
+    {OpKind::meta, "meta"},
 }};
-
-constexpr std::array<ErrorCode, 7> kCodes = {
-    ErrorCode::out_of_memory,  ErrorCode::stale_handle, ErrorCode::invalid_argument,
-    ErrorCode::transfer_corrupt, ErrorCode::backend_error, ErrorCode::unsupported,
-    ErrorCode::timeout,
-};
-
-std::string op_list() {
-  std::string s;
-  for (const auto& [name, kind] : kOps) {
-    if (!s.empty()) s += ", ";
-    s += name;
-  }
-  return s;
-}
 
 // A JSON value as it appeared, short enough for one message line. dump() with
 // `replace` never throws on odd strings.
@@ -52,13 +40,6 @@ std::string shown(const json& v) {
   std::string s = v.dump(-1, ' ', false, json::error_handler_t::replace);
   if (s.size() > 40) s = s.substr(0, 37) + "...";
   return s;
-}
-
-std::string in_quotes(std::string_view s) {
-  std::string q = "\"";
-  q += s;
-  q += '"';
-  return q;
 }
 
 // Reads typed fields of one op object; the first problem sticks and every later
@@ -75,7 +56,7 @@ class FieldReader {
     const json* v = field(key);
     if (v == nullptr) return std::nullopt;
     if (!v->is_string() || v->get_ref<const std::string&>().empty()) {
-      return fail("field " + in_quotes(key) + " must be a non-empty string (an id), got " + shown(*v));
+      return fail("field " + text::quoted(key) + " must be a non-empty string (an id), got " + shown(*v));
     }
     return v->get<std::string>();
   }
@@ -84,13 +65,13 @@ class FieldReader {
     const json* v = field(key);
     if (v == nullptr) return std::nullopt;
     if (!v->is_array() || v->empty()) {
-      return fail("field " + in_quotes(key) + " must be a non-empty array of ids, got " + shown(*v));
+      return fail("field " + text::quoted(key) + " must be a non-empty array of ids, got " + shown(*v));
     }
     std::vector<std::string> out;
     out.reserve(v->size());
     for (const json& e : *v) {
       if (!e.is_string() || e.get_ref<const std::string&>().empty()) {
-        return fail("field " + in_quotes(key) + " must hold only non-empty strings (ids), got " +
+        return fail("field " + text::quoted(key) + " must hold only non-empty strings (ids), got " +
                     shown(e));
       }
       out.push_back(e.get<std::string>());
@@ -104,12 +85,12 @@ class FieldReader {
     const json* v = field(key);
     if (v == nullptr) return std::nullopt;
     if (!v->is_array() || v->empty()) {
-      return fail("field " + in_quotes(key) + " must be a non-empty array of operands, got " + shown(*v));
+      return fail("field " + text::quoted(key) + " must be a non-empty array of operands, got " + shown(*v));
     }
     std::vector<TraceOperand> out;
     for (const json& e : *v) {
       if (!e.is_object()) {
-        return fail("field " + in_quotes(key) + " must hold only objects {\"id\", \"access\"}, got " + shown(e));
+        return fail("field " + text::quoted(key) + " must hold only objects {\"id\", \"access\"}, got " + shown(e));
       }
       FieldReader f(e);
       std::optional<std::string> id = f.id("id");
@@ -120,7 +101,7 @@ class FieldReader {
         o.bytes = f.u64("bytes").value_or(0);
         if (!f.failed() && o.bytes == 0) return fail("an operand's \"bytes\" must not be 0");
       }
-      if (f.failed()) return fail("in " + in_quotes(key) + ": " + f.problem());
+      if (f.failed()) return fail("in " + text::quoted(key) + ": " + f.problem());
       o.access = *access;
       names.push_back(*id);
       out.push_back(o);
@@ -134,13 +115,13 @@ class FieldReader {
     for (Access a : {Access::read, Access::write, Access::read_write}) {
       if (v->is_string() && v->get_ref<const std::string&>() == ferry::to_string(a)) return a;
     }
-    return fail("field " + in_quotes(key) + " must be \"read\", \"write\" or \"read_write\", got " + shown(*v));
+    return fail("field " + text::quoted(key) + " must be \"read\", \"write\" or \"read_write\", got " + shown(*v));
   }
 
   std::optional<std::string> text(const char* key) {
     const json* v = field(key);
     if (v == nullptr) return std::nullopt;
-    if (!v->is_string()) return fail("field " + in_quotes(key) + " must be a string, got " + shown(*v));
+    if (!v->is_string()) return fail("field " + text::quoted(key) + " must be a string, got " + shown(*v));
     return v->get<std::string>();
   }
 
@@ -151,25 +132,25 @@ class FieldReader {
     if (v->is_number_integer()) {
       const auto i = v->get<std::int64_t>();
       if (i >= 0) return static_cast<std::uint64_t>(i);
-      return fail("field " + in_quotes(key) + " must not be negative, got " + shown(*v));
+      return fail("field " + text::quoted(key) + " must not be negative, got " + shown(*v));
     }
     if (v->is_number_float()) {
       const double d = v->get<double>();
       // nlohmann reads integers beyond 2^64-1 as floating point.
       if (d >= 18446744073709551616.0) {
-        return fail("field " + in_quotes(key) + " is too large: " + shown(*v) +
+        return fail("field " + text::quoted(key) + " is too large: " + shown(*v) +
                     " (at most 18446744073709551615)");
       }
-      if (d < 0) return fail("field " + in_quotes(key) + " must not be negative, got " + shown(*v));
-      return fail("field " + in_quotes(key) + " must be an integer, got " + shown(*v));
+      if (d < 0) return fail("field " + text::quoted(key) + " must not be negative, got " + shown(*v));
+      return fail("field " + text::quoted(key) + " must be an integer, got " + shown(*v));
     }
-    return fail("field " + in_quotes(key) + " must be a non-negative integer, got " + shown(*v));
+    return fail("field " + text::quoted(key) + " must be a non-negative integer, got " + shown(*v));
   }
 
   std::optional<StreamId> stream(const char* key) {
     const std::optional<std::uint64_t> s = u64(key);
     if (!s) return std::nullopt;
-    if (Result<void> r = check_stream(*s, "field " + in_quotes(key)); !r.ok()) return fail(r.error().message);
+    if (Result<void> r = check_stream(*s, "field " + text::quoted(key)); !r.ok()) return fail(r.error().message);
     return static_cast<StreamId>(*s);
   }
 
@@ -180,8 +161,8 @@ class FieldReader {
     if (v->is_string()) code = parse_expect(v->get_ref<const std::string&>());
     if (!code) {
       std::string names = "\"oom\"";
-      for (ErrorCode c : kCodes) names += ", " + in_quotes(ferry::to_string(c));
-      return fail("field " + in_quotes(key) + " must be one of " + names + ", got " + shown(*v));
+      for (const NamedValue<ErrorCode>& c : error_code_names()) names += ", " + text::quoted(c.name);
+      return fail("field " + text::quoted(key) + " must be one of " + names + ", got " + shown(*v));
     }
     return code;
   }
@@ -191,7 +172,7 @@ class FieldReader {
     if (failed()) return nullptr;
     auto it = obj_.find(key);
     if (it == obj_.end()) {
-      problem_ = "missing field " + in_quotes(key);
+      problem_ = "missing field " + text::quoted(key);
       return nullptr;
     }
     return &*it;
@@ -247,11 +228,11 @@ class Validator {
     if (!op_it->is_string()) return problem(number, "field \"op\" must be a string, got " + shown(*op_it));
     const std::string& op_name = op_it->get_ref<const std::string&>();
     std::optional<OpKind> kind;
-    for (const auto& [n, k] : kOps) {
-      if (n == op_name) kind = k;
+    for (const NamedValue<OpKind>& k : kOps) {
+      if (k.name == op_name) kind = k.value;
     }
     if (!kind) {
-      return problem(number, "unknown op " + shown(*op_it) + " (ops are " + op_list() + ")");
+      return problem(number, "unknown op " + shown(*op_it) + " (ops are " + names_in<OpKind>(kOps, ", ") + ")");
     }
 
     TraceOp op;
@@ -412,28 +393,14 @@ bool blank(std::string_view s) noexcept {
 
 }  // namespace
 
-std::string_view to_string(OpKind kind) noexcept {
-  for (const auto& [name, k] : kOps) {
-    if (k == kind) return name;
-  }
-  return "?";
-}
+std::string_view to_string(OpKind kind) noexcept { return name_in<OpKind>(kOps, kind); }
 
-std::string quoted_id(std::string_view id) {
-  std::string q = "\"";
-  if (id.size() > 40) {
-    q += id.substr(0, 37);
-    q += "...";
-  } else {
-    q += id;
-  }
-  return q + '"';
-}
+std::string quoted_id(std::string_view id) { return text::quoted(id, 40); }
 
 std::optional<ErrorCode> parse_expect(std::string_view name) noexcept {
   if (name == "oom") return ErrorCode::out_of_memory;
-  for (ErrorCode c : kCodes) {
-    if (ferry::to_string(c) == name) return c;
+  for (const NamedValue<ErrorCode>& c : error_code_names()) {
+    if (c.name == name) return c.value;
   }
   return std::nullopt;
 }

@@ -7,17 +7,6 @@
 #include "ferry/op_contract.hpp"
 
 namespace ferry::sim {
-namespace {
-
-// How each built-in op touches its device ranges (for_each_device_range's roles).
-Access access_of(const char* role) {
-  const std::string_view r(role);
-  if (r == "src" || r == "input" || r == "a" || r == "b" || r == "read") return Access::read;
-  if (r == "read_write") return Access::read_write;
-  return Access::write;  // dst, output, c, write
-}
-
-}  // namespace
 
 RaceChecker::Clock RaceChecker::clock_of(StreamPoint p) const {
   const std::vector<Segment>& segs = segments_[p.stream];
@@ -50,18 +39,15 @@ void RaceChecker::issue(StreamId stream, Ticket ticket, const Op& op) {
   side.op = {stream, ticket};
   side.kind = op_name(op);
   if (const auto* u = std::get_if<UserOp>(&op)) side.tag = u->tag;
-  for_each_device_range(op, [&](std::uint64_t addr, std::uint64_t bytes, const char* role) {
-    if (bytes == 0) return;
-    side.access = access_of(role);
-    access(shadow_, side, clock, addr, bytes);
+  for_each_device_range(op, [&](const DeviceOperand& d) {
+    if (d.bytes == 0) return;
+    side.access = d.access;
+    access(shadow_, side, clock, d.addr, d.bytes);
   });
-  // A copy's host side: a download or a hash writes host memory, an upload reads it.
-  const Access host_access =
-      std::holds_alternative<CopyToHostOp>(op) || std::holds_alternative<HashOp>(op) ? Access::write : Access::read;
-  for_each_host_range(op, [&](const std::byte* p, std::uint64_t bytes) {
-    if (bytes == 0) return;
-    side.access = host_access;
-    access(host_shadow_, side, clock, reinterpret_cast<std::uintptr_t>(p), bytes);
+  for_each_host_range(op, [&](const HostOperand& h) {
+    if (h.bytes == 0) return;
+    side.access = h.access;
+    access(host_shadow_, side, clock, reinterpret_cast<std::uintptr_t>(h.ptr), h.bytes);
   });
 }
 

@@ -5,6 +5,7 @@
 // every range arrived or one ran out of attempts. Also PendingUpload, which
 // carries the upload in flight between the two.
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <memory>
 #include <set>
@@ -13,21 +14,25 @@
 
 #include "core/testing_hooks.hpp"
 #include "core/text.hpp"
+#include "ferry/names.hpp"
 #include "transfer/diagnosis.hpp"
 #include "transfer/upload_state.hpp"
 
 namespace ferry {
 namespace detail {
 
-const char* path_name(Path p) {
-  switch (p) {
-    case Path::batched: return "batched";
-    case Path::per_copy: return "per-copy";
-    case Path::staged: return "staged";
-    case Path::pageable: return "pageable";
-  }
-  return "?";
-}
+namespace {
+
+constexpr std::array<NamedValue<Path>, 4> kPathNames{{
+    {Path::batched, "batched"},
+    {Path::per_copy, "per-copy"},
+    {Path::staged, "staged"},
+    {Path::pageable, "pageable"},
+}};
+
+}  // namespace
+
+const char* path_name(Path p) { return name_in<Path>(kPathNames, p).data(); }  // the names are literals
 
 namespace {
 

@@ -9,23 +9,18 @@
 #include <set>
 #include <utility>
 
+#include "core/text.hpp"
+#include "ferry/names.hpp"
 #include "ferry/weight_bank.hpp"
 
 namespace ferry {
 namespace {
 
-struct DTypeName {
-  DType dtype;
-  std::string_view name;
-  std::uint64_t size;
-};
-
-constexpr std::array<DTypeName, 15> kDTypes = {{
-    {DType::boolean, "BOOL", 1}, {DType::u8, "U8", 1},         {DType::i8, "I8", 1},
-    {DType::f8_e4m3, "F8_E4M3", 1}, {DType::f8_e5m2, "F8_E5M2", 1}, {DType::i16, "I16", 2},
-    {DType::u16, "U16", 2},      {DType::f16, "F16", 2},       {DType::bf16, "BF16", 2},
-    {DType::i32, "I32", 4},      {DType::u32, "U32", 4},       {DType::f32, "F32", 4},
-    {DType::i64, "I64", 8},      {DType::u64, "U64", 8},       {DType::f64, "F64", 8},
+constexpr std::array<NamedValue<DType>, 15> kDTypes{{
+    {DType::boolean, "BOOL"}, {DType::u8, "U8"},   {DType::i8, "I8"},   {DType::f8_e4m3, "F8_E4M3"},
+    {DType::f8_e5m2, "F8_E5M2"}, {DType::i16, "I16"}, {DType::u16, "U16"}, {DType::f16, "F16"},
+    {DType::bf16, "BF16"},    {DType::i32, "I32"}, {DType::u32, "U32"}, {DType::f32, "F32"},
+    {DType::i64, "I64"},      {DType::u64, "U64"}, {DType::f64, "F64"},
 }};
 
 // safetensors' own reader refuses headers above 100 MB; so do we (a lying
@@ -35,11 +30,8 @@ constexpr std::uint64_t kMaxHeaderBytes = std::uint64_t{100} << 20;
 // overflow the stack long before 100 MB. A real header nests 3 levels.
 constexpr int kMaxNesting = 64;
 
-std::string dtype_list() {
-  std::string s;
-  for (const DTypeName& d : kDTypes) s += (s.empty() ? "" : ", ") + std::string(d.name);
-  return s;
-}
+// Names come from untrusted files: messages show them printable and bounded.
+std::string quoted_name(std::string_view name) { return text::quoted(name, 123); }
 
 bool mul_overflows(std::uint64_t a, std::uint64_t b, std::uint64_t* out) {
   return __builtin_mul_overflow(a, b, out);
@@ -73,40 +65,40 @@ int nesting_depth(const char* p, std::size_t n, int limit, std::size_t* where) {
   return worst;
 }
 
-std::string printable(std::string_view s) {
-  // Names come from untrusted files: keep messages printable and bounded.
-  std::string out = "\"";
-  for (char c : s.substr(0, 120)) {
-    const auto u = static_cast<unsigned char>(c);
-    if (u < 0x20 || u == 0x7f) {
-      out += '?';
-    } else {
-      out += c;
-    }
-  }
-  if (s.size() > 120) out += "...";
-  return out + "\"";
-}
-
 }  // namespace
 
-std::string_view to_string(DType dtype) noexcept {
-  for (const DTypeName& d : kDTypes)
-    if (d.dtype == dtype) return d.name;
-  return "?";
-}
+std::string_view to_string(DType dtype) noexcept { return name_in<DType>(kDTypes, dtype); }
 
 std::uint64_t dtype_size(DType dtype) noexcept {
-  for (const DTypeName& d : kDTypes)
-    if (d.dtype == dtype) return d.size;
+  switch (dtype) {
+    case DType::boolean:
+    case DType::u8:
+    case DType::i8:
+    case DType::f8_e4m3:
+    case DType::f8_e5m2:
+      return 1;
+    case DType::i16:
+    case DType::u16:
+    case DType::f16:
+    case DType::bf16:
+      return 2;
+    case DType::i32:
+    case DType::u32:
+    case DType::f32:
+      return 4;
+    case DType::i64:
+    case DType::u64:
+    case DType::f64:
+      return 8;
+  }
   return 0;
 }
 
 Result<DType> parse_dtype(std::string_view text) {
-  for (const DTypeName& d : kDTypes)
-    if (d.name == text) return d.dtype;
+  for (const NamedValue<DType>& d : kDTypes)
+    if (d.name == text) return d.value;
   return make_error(ErrorCode::invalid_argument,
-                    "unknown dtype " + printable(text) + " (known: " + dtype_list() + ")");
+                    "unknown dtype " + quoted_name(text) + " (known: " + names_in<DType>(kDTypes, ", ") + ")");
 }
 
 std::string shape_text(std::span<const std::uint64_t> shape) {
@@ -172,12 +164,12 @@ Result<std::vector<TensorInfo>> WeightBank::parse_safetensors(
     if (key == "__metadata__") {
       if (!val.is_object()) return bad("__metadata__ is not a JSON object");
       for (const auto& [mk, mv] : val.items()) {
-        if (!mv.is_string()) return bad("__metadata__ value " + printable(mk) + " is not a string");
+        if (!mv.is_string()) return bad("__metadata__ value " + quoted_name(mk) + " is not a string");
         if (metadata != nullptr) (*metadata)[mk] = mv.get<std::string>();
       }
       continue;
     }
-    const std::string t = "tensor " + printable(key);
+    const std::string t = "tensor " + quoted_name(key);
     if (key.empty()) return bad("a tensor has an empty name");
     if (!val.is_object()) return bad(t + ": its entry is not a JSON object");
     const auto dt = val.find("dtype");
@@ -239,8 +231,8 @@ Result<std::vector<TensorInfo>> WeightBank::parse_safetensors(
   for (const TensorInfo& t : tensors) {
     if (t.bytes == 0) continue;
     if (reach != nullptr && t.offset < reach->offset + reach->bytes) {
-      return bad("tensors " + printable(reach->name) + " (data_offsets [" + std::to_string(reach->offset) +
-                 ", " + std::to_string(reach->offset + reach->bytes) + "]) and " + printable(t.name) +
+      return bad("tensors " + quoted_name(reach->name) + " (data_offsets [" + std::to_string(reach->offset) +
+                 ", " + std::to_string(reach->offset + reach->bytes) + "]) and " + quoted_name(t.name) +
                  " (data_offsets [" + std::to_string(t.offset) + ", " + std::to_string(t.offset + t.bytes) +
                  "]) overlap at file offset " + std::to_string(data_start + t.offset));
     }
@@ -276,14 +268,16 @@ Result<void> write_file(const std::string& path, std::span<const TensorHead> ten
   std::set<std::string_view> names;
   std::uint64_t offset = 0;
   for (const TensorHead& t : tensors) {
-    if (t.name.empty() || t.name == "__metadata__") return bad("tensor name " + printable(t.name) + " is not allowed");
-    if (!names.insert(t.name).second) return bad("duplicate tensor name " + printable(t.name));
+    if (t.name.empty() || t.name == "__metadata__") {
+      return bad("tensor name " + quoted_name(t.name) + " is not allowed");
+    }
+    if (!names.insert(t.name).second) return bad("duplicate tensor name " + quoted_name(t.name));
     std::uint64_t expected = dtype_size(t.dtype);
     for (std::uint64_t d : t.shape) {
-      if (mul_overflows(expected, d, &expected)) return bad("tensor " + printable(t.name) + ": shape overflows");
+      if (mul_overflows(expected, d, &expected)) return bad("tensor " + quoted_name(t.name) + ": shape overflows");
     }
     if (expected != t.bytes) {
-      return bad("tensor " + printable(t.name) + ": shape " + shape_text(t.shape) + " of " +
+      return bad("tensor " + quoted_name(t.name) + ": shape " + shape_text(t.shape) + " of " +
                  std::string(to_string(t.dtype)) + " needs " + std::to_string(expected) + " bytes, got " +
                  std::to_string(t.bytes));
     }

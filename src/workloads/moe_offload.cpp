@@ -29,6 +29,8 @@
 
 #include "workloads/exec.hpp"
 
+#include "ferry/cost_model.hpp"
+
 namespace ferry::workloads {
 namespace {
 
@@ -347,8 +349,8 @@ class MoeOffload final : public Workload {
       const HostValue yv = expert(ref, bank, l * kExperts + sel[i].expert, xv);
       const std::span<const std::byte> y = yv.bytes;
       const double flops = expert_flops(sel[i].tokens);
-      const double ns = std::max(flops / options_.host_flops_per_s,
-                                 static_cast<double>(expert_bytes) / options_.host_bytes_per_s) * 1e9 + 2000;
+      const double ns =
+          roofline_ns(2000, flops, options_.host_flops_per_s, expert_bytes, options_.host_bytes_per_s);
       ex.host_busy(static_cast<std::uint64_t>(ns));
       ++host_executed;
       Result<DeviceHandle> dev = ex.alloc(xb, kHostIo);

@@ -179,5 +179,43 @@ TEST(OpContract, BatchedCopyOnADeviceWithoutOneIsUnsupported) {
   EXPECT_TRUE(check_op(0, batch, info, none).ok());
 }
 
+// The op table (OpDescription): each op's operands, with the access the race
+// checker and the sim read, and its engine. A description that named a range
+// wrongly (a write as a read) would hide races and misplace the cost.
+std::string described(const Op& op) {
+  std::string out = std::string(op_name(op)) + " on " + std::to_string(static_cast<int>(engine_of(op))) + ":";
+  for_each_device_range(op, [&](const DeviceOperand& d) {
+    out += " " + std::string(d.role) + "@" + std::to_string(d.addr) + "+" + std::to_string(d.bytes) + ":" +
+           std::string(to_string(d.access));
+  });
+  for_each_host_range(op, [&](const HostOperand& h) {
+    out += " host " + std::string(h.role) + "+" + std::to_string(h.bytes) + ":" + std::string(to_string(h.access));
+  });
+  return out;
+}
+
+TEST(OpDescription, EveryOpNamesItsOperandsAndTheirAccess) {
+  std::byte byte{};
+  std::uint64_t result = 0;
+  const auto kernel = [](const KernelLaunch&) { return Result<void>(); };
+  const std::vector<std::pair<Op, std::string>> cases = {
+      {FillOp{{100, 8}, 1}, "fill on 1: dst@100+8:write"},
+      {CopyToDeviceOp{{100, 8}, &byte}, "copy_to_device on 2: dst@100+8:write host src+8:read"},
+      {CopyToHostOp{&byte, {100, 8}}, "copy_to_host on 3: src@100+8:read host dst+8:write"},
+      {CopyOnDeviceOp{{200, 8}, 100}, "copy_on_device on 1: src@100+8:read dst@200+8:write"},
+      {BatchCopyToDeviceOp{{CopyToDeviceOp{{100, 8}, &byte}, CopyToDeviceOp{{200, 4}, &byte}}},
+       "batch_copy_to_device on 2: dst@100+8:write dst@200+4:write host src+8:read host src+4:read"},
+      {ComputeOp{{{100, 8}, {200, 8}}, {300, 8}}, "compute on 1: input@100+8:read input@200+8:read output@300+8:write"},
+      {HashOp{{100, 8}, &result}, "hash on 1: src@100+8:read host result+8:write"},
+      {WaitOp{{1, 1}}, "wait on 0:"},
+      {NativeWaitOp{}, "native_wait on 0:"},
+      {UserOp{{{{100, 8}, Access::read}, {{200, 8}, Access::write}, {{300, 8}, Access::read_write}}, kernel, 0, 0, "k"},
+       "user on 1: read@100+8:read write@200+8:write read_write@300+8:read_write"},
+      {NopOp{}, "nop on 0:"},
+  };
+  ASSERT_EQ(cases.size(), std::variant_size_v<Op>) << "an op without a case here";
+  for (const auto& [op, expected] : cases) EXPECT_EQ(described(op), expected);
+}
+
 }  // namespace
 }  // namespace ferry

@@ -148,7 +148,7 @@ TEST(ReplayIntegrity, BadInjectOrIntegrityIsBadUsageBeforeAnythingRuns) {
       {{"--inject", "pinned-noop,fail-map:0"}, "fail-map"},
       {{"--inject"}, "--inject"},
       {{"--integrity", "paranoid"}, "--integrity"},
-      {{"--backend", "cuda", "--inject", "pinned-noop"}, "needs --backend sim"},
+      {{"--backend", "cuda", "--inject", "pinned-noop"}, "needs the sim backend"},
   };
   for (const Case& c : cases) {
     std::vector<std::string> args{"replay", t};

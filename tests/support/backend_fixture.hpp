@@ -8,6 +8,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "ferry/backend.hpp"
 #include "ferry/make_backend.hpp"
@@ -68,9 +69,16 @@ inline std::string backend_name(const ::testing::TestParamInfo<std::string>& inf
   return info.param;
 }
 
+// Every backend's name, from the one name table (backend_kinds()).
+inline std::vector<std::string> backend_names() {
+  std::vector<std::string> names;
+  for (const NamedValue<BackendKind>& n : backend_kinds()) names.emplace_back(n.name);
+  return names;
+}
+
 // The backends, and the name of each instance:
 // INSTANTIATE_TEST_SUITE_P(Backends, Suite, FERRY_BACKENDS).
-#define FERRY_BACKEND_NAMES ::testing::Values(std::string("sim"), std::string("cuda"))
+#define FERRY_BACKEND_NAMES ::testing::ValuesIn(::ferry::testing::backend_names())
 #define FERRY_BACKENDS FERRY_BACKEND_NAMES, ::ferry::testing::backend_name
 // The second sim pass at the H200's granule: INSTANTIATE_TEST_SUITE_P(H200, Suite,
 // FERRY_SIM_H200) names its instances H200/Suite.Test/sim_h200.
