@@ -519,20 +519,22 @@ bool SimGpu::validate_locked(std::string* why) const {
   if (!host_.validate()) return fail("pinned host memory bookkeeping is inconsistent");
   for (StreamId s = 0; s < kMaxStreams; ++s) {
     const StreamState& st = streams_[s];
-    const std::string name = "stream " + std::to_string(s) + ": ";
-    if (st.completed > st.submitted) return fail(name + "expected completed <= submitted");
-    if (st.ops.size() != st.submitted - st.completed) return fail(name + "op count mismatch");
-    if (((active_ >> s) & 1) != (st.ops.empty() ? 0u : 1u)) return fail(name + "active mask wrong");
-    for (std::size_t i = 0; i < st.ops.size(); ++i) {
-      const PendingOp& op = st.ops[i];
-      if (op.ticket != st.completed + 1 + i) return fail(name + "tickets out of order");
+    // Runs after every op under heavy validation: no text is built unless a check fails.
+    const auto name = [s] { return "stream " + std::to_string(s) + ": "; };
+    if (st.completed > st.submitted) return fail(name() + "expected completed <= submitted");
+    if (st.ops.size() != st.submitted - st.completed) return fail(name() + "op count mismatch");
+    if (((active_ >> s) & 1) != (st.ops.empty() ? 0u : 1u)) return fail(name() + "active mask wrong");
+    std::uint64_t i = 0;
+    for (const PendingOp& op : st.ops) {
+      if (op.ticket != st.completed + 1 + i) return fail(name() + "tickets out of order");
       if (op.started && (i > 0 || op.finish_ns < now_)) {
-        return fail(name + "only the front op may run, and not in the past");
+        return fail(name() + "only the front op may run, and not in the past");
       }
       if (op.started && op.engine != Engine::none) {
         const auto& units = op.engine == Engine::compute ? compute_ : copy_;
-        if (op.unit >= units.size() || units[op.unit] != s) return fail(name + "engine not owned");
+        if (op.unit >= units.size() || units[op.unit] != s) return fail(name() + "engine not owned");
       }
+      ++i;
     }
   }
   for (std::size_t d = 0; d < link_.size(); ++d) {
