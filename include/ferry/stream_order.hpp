@@ -101,11 +101,20 @@ class StreamOrder {
   // Errors: timeout, backend_error, the fault's code.
   Result<void> wait_for_result(StreamPoint point);
 
+  // What order_after does with work of point's stream still held in its
+  // host-side queue: leave it there (a wait behind held work stays queued on
+  // `stream` until that work dispatches), or dispatch it first, for a caller that
+  // orders after work it did not enqueue and so would never flush (the pool,
+  // reusing a block whose old work sits in a held queue).
+  enum class HeldWork : std::uint8_t { stays, dispatch };
+
   // Orders later work on `stream` after `point` (an event wait on the device):
-  // enqueues a WaitOp unless the point is on `stream` itself or has completed.
+  // enqueues a WaitOp unless the point is on `stream` itself or has completed
+  // (with HeldWork::dispatch, also when the flush completed it).
   // Returns the wait's ticket, or 0 when none was needed. Never blocks.
-  // Errors: invalid_argument (bad stream, a point not handed out), backend_error.
-  Result<Ticket> order_after(StreamId stream, StreamPoint point);
+  // Errors: invalid_argument (bad stream, a point not handed out), backend_error
+  // (the flush's too).
+  Result<Ticket> order_after(StreamId stream, StreamPoint point, HeldWork held = HeldWork::stays);
   // The same after a native event of the program's (or one export_event made):
   // enqueues a NativeWaitOp. Errors: invalid_argument (bad stream, null event),
   // backend_error.

@@ -98,8 +98,12 @@ Result<void> StreamOrder::wait(const UseSet& uses) {
   return first;
 }
 
-Result<Ticket> StreamOrder::order_after(StreamId stream, StreamPoint point) {
+Result<Ticket> StreamOrder::order_after(StreamId stream, StreamPoint point, HeldWork held) {
   if (point.stream == stream || point.ticket == 0 || is_complete(point)) return Ticket{0};
+  if (held == HeldWork::dispatch) {
+    FERRY_TRY(backend_.flush(point.stream));
+    if (is_complete(point)) return Ticket{0};
+  }
   return submit(stream, [&](Ticket) -> Result<Op> { return Op{WaitOp{point}}; });
 }
 

@@ -13,7 +13,7 @@ enum class WaitSite : std::uint8_t {
   engine_verify,  // the verify stream's wait for the copy it hashes (upload_rounds.cpp)
   cache_fetch,    // acquire()'s wait for the entry's upload (offload_cache.cpp)
   replay_runner,  // the replay's waits between a producer and a consumer (runner.cpp)
-  pool_reuse,     // the pool's waits behind a reused block's old work: allocate's and make_ready's (device_pool.cpp)
+  pool_reuse,     // the pool's waits behind a reused block's old work: allocate's and make_ready's (src/pool)
   arena_lease,    // a freed arena block waits for the transfers that read it (host_arena.cpp)
 };
 

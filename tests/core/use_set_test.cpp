@@ -49,6 +49,35 @@ TEST(StreamOrder, RetiresOnlyCompletedWork) {
   EXPECT_TRUE(u.empty());
 }
 
+// order_after leaves a point's held work in its queue unless asked to dispatch it
+// (HeldWork::dispatch, the pool's reuse of a block whose old work is held): a
+// wait behind held work cannot finish, so waiting on it is refused at once.
+TEST(StreamOrder, OrderAfterDispatchesHeldWorkOnlyWhenAsked) {
+  for (const StreamOrder::HeldWork held : {StreamOrder::HeldWork::stays, StreamOrder::HeldWork::dispatch}) {
+    auto sim = make_sim_backend({*find_profile("tiny"), 1, {}});
+    StreamOrder order(*sim);
+    auto base = sim->reserve_address(1 << 20);
+    ASSERT_TRUE(base.ok());
+    ASSERT_TRUE(sim->map(*base, 1 << 20).ok());
+    sim->set_hold(1, true);
+    auto t = order.submit(1, [&](Ticket) -> Result<Op> { return Op{FillOp{{*base, 4096}, 1}}; });
+    ASSERT_TRUE(t.ok());
+    auto w = order.order_after(0, {1, *t}, held);
+    ASSERT_TRUE(w.ok());
+    ASSERT_NE(*w, 0u);  // the fill is not complete: a wait was needed either way
+    const Result<void> waited = order.wait({0, *w});
+    if (held == StreamOrder::HeldWork::dispatch) {
+      EXPECT_TRUE(waited.ok()) << waited.error().message;
+      EXPECT_TRUE(order.is_complete({1, *t}));
+    } else {
+      ASSERT_FALSE(waited.ok());
+      EXPECT_EQ(waited.error().code, ErrorCode::timeout);
+      EXPECT_FALSE(order.is_complete({1, *t}));
+    }
+    EXPECT_EQ(order.order_after(0, {0, *t}, held).value_or(1), 0u);  // own stream: never a wait
+  }
+}
+
 TEST(StreamOrder, AFailedPrepareStillConsumesItsTicket) {
   auto sim = make_sim_backend({*find_profile("tiny"), 1, {}});
   StreamOrder order(*sim);
