@@ -7,6 +7,7 @@
 #include "option_values.hpp"
 #include "ferry/device_profile.hpp"
 #include "ferry/fault_spec.hpp"
+#include "ferry/make_backend.hpp"
 
 namespace ferry::cli {
 
@@ -19,7 +20,7 @@ std::string bar_separated(const std::vector<std::string>& names) {
 std::string profile_list() { return bar_separated(profile_names()); }
 
 std::string fault_refusal(BackendKind backend, const SimFaults& faults) {
-  if (backend == BackendKind::sim || !faults.any()) return {};
+  if (capabilities_of(backend).fault_injection || !faults.any()) return {};
   return "fault injection needs --backend " + std::string(to_string(BackendKind::sim)) + " (the " +
          std::string(to_string(backend)) + " backend runs on a real device)";
 }
@@ -56,7 +57,7 @@ CLI::Option* add_capacity_option(CLI::App& app, std::string& capacity, const std
 }
 
 std::string capacity_clamp_warning(std::uint64_t requested, BackendKind backend, const std::string& profile) {
-  if (backend != BackendKind::sim) return {};
+  if (!capabilities_of(backend).profiled) return {};
   const std::optional<DeviceProfile> p = find_profile(profile);
   if (!p || requested <= p->capacity) return {};
   return "warning: --capacity " + human_bytes(requested) + " is more than the " + profile + "'s " +
