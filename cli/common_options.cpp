@@ -59,7 +59,7 @@ CLI::Option* add_capacity_option(CLI::App& app, std::string& capacity, const std
 }
 
 std::string capacity_clamp_warning(std::uint64_t requested, BackendKind backend, const std::string& profile) {
-  if (backend != BackendKind::sim) return {};
+  if (!capabilities_of(backend).profiled) return {};
   const std::optional<DeviceProfile> p = find_profile(profile);
   if (!p || requested <= p->capacity) return {};
   return "warning: --capacity " + text::human_bytes(requested) + " is more than the " + profile + "'s " +

@@ -116,7 +116,7 @@ int run_run(const RunArgs& args, const Io& io) {
     return kExitUsage;
   }
   if (!backend_built(args.backend)) {
-    io.err << me << "backend " << to_string(args.backend) << " is not available: this ferry was built without it\n";
+    io.err << me << "the " << to_string(args.backend) << " backend is not available: this ferry was built without it\n";
     return kExitUsage;
   }
 

@@ -23,6 +23,12 @@ PLANTS = [  # (file, text, a word of the message): one violation each
     ("examples/plant/plant.cpp", '#include "ferry/sim_backend.hpp"\n', "only sim"),         # examples are checked
     ("bench/plant.cpp", '#include "workloads/exec.hpp"\n#include "ferry/nothing.hpp"\n', "in no layer"),
     ("cli/plant.cpp", 'auto k = "cuda";\n', "backend name"),
+    # A branch on the kind above src/backends (a capability is asked instead); choosing one is not a branch.
+    ("src/weights/plant.cpp", 'bool lazy(const DeviceInfo& i) { return i.backend != BackendKind::sim; }\n',
+     "branch on BackendKind"),
+    ("cli/plant.cpp", 'void f(BackendKind k) { switch (k) { case BackendKind::cuda: break; } }\n',
+     "branch on BackendKind"),
+    ("src/workloads/plant.cpp", 'bool g(BackendKind k) { return BackendKind::sim == k; }\n', "branch on BackendKind"),
 ]
 
 

@@ -126,6 +126,15 @@ struct DeviceInfo {
   double mem_bytes_per_s = 0;      // nominal device memory bandwidth
   double flops_per_s = 0;          // nominal compute rate (bf16)
   bool modeled_time = false;       // the clock is virtual: durations are modeled, not measured
+  // What a backend can do, asked by everything above src/backends instead of its
+  // kind (tools/check-layers refuses a branch on BackendKind there). Known before a
+  // device opens: capabilities_of (make_backend.hpp).
+  bool host_visible = false;       // a kernel sees its operands' device bytes as host spans (KernelArg in/out)
+  bool race_checking = false;      // BackendSpec::race_check is honoured (every operation and byte seen)
+  bool fault_injection = false;    // BackendSpec::faults are injected
+  bool lazy_host_ranges = false;   // a registered host range may stay unbacked until read (no driver pins it)
+  bool profiled = false;           // the device is a DeviceProfile the spec names (spec_profile): its capacity,
+                                   // granule and latencies are known before it opens, and a run may scale them
 };
 
 // What a backend counted of the faults it injected or saw (all 0 on a real device,

@@ -48,4 +48,10 @@ Result<std::unique_ptr<Backend>> make_backend(const BackendSpec& spec);
 // True when this build can make backends of `kind` (cuda: built with the toolkit).
 bool backend_built(BackendKind kind) noexcept;
 
+// What a backend of `kind` can do, before one is made: DeviceInfo's capability
+// fields (modeled_time, host_visible, race_checking, fault_injection,
+// lazy_host_ranges, profiled), the rest left 0; a made backend's info() says the
+// same. Code above the backends asks this or Backend::info(), never the kind.
+DeviceInfo capabilities_of(BackendKind kind) noexcept;
+
 }  // namespace ferry

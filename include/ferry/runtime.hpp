@@ -3,8 +3,12 @@
 //
 // Runtime::create builds, in this order, each on top of the one before:
 //
-//   backend (make_backend)  ->  StreamOrder  ->  DevicePool  ->  HostArena
-//     ->  TransferEngine  ->  OffloadCache (only when RuntimeOptions::cache is set)
+//   backend (make_backend)  ->  backend adaptor (only when RuntimeOptions::backend_adaptor
+//     is set)  ->  StreamOrder  ->  DevicePool  ->  HostArena  ->  TransferEngine
+//     ->  OffloadCache (only when RuntimeOptions::cache is set)
+//
+// It is the one place that builds this stack: the C ABI, the workloads and the
+// replay runner each make a Runtime.
 //
 // and the destructor takes them down in the reverse order, after synchronizing
 // the backend, so that no enqueued work is in flight when the arena and the
@@ -22,6 +26,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -34,6 +39,7 @@
 #include "ferry/host_arena.hpp"
 #include "ferry/make_backend.hpp"
 #include "ferry/offload_cache.hpp"
+#include "ferry/pool_calls.hpp"
 #include "ferry/result.hpp"
 #include "ferry/stream.hpp"
 #include "ferry/stream_order.hpp"
@@ -58,6 +64,13 @@ struct RuntimeOptions {
   // Bounds every wait of the stream order, hence of the pool's reclaim, the
   // arena's waits and the engine's verification (backend time). > 0.
   std::chrono::nanoseconds wait_timeout = std::chrono::seconds(30);
+  // The backend adaptor slot (a policy that wraps the backend, e.g. the workloads'
+  // busy meter): when set, called once with the backend make_backend built; what
+  // it returns (a ForwardingBackend over `made`) is the backend everything above
+  // sits on and backend() returns. It is destroyed before `made`. Called once,
+  // inside create(), which then drops it (options() holds it no longer). An
+  // error it returns fails create(), its message prefixed "backend adaptor: ".
+  std::function<Result<std::unique_ptr<Backend>>(Backend& made)> backend_adaptor;
 };
 
 class Runtime {
@@ -68,8 +81,10 @@ class Runtime {
   // unknown sim profile; a pool capacity below one granule; an engine stream out
   // of range; cache slots == 0 or a cache stream out of range), unsupported (a
   // backend this build or machine lacks: cuda without the toolkit, driver or
-  // device), backend_error (the device failed to initialize), and whatever a
-  // component's status() reports, its message prefixed with the component.
+  // device; the message begins "the KIND backend is not available: "),
+  // backend_error (the device failed to initialize), what the backend adaptor
+  // returns, and whatever a component's status() reports, its message prefixed
+  // with the component.
   // Blocks while the device initializes and the engine's start-up probe runs
   // (bounded).
   static Result<std::unique_ptr<Runtime>> create(RuntimeOptions options);
@@ -77,15 +92,17 @@ class Runtime {
   // Synchronizes the backend (a failure cannot be reported here and is ignored:
   // the arena and the pool still wait, bounded, for work that leased their memory,
   // and leak rather than free memory the device may touch), then destroys cache,
-  // engine, arena, pool, stream order and backend, in that order. Blocks.
+  // engine, arena, pool, stream order, backend adaptor and backend, in that order.
+  // Blocks.
   ~Runtime();
   Runtime(const Runtime&) = delete;
   Runtime& operator=(const Runtime&) = delete;
   Runtime(Runtime&&) = delete;
   Runtime& operator=(Runtime&&) = delete;
 
-  // The components. Never fail, never block.
-  Backend& backend() noexcept { return *backend_; }
+  // The components. Never fail, never block. backend() is the backend adaptor
+  // when one is set (Backend::innermost() reaches the one make_backend built).
+  Backend& backend() noexcept { return adaptor_ ? *adaptor_ : *backend_; }
   StreamOrder& order() noexcept { return *order_; }
   DevicePool& pool() noexcept { return *pool_; }
   HostArena& arena() noexcept { return *arena_; }
@@ -108,6 +125,20 @@ class Runtime {
   // timeout. Blocks.
   Result<void> synchronize();
 
+  // The pool adaptor slot. calls() is what a program's calls on the pool, the
+  // engine and the streams go through (pool_calls.hpp): the adaptor set last, or
+  // the direct calls, whose synchronize() is Runtime::synchronize. The pointer it
+  // returns keeps that adaptor alive while the caller uses it, even once another
+  // replaces it. Never blocks.
+  std::shared_ptr<PoolCalls> calls() const;
+  // Puts `adaptor` in the slot (null: the direct calls again) and returns the one
+  // it replaced (null when none was set). An adaptor wraps direct_calls() (or an
+  // adaptor over them) and must not outlive the Runtime; the slot drops its
+  // reference before any component goes. Never blocks.
+  std::shared_ptr<PoolCalls> set_pool_adaptor(std::shared_ptr<PoolCalls> adaptor);
+  // The end of the chain: the calls made straight on the components.
+  PoolCalls& direct_calls() noexcept { return *direct_; }
+
   // Allocation::allocate(pool(), bytes, stream): an owned block, freed
   // (stream-ordered) when the Allocation goes, which must be before the Runtime.
   // Errors: those of DevicePool::allocate. May block (bounded) in the reclaim.
@@ -119,11 +150,16 @@ class Runtime {
   RuntimeOptions options_;
   // Declared in the order they are built; the destructor resets them in reverse.
   std::unique_ptr<Backend> backend_;
+  std::unique_ptr<Backend> adaptor_;  // wraps backend_; null without a backend adaptor
   std::unique_ptr<StreamOrder> order_;
   std::unique_ptr<DevicePool> pool_;
   std::unique_ptr<HostArena> arena_;
   std::unique_ptr<TransferEngine> engine_;
   std::unique_ptr<OffloadCache> cache_;
+  std::unique_ptr<PoolCalls> direct_;  // over pool_ and engine_
+
+  mutable std::mutex calls_mu_;  // guards pool_adaptor_ (its copy and swap, never a call's run)
+  std::shared_ptr<PoolCalls> pool_adaptor_;
 
   mutable std::mutex fault_mu_;  // guards first_fault_
   std::optional<Error> first_fault_;

@@ -50,4 +50,9 @@ class SimBackend : public Backend {
 
 std::unique_ptr<SimBackend> make_sim_backend(const SimOptions& options);
 
+// `info` with the sim's capability fields set (DeviceInfo: modeled time, host-visible
+// bytes, race checking, fault injection, lazy host ranges, a profiled device): what
+// every sim's info() says and capabilities_of(BackendKind::sim) answers.
+DeviceInfo sim_capabilities(DeviceInfo info) noexcept;
+
 }  // namespace ferry

@@ -2,10 +2,11 @@
 // §3; `ferry replay FILE` runs what it writes).
 //
 // RecordingPool is an adaptor (STYLE practice 6: tracing is a policy that wraps
-// a resource, not a flag inside it). The program keeps its DevicePool and calls
-// the RecordingPool instead; each call forwards to the pool (or to the transfer
-// engine or the backend for stream and copy operations), then writes one JSON
-// line saying what happened. Why an adaptor rather than a recorder the program
+// a resource, not a flag inside it): a PoolCalls (pool_calls.hpp) over another.
+// A program puts it in its Runtime's pool adaptor slot (Runtime::set_pool_adaptor,
+// as the C ABI's ferry_trace_start does) or calls it in place of the calls it
+// wraps; each call forwards upstream, then writes one JSON line saying what
+// happened. Why an adaptor rather than a recorder the program
 // calls beside the pool: the adaptor sees every call's outcome and the handle it
 // returned, so it names handles itself (stable ids, no bookkeeping in the
 // program) and cannot drift from what the pool did; a recorder called beside the
@@ -46,7 +47,7 @@
 // freed so long ago that it was forgotten: the last kRememberedFrees frees are
 // remembered, so a double free is recorded as a free that expects
 // stale_handle), or a stream outside 0..kMaxStreams-1.
-// Work enqueued on pool() directly is not recorded.
+// Work enqueued on pool() or upstream directly is not recorded.
 //
 // Replaying: `ferry replay FILE` with the same device profile runs at the
 // recorded capacity (the meta line's), so that pressure (and any out_of_memory
@@ -75,6 +76,7 @@
 
 #include "ferry/api.hpp"
 #include "ferry/device_pool.hpp"
+#include "ferry/pool_calls.hpp"
 #include "ferry/result.hpp"
 #include "ferry/stream.hpp"
 #include "ferry/transfer_engine.hpp"
@@ -88,66 +90,55 @@ struct RecordingStats {
   std::uint64_t failed_calls = 0;  // calls recorded with "expect" (the call failed)
 };
 
-class RecordingPool {
+class RecordingPool final : public PoolCalls {
  public:
   // Frees remembered per recorder, for recording double frees.
   static constexpr std::size_t kRememberedFrees = 4096;
 
-  // Records to `out`, which must outlive the recorder. `pool` must outlive it too.
-  RecordingPool(DevicePool& pool, std::ostream& out);
+  // Records the calls it forwards to `upstream` (a Runtime's calls(), or a
+  // DirectPoolCalls over a pool and its engine) to `out`. Both must outlive it.
+  RecordingPool(PoolCalls& upstream, std::ostream& out);
   // Records to a file it creates (truncating), opened without blocking, and
   // writes and flushes its first lines before it returns. Errors:
   // invalid_argument (the file cannot be opened for writing, is not a regular
   // file — a FIFO, a device — or its first lines cannot be written; the message
   // names it). Never blocks on a FIFO.
-  static Result<std::unique_ptr<RecordingPool>> to_file(DevicePool& pool, const std::string& path);
+  static Result<std::unique_ptr<RecordingPool>> to_file(PoolCalls& upstream, const std::string& path);
 
-  ~RecordingPool();  // flushes
+  ~RecordingPool() override;  // flushes
   RecordingPool(const RecordingPool&) = delete;
   RecordingPool& operator=(const RecordingPool&) = delete;
 
-  // --- the pool's calls (errors as DevicePool's) -----------------------------
+  // --- the calls (pool_calls.hpp; errors and blocking as upstream's) -----------
   // `tag` (optional) names the allocation in the trace: "<tag>#<N>".
-  Result<DeviceHandle> allocate(std::uint64_t bytes, StreamId stream, std::string_view tag = {});
-  Result<void> free(DeviceHandle handle);
-  Result<void> trim();
-
-  // --- device work on pooled memory (errors as enqueue_fill & co.) -----------
-  Result<Ticket> fill(StreamId stream, DeviceHandle dst, std::uint64_t seed);
+  Result<DeviceHandle> allocate(std::uint64_t bytes, StreamId stream, std::string_view tag = {}) override;
+  Result<void> free(DeviceHandle handle) override;
+  Result<void> trim() override;
+  Result<Ticket> fill(StreamId stream, DeviceHandle dst, std::uint64_t seed) override;
   Result<Ticket> compute(StreamId stream, std::span<const DeviceHandle> inputs, DeviceHandle output,
-                         double flops = 0, std::uint64_t mem_bytes = 0);
-  Result<Ticket> copy_to_host(StreamId stream, DeviceHandle src, std::span<std::byte> dst);
-  // The program's own kernel (enqueue_user, user_op.hpp; errors as it). An operand
-  // this recorder did not hand out leaves the call unrecorded.
+                         double flops = 0, std::uint64_t mem_bytes = 0) override;
+  Result<Ticket> copy_to_host(StreamId stream, DeviceHandle src, std::span<std::byte> dst) override;
+  // The program's own kernel. An operand this recorder did not hand out leaves
+  // the call unrecorded.
   Result<Ticket> user(StreamId stream, std::span<const Operand> operands, UserKernel kernel, UserCost cost = {},
-                      std::string tag = {});
-
-  // --- transfers through `engine`, which must use pool() (errors as the engine's)
-  Result<TransferReceipt> upload(TransferEngine& engine, StreamId stream, const TransferPlan& plan);
-  Result<TransferReceipt> download(TransferEngine& engine, StreamId stream, DeviceHandle src,
-                                   std::uint64_t src_offset, std::span<std::byte> dst);
-  Result<TransferReceipt> copy_on_device(TransferEngine& engine, StreamId stream, DeviceHandle dst,
-                                         std::uint64_t dst_offset, DeviceHandle src,
-                                         std::uint64_t src_offset, std::uint64_t bytes);
-
-  // --- streams, on the pool's backend ------------------------------------------
-  // hold: Backend::set_hold(stream, true). release: set_hold(false) and flush.
-  // Errors: invalid_argument (stream out of range), backend_error. Never block.
-  Result<void> hold(StreamId stream);
-  Result<void> release(StreamId stream);
-  // `stream` waits for everything enqueued on `for_stream` so far (an event wait,
-  // StreamOrder::order_after), recorded as the trace's `wait`, so a recording
-  // replays under --strict with the program's own ordering. Never blocks.
-  // Errors: invalid_argument (a stream out of range), backend_error.
-  Result<void> wait(StreamId stream, StreamId for_stream);
-  // Waits for everything enqueued on `stream` so far (dispatching what it
-  // holds), or for every stream. Blocks (bounded). Errors: invalid_argument,
-  // timeout, backend_error.
-  Result<void> synchronize(StreamId stream);
-  Result<void> synchronize();
+                      std::string tag = {}) override;
+  Result<TransferReceipt> upload(StreamId stream, const TransferPlan& plan) override;
+  Result<TransferReceipt> download(StreamId stream, DeviceHandle src, std::uint64_t src_offset,
+                                   std::span<std::byte> dst) override;
+  Result<TransferReceipt> copy_on_device(StreamId stream, DeviceHandle dst, std::uint64_t dst_offset,
+                                         DeviceHandle src, std::uint64_t src_offset, std::uint64_t bytes) override;
+  // A stream out of range is refused here (invalid_argument) and not recorded.
+  // `wait` is recorded as the trace's `wait`, so a recording replays under
+  // --strict with the program's own ordering.
+  Result<void> hold(StreamId stream) override;
+  Result<void> release(StreamId stream) override;
+  Result<void> wait(StreamId stream, StreamId for_stream) override;
+  Result<void> synchronize(StreamId stream) override;
+  Result<void> synchronize() override;
 
   // --- inspection -----------------------------------------------------------------
-  DevicePool& pool() noexcept;
+  DevicePool& pool() noexcept override;
+  TransferEngine& engine() noexcept override;
   // The id the trace uses for `handle`, if this recorder returned it (and, once
   // freed, still remembers it).
   std::optional<std::string> id_of(DeviceHandle handle) const;

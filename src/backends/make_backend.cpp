@@ -26,18 +26,29 @@ bool backend_built(BackendKind kind) noexcept {
   return false;
 }
 
+DeviceInfo capabilities_of(BackendKind kind) noexcept {
+  DeviceInfo info;
+  info.backend = kind;
+  switch (kind) {
+    case BackendKind::sim: return sim_capabilities(info);
+    case BackendKind::cuda: return info;
+  }
+  return info;
+}
+
 Result<void> check_spec(const BackendSpec& spec) {
-  if (spec.kind == BackendKind::sim) {
+  const DeviceInfo can = capabilities_of(spec.kind);
+  if (can.profiled) {
     Result<DeviceProfile> profile = spec_profile(spec);
     return profile.ok() ? Result<void>() : Result<void>(std::move(profile).error());
   }
-  if (spec.faults.any()) {
+  if (spec.faults.any() && !can.fault_injection) {
     return make_error(ErrorCode::invalid_argument, "fault injection (" + describe(spec.faults) +
                                                        ") needs the sim backend; the " +
                                                        std::string(to_string(spec.kind)) +
                                                        " backend runs on a real device");
   }
-  if (spec.race_check) {
+  if (spec.race_check && !can.race_checking) {
     return make_error(ErrorCode::unsupported, "race checking needs the sim backend, which sees every byte "
                                               "and every operation; the " +
                                                   std::string(to_string(spec.kind)) + " backend cannot");

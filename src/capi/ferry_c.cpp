@@ -28,9 +28,10 @@
 #include "ferry/user_kernel.hpp"
 #include "ferry/user_op.hpp"
 
-// A recording in progress. Each call that may record holds a reference for its
-// whole run, so a call and its trace line are never split by ferry_trace_stop;
-// the last reference flushes and hands the result to the stop that waits for it.
+// A recording in progress, in the runtime's pool adaptor slot. Each call goes
+// through Runtime::calls(), which holds a reference for the call's whole run, so
+// a call and its trace line are never split by ferry_trace_stop; the last
+// reference flushes and hands the result to the stop that waits for it.
 struct ferry_trace_s {
   std::unique_ptr<ferry::RecordingPool> recorder;
   std::promise<ferry::Result<void>> flushed;
@@ -39,14 +40,11 @@ struct ferry_trace_s {
 
 struct ferry_runtime_s {
   std::unique_ptr<ferry::Runtime> runtime;
-  // Guards only the pointer's copy and swap (never a call's run, a file's open or
-  // a flush), so start and stop are bounded however many threads call.
+  // Guards only start's and stop's check and swap of the trace (never a call's
+  // run, a file's open or a flush), so they are bounded however many threads call.
   std::mutex trace_mu;
   std::shared_ptr<ferry_trace_s> trace;
-  std::shared_ptr<ferry_trace_s> active_trace() {
-    std::lock_guard lock(trace_mu);
-    return trace;
-  }
+  std::shared_ptr<ferry::PoolCalls> calls() const { return runtime->calls(); }
   // Tags ferry_get_races handed out: interned, never erased, so the strings stay
   // valid for the runtime's life whatever another thread asks meanwhile.
   std::mutex tags_mu;
@@ -311,8 +309,7 @@ ferry_status ferry_alloc(ferry_runtime rt, uint64_t bytes, uint32_t stream, ferr
   return guarded("ferry_alloc", [&] {
     FERRY_C_CHECK(rt != nullptr, "ferry_alloc", "rt");
     FERRY_C_CHECK(out != nullptr, "ferry_alloc", "out");
-    const auto trace = rt->active_trace();
-    auto h = trace ? trace->recorder->allocate(bytes, stream) : rt->runtime->pool().allocate(bytes, stream);
+    auto h = rt->calls()->allocate(bytes, stream);
     if (!h.ok()) return fail(h.error());
     *out = to_c(*h);
     return ok();
@@ -322,8 +319,7 @@ ferry_status ferry_alloc(ferry_runtime rt, uint64_t bytes, uint32_t stream, ferr
 ferry_status ferry_free(ferry_runtime rt, ferry_handle h) {
   return guarded("ferry_free", [&] {
     FERRY_C_CHECK(rt != nullptr, "ferry_free", "rt");
-    const auto trace = rt->active_trace();
-    return done(trace ? trace->recorder->free(to_cpp(h)) : rt->runtime->pool().free(to_cpp(h)));
+    return done(rt->calls()->free(to_cpp(h)));
   });
 }
 
@@ -351,8 +347,7 @@ ferry_status ferry_set_tag(ferry_runtime rt, ferry_handle h, const char* tag) {
 ferry_status ferry_trim(ferry_runtime rt) {
   return guarded("ferry_trim", [&] {
     FERRY_C_CHECK(rt != nullptr, "ferry_trim", "rt");
-    const auto trace = rt->active_trace();
-    return done(trace ? trace->recorder->trim() : rt->runtime->pool().trim());
+    return done(rt->calls()->trim());
   });
 }
 
@@ -363,9 +358,7 @@ ferry_status ferry_upload(ferry_runtime rt, uint32_t stream, ferry_handle dst, u
     FERRY_C_CHECK(src != nullptr, "ferry_upload", "src");
     ferry::TransferPlan plan;
     plan.add(static_cast<const std::byte*>(src), to_cpp(dst), dst_offset, bytes);
-    ferry::TransferEngine& engine = rt->runtime->engine();
-    const auto trace = rt->active_trace();
-    return done(trace ? trace->recorder->upload(engine, stream, plan) : engine.upload(stream, plan));
+    return done(rt->calls()->upload(stream, plan));
   });
 }
 
@@ -376,10 +369,7 @@ ferry_status ferry_download(ferry_runtime rt, uint32_t stream, ferry_handle src,
     FERRY_C_CHECK(dst != nullptr, "ferry_download", "dst");
     if (bytes == 0) return fail(FERRY_ERROR_INVALID_ARGUMENT, "ferry_download: 0 bytes");
     const std::span<std::byte> out(static_cast<std::byte*>(dst), bytes);
-    ferry::TransferEngine& engine = rt->runtime->engine();
-    const auto trace = rt->active_trace();
-    return done(trace ? trace->recorder->download(engine, stream, to_cpp(src), src_offset, out)
-                             : engine.download(stream, to_cpp(src), src_offset, out));
+    return done(rt->calls()->download(stream, to_cpp(src), src_offset, out));
   });
 }
 
@@ -423,9 +413,7 @@ ferry_status ferry_launch(ferry_runtime rt, uint32_t stream, const ferry_operand
       return ferry::make_error(code_of(s), "the launch function returned " + std::string(name_of(s)) + " (" +
                                                std::to_string(s) + ")");
     };
-    const auto trace = rt->active_trace();
-    if (trace) return done(trace->recorder->user(stream, ops, std::move(kernel), {flops, mem_bytes}));
-    return done(ferry::enqueue_user(rt->runtime->pool(), stream, ops, std::move(kernel), {flops, mem_bytes}));
+    return done(rt->calls()->user(stream, ops, std::move(kernel), {flops, mem_bytes}));
   });
 }
 
@@ -445,11 +433,7 @@ ferry_status ferry_stream_wait(ferry_runtime rt, uint32_t stream, uint32_t for_s
     for (uint32_t s : {stream, for_stream}) {
       if (s >= ferry::kMaxStreams) return stream_out_of_range("ferry_stream_wait", s);
     }
-    const auto trace = rt->active_trace();
-    if (trace) return done(trace->recorder->wait(stream, for_stream));
-    ferry::StreamOrder& order = rt->runtime->order();
-    auto t = order.order_after(stream, {for_stream, order.backend().submitted(for_stream)});
-    return t.ok() ? ok() : fail(t.error());
+    return done(rt->calls()->wait(stream, for_stream));
   });
 }
 
@@ -457,22 +441,15 @@ ferry_status ferry_hold(ferry_runtime rt, uint32_t stream, int hold) {
   return guarded("ferry_hold", [&] {
     FERRY_C_CHECK(rt != nullptr, "ferry_hold", "rt");
     if (stream >= ferry::kMaxStreams) return stream_out_of_range("ferry_hold", stream);
-    const auto trace = rt->active_trace();
-    if (trace) return done(hold != 0 ? trace->recorder->hold(stream) : trace->recorder->release(stream));
-    ferry::Backend& b = rt->runtime->backend();
-    b.set_hold(stream, hold != 0);
-    return hold != 0 ? ok() : done(b.flush(stream));
+    const auto calls = rt->calls();
+    return done(hold != 0 ? calls->hold(stream) : calls->release(stream));
   });
 }
 
 ferry_status ferry_synchronize(ferry_runtime rt) {
   return guarded("ferry_synchronize", [&] {
     FERRY_C_CHECK(rt != nullptr, "ferry_synchronize", "rt");
-    {
-      const auto trace = rt->active_trace();
-      auto r = trace ? trace->recorder->synchronize() : rt->runtime->synchronize();
-      if (!r.ok()) return fail(r.error());
-    }
+    if (auto r = rt->calls()->synchronize(); !r.ok()) return fail(r.error());
     // A failed launch is a sticky fault of its stream, which a backend wait on the
     // stream's last point reports (the work itself has completed).
     ferry::Backend& b = rt->runtime->backend();
@@ -645,14 +622,19 @@ ferry_status ferry_trace_start(ferry_runtime rt, const char* path) {
   return guarded("ferry_trace_start", [&] {
     FERRY_C_CHECK(rt != nullptr, "ferry_trace_start", "rt");
     FERRY_C_CHECK(path != nullptr, "ferry_trace_start", "path");
-    if (rt->active_trace()) return fail(FERRY_ERROR_INVALID_ARGUMENT, "ferry_trace_start: already recording");
+    {
+      std::lock_guard lock(rt->trace_mu);
+      if (rt->trace) return fail(FERRY_ERROR_INVALID_ARGUMENT, "ferry_trace_start: already recording");
+    }
     // Opened (without blocking) and its first lines written with no lock held.
-    auto recorder = ferry::RecordingPool::to_file(rt->runtime->pool(), path);
+    auto recorder = ferry::RecordingPool::to_file(rt->runtime->direct_calls(), path);
     if (!recorder.ok()) return fail(recorder.error());
     auto trace = std::make_shared<ferry_trace_s>();
     trace->recorder = std::move(recorder).value();
     std::lock_guard lock(rt->trace_mu);
     if (rt->trace) return fail(FERRY_ERROR_INVALID_ARGUMENT, "ferry_trace_start: already recording");
+    // The slot's pointer shares the trace's ownership: its last holder flushes.
+    rt->runtime->set_pool_adaptor(std::shared_ptr<ferry::PoolCalls>(trace, trace->recorder.get()));
     rt->trace = std::move(trace);
     return ok();
   });
@@ -666,6 +648,7 @@ ferry_status ferry_trace_stop(ferry_runtime rt) {
       std::lock_guard lock(rt->trace_mu);
       trace = std::move(rt->trace);
       rt->trace = nullptr;
+      if (trace) rt->runtime->set_pool_adaptor(nullptr);
     }
     if (!trace) return fail(FERRY_ERROR_INVALID_ARGUMENT, "ferry_trace_stop: not recording");
     // Waits only for the calls that took the recorder before the swap.

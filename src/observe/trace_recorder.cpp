@@ -28,7 +28,7 @@ struct RecordingPool::Impl {
     bool live = true;
   };
 
-  DevicePool& pool;
+  PoolCalls& up;  // the calls the recorder forwards to
   std::unique_ptr<std::ostream> owned;  // set by to_file()
   std::ostream& out;
 
@@ -41,8 +41,8 @@ struct RecordingPool::Impl {
   RecordingStats st;
   Result<void> write_status;
 
-  Impl(DevicePool& p, std::ostream& o) : pool(p), out(o) { write_start(); }
-  Impl(DevicePool& p, std::unique_ptr<std::ostream> f) : pool(p), owned(std::move(f)), out(*owned) {
+  Impl(PoolCalls& u, std::ostream& o) : up(u), out(o) { write_start(); }
+  Impl(PoolCalls& u, std::unique_ptr<std::ostream> f) : up(u), owned(std::move(f)), out(*owned) {
     write_start();
   }
 
@@ -54,7 +54,7 @@ struct RecordingPool::Impl {
   // The blocks live before recording began, as allocs marked "existing": later
   // lines that use them name their ids instead of going unrecorded.
   void write_existing() {
-    const std::vector<LiveBlock> live = pool.live_blocks();
+    const std::vector<LiveBlock> live = up.pool().live_blocks();
     std::lock_guard lock(mu);
     for (const LiveBlock& b : live) {
       if (!pool_id) pool_id = b.handle.pool;
@@ -69,7 +69,7 @@ struct RecordingPool::Impl {
   // when given none, so that pressure (and each expected OOM) happens again.
   void write_meta() {
     std::lock_guard lock(mu);
-    write_locked(Line{{"op", "meta"}, {"capacity", pool.capacity()}}, nullptr);
+    write_locked(Line{{"op", "meta"}, {"capacity", up.pool().capacity()}}, nullptr);
   }
 
   // The id of `h`, when this recorder knows it. Caller holds mu.
@@ -128,19 +128,19 @@ struct RecordingPool::Impl {
   }
 };
 
-RecordingPool::RecordingPool(DevicePool& pool, std::ostream& out)
-    : impl_(std::make_unique<Impl>(pool, out)) {}
+RecordingPool::RecordingPool(PoolCalls& upstream, std::ostream& out)
+    : impl_(std::make_unique<Impl>(upstream, out)) {}
 
 RecordingPool::RecordingPool(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
-Result<std::unique_ptr<RecordingPool>> RecordingPool::to_file(DevicePool& pool, const std::string& path) {
+Result<std::unique_ptr<RecordingPool>> RecordingPool::to_file(PoolCalls& upstream, const std::string& path) {
   Result<std::unique_ptr<std::ostream>> file = open_output_file(path);
   if (!file.ok()) {
     Error e = std::move(file).error();
     e.message = "the trace file " + e.message;
     return e;
   }
-  std::unique_ptr<RecordingPool> recorder(new RecordingPool(std::make_unique<Impl>(pool, std::move(file).value())));
+  std::unique_ptr<RecordingPool> recorder(new RecordingPool(std::make_unique<Impl>(upstream, std::move(file).value())));
   // The first lines reach the file now: a path that cannot be written (a full
   // device, /proc/self/mem) is refused here, not at the end of the recording.
   if (Result<void> written = recorder->flush(); !written.ok()) {
@@ -156,9 +156,9 @@ Result<DeviceHandle> RecordingPool::allocate(std::uint64_t bytes, StreamId strea
   Impl& p = *impl_;
   if (!check_stream(stream, "trace").ok()) {
     p.unrecorded();
-    return p.pool.allocate(bytes, stream);
+    return p.up.allocate(bytes, stream, tag);
   }
-  Result<DeviceHandle> h = p.pool.allocate(bytes, stream);
+  Result<DeviceHandle> h = p.up.allocate(bytes, stream, tag);
   std::lock_guard lock(p.mu);
   const std::uint64_t n = ++p.allocations;
   std::string id = tag.empty() ? std::string("b") : std::string(tag) + "#";
@@ -175,7 +175,7 @@ Result<DeviceHandle> RecordingPool::allocate(std::uint64_t bytes, StreamId strea
 Result<void> RecordingPool::free(DeviceHandle handle) {
   Impl& p = *impl_;
   std::optional<std::vector<std::string>> id = p.lookup({&handle, 1});
-  Result<void> r = p.pool.free(handle);
+  Result<void> r = p.up.free(handle);
   if (!id) return r;
   std::lock_guard lock(p.mu);
   if (r.ok()) {
@@ -194,7 +194,7 @@ Result<void> RecordingPool::free(DeviceHandle handle) {
 }
 
 Result<void> RecordingPool::trim() {
-  Result<void> r = impl_->pool.trim();
+  Result<void> r = impl_->up.trim();
   impl_->write(Line{{"op", "trim"}}, r);
   return r;
 }
@@ -204,7 +204,7 @@ Result<Ticket> RecordingPool::fill(StreamId stream, DeviceHandle dst, std::uint6
   std::optional<std::vector<std::string>> id;
   if (check_stream(stream, "trace").ok()) id = p.lookup({&dst, 1});
   else p.unrecorded();
-  Result<Ticket> t = enqueue_fill(p.pool, stream, dst, seed);
+  Result<Ticket> t = p.up.fill(stream, dst, seed);
   if (id) p.write(Line{{"op", "fill"}, {"id", (*id)[0]}, {"stream", stream}, {"seed", seed}}, t);
   return t;
 }
@@ -218,7 +218,7 @@ Result<Ticket> RecordingPool::compute(StreamId stream, std::span<const DeviceHan
   if (check_stream(stream, "trace").ok()) ids = p.lookup(named);
   else p.unrecorded();
   const std::uint64_t seed = inputs.empty() && ids ? p.fresh_seed() : 0;
-  Result<Ticket> t = enqueue_compute(p.pool, stream, inputs, output, flops, mem_bytes);
+  Result<Ticket> t = p.up.compute(stream, inputs, output, flops, mem_bytes);
   if (!ids) return t;
   const std::string out_id = ids->back();
   ids->pop_back();
@@ -250,7 +250,7 @@ Result<Ticket> RecordingPool::user(StreamId stream, std::span<const Operand> ope
     line["operands"] = std::move(list);
     if (!tag.empty()) line["tag"] = tag;
   }
-  Result<Ticket> t = enqueue_user(p.pool, stream, operands, std::move(kernel), cost, std::move(tag));
+  Result<Ticket> t = p.up.user(stream, operands, std::move(kernel), cost, std::move(tag));
   if (ids) p.write(std::move(line), t);
   return t;
 }
@@ -260,13 +260,12 @@ Result<Ticket> RecordingPool::copy_to_host(StreamId stream, DeviceHandle src, st
   std::optional<std::vector<std::string>> id;
   if (check_stream(stream, "trace").ok()) id = p.lookup({&src, 1});
   else p.unrecorded();
-  Result<Ticket> t = enqueue_copy_to_host(p.pool, stream, src, dst);
+  Result<Ticket> t = p.up.copy_to_host(stream, src, dst);
   if (id) p.write(Line{{"op", "check"}, {"id", (*id)[0]}}, t);
   return t;
 }
 
-Result<TransferReceipt> RecordingPool::upload(TransferEngine& engine, StreamId stream,
-                                              const TransferPlan& plan) {
+Result<TransferReceipt> RecordingPool::upload(StreamId stream, const TransferPlan& plan) {
   Impl& p = *impl_;
   // One line per destination, in plan order.
   std::vector<DeviceHandle> dsts;
@@ -276,7 +275,7 @@ Result<TransferReceipt> RecordingPool::upload(TransferEngine& engine, StreamId s
   std::optional<std::vector<std::string>> ids;
   if (check_stream(stream, "trace").ok() && !dsts.empty()) ids = p.lookup(dsts);
   else p.unrecorded();
-  Result<TransferReceipt> receipt = engine.upload(stream, plan);
+  Result<TransferReceipt> receipt = p.up.upload(stream, plan);
   if (!ids) return receipt;
   std::lock_guard lock(p.mu);
   for (const std::string& id : *ids) {
@@ -286,19 +285,18 @@ Result<TransferReceipt> RecordingPool::upload(TransferEngine& engine, StreamId s
   return receipt;
 }
 
-Result<TransferReceipt> RecordingPool::download(TransferEngine& engine, StreamId stream, DeviceHandle src,
-                                                std::uint64_t src_offset, std::span<std::byte> dst) {
+Result<TransferReceipt> RecordingPool::download(StreamId stream, DeviceHandle src, std::uint64_t src_offset,
+                                                std::span<std::byte> dst) {
   Impl& p = *impl_;
   std::optional<std::vector<std::string>> id;
   if (check_stream(stream, "trace").ok()) id = p.lookup({&src, 1});
   else p.unrecorded();
-  Result<TransferReceipt> r = engine.download(stream, src, src_offset, dst);
+  Result<TransferReceipt> r = p.up.download(stream, src, src_offset, dst);
   if (id) p.write(Line{{"op", "check"}, {"id", (*id)[0]}}, r);
   return r;
 }
 
-Result<TransferReceipt> RecordingPool::copy_on_device(TransferEngine& engine, StreamId stream,
-                                                      DeviceHandle dst, std::uint64_t dst_offset,
+Result<TransferReceipt> RecordingPool::copy_on_device(StreamId stream, DeviceHandle dst, std::uint64_t dst_offset,
                                                       DeviceHandle src, std::uint64_t src_offset,
                                                       std::uint64_t bytes) {
   Impl& p = *impl_;
@@ -306,7 +304,7 @@ Result<TransferReceipt> RecordingPool::copy_on_device(TransferEngine& engine, St
   std::optional<std::vector<std::string>> ids;
   if (check_stream(stream, "trace").ok() && bytes > 0) ids = p.lookup(named);
   else p.unrecorded();  // a user operand is never 0 bytes
-  Result<TransferReceipt> r = engine.copy_on_device(stream, dst, dst_offset, src, src_offset, bytes);
+  Result<TransferReceipt> r = p.up.copy_on_device(stream, dst, dst_offset, src, src_offset, bytes);
   if (ids) {
     // The ranges, not the whole blocks: copies of disjoint ranges on two streams
     // must not replay as a race.
@@ -329,8 +327,7 @@ Result<void> RecordingPool::hold(StreamId stream) {
     p.unrecorded();
     return s;
   }
-  p.pool.order().backend().set_hold(stream, true);
-  Result<void> r;
+  Result<void> r = p.up.hold(stream);
   p.write(Line{{"op", "hold"}, {"stream", stream}}, r);
   return r;
 }
@@ -343,9 +340,7 @@ Result<void> RecordingPool::wait(StreamId stream, StreamId for_stream) {
       return bad;
     }
   }
-  StreamOrder& order = p.pool.order();
-  Result<Ticket> t = order.order_after(stream, {for_stream, order.backend().submitted(for_stream)});
-  Result<void> r = t.ok() ? Result<void>() : Result<void>(t.error());
+  Result<void> r = p.up.wait(stream, for_stream);
   p.write(Line{{"op", "wait"}, {"stream", stream}, {"for", for_stream}}, r);
   return r;
 }
@@ -356,9 +351,7 @@ Result<void> RecordingPool::release(StreamId stream) {
     p.unrecorded();
     return s;
   }
-  Backend& backend = p.pool.order().backend();
-  backend.set_hold(stream, false);
-  Result<void> r = backend.flush(stream);
+  Result<void> r = p.up.release(stream);
   p.write(Line{{"op", "release"}, {"stream", stream}}, r);
   return r;
 }
@@ -369,19 +362,20 @@ Result<void> RecordingPool::synchronize(StreamId stream) {
     p.unrecorded();
     return s;
   }
-  StreamOrder& order = p.pool.order();
-  Result<void> r = order.wait(StreamPoint{stream, order.backend().submitted(stream)});
+  Result<void> r = p.up.synchronize(stream);
   p.write(Line{{"op", "sync"}, {"stream", stream}}, r);
   return r;
 }
 
 Result<void> RecordingPool::synchronize() {
-  Result<void> r = impl_->pool.order().backend().synchronize();
+  Result<void> r = impl_->up.synchronize();
   impl_->write(Line{{"op", "sync"}}, r);
   return r;
 }
 
-DevicePool& RecordingPool::pool() noexcept { return impl_->pool; }
+DevicePool& RecordingPool::pool() noexcept { return impl_->up.pool(); }
+
+TransferEngine& RecordingPool::engine() noexcept { return impl_->up.engine(); }
 
 std::optional<std::string> RecordingPool::id_of(DeviceHandle handle) const {
   std::lock_guard lock(impl_->mu);

@@ -201,7 +201,7 @@ struct MinCapacity {
 // The unit the pool rounds its capacity to (the sim profile's granule), or 0 when
 // the spec does not say (cuda: known only once a device is open).
 inline std::uint64_t capacity_step(const BackendSpec& spec) {
-  if (spec.kind != BackendKind::sim) return 0;
+  if (!capabilities_of(spec.kind).profiled) return 0;
   Result<DeviceProfile> p = spec_profile(spec);
   return p.ok() ? p->granularity : 0;
 }

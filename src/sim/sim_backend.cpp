@@ -22,6 +22,16 @@ std::unique_ptr<SimBackend> make_sim_backend(const SimOptions& options) {
   return std::make_unique<sim::SimGpu>(options);
 }
 
+DeviceInfo sim_capabilities(DeviceInfo info) noexcept {
+  info.modeled_time = true;
+  info.host_visible = true;
+  info.race_checking = true;
+  info.fault_injection = true;
+  info.lazy_host_ranges = true;
+  info.profiled = true;
+  return info;
+}
+
 namespace sim {
 namespace {
 
@@ -82,7 +92,7 @@ SimGpu::SimGpu(const SimOptions& options)
   info_.h2d_bytes_per_s = profile_.h2d_bytes_per_s;
   info_.mem_bytes_per_s = profile_.mem_bytes_per_s;
   info_.flops_per_s = profile_.flops_per_s;
-  info_.modeled_time = true;
+  info_ = sim_capabilities(std::move(info_));
   start_queues();
 }
 

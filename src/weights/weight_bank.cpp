@@ -382,7 +382,7 @@ Result<void> WeightBank::place(TransferEngine& engine, BankPlacement placement) 
   }
   if (placement == BankPlacement::registered) {
     auto [base, len] = p.whole();
-    if (p.lazy && engine.arena().order().backend().info().backend != BackendKind::sim) {
+    if (p.lazy && !engine.arena().order().backend().info().lazy_host_ranges) {
       return make_error(ErrorCode::unsupported,
                         p.source + ": a lazy bank is registered only on the sim (a driver pins the pages it "
                                    "registers, so they cannot stay unbacked); use a resident bank");

@@ -9,6 +9,7 @@
 #include "ferry/device_pool.hpp"
 #include "ferry/device_profile.hpp"
 #include "ferry/host_arena.hpp"
+#include "ferry/runtime.hpp"
 #include "ferry/stream_order.hpp"
 #include "ferry/transfer_engine.hpp"
 #include "ferry/workload.hpp"
@@ -24,15 +25,16 @@ inline constexpr StreamId kUpload = 1;
 inline constexpr StreamId kPrefetch = 2;
 inline constexpr StreamId kHostIo = 3;  // moe host execution: activations out, results in
 
+// The Runtime one live run owns (the meter in its backend adaptor slot), and
+// its parts by the names the workloads use.
 struct Env {
-  std::unique_ptr<Backend> backend;  // the real one; `meter` wraps it
-  std::unique_ptr<BusyMeter> meter;
-  std::unique_ptr<StreamOrder> order;
-  std::unique_ptr<DevicePool> pool;
-  std::unique_ptr<HostArena> arena;
-  std::unique_ptr<TransferEngine> engine;
-
-  ~Env();
+  std::unique_ptr<Runtime> runtime;
+  Backend* backend = nullptr;  // the one make_backend built; the stack sits on `meter`, which wraps it
+  BusyMeter* meter = nullptr;
+  StreamOrder* order = nullptr;
+  DevicePool* pool = nullptr;
+  HostArena* arena = nullptr;
+  TransferEngine* engine = nullptr;
 };
 
 // The sim profile a run at scale `s` models: per-operation latencies and the
@@ -40,9 +42,10 @@ struct Env {
 // the granule-level layout are the full shape's, shrunk (see workload.hpp).
 DeviceProfile scaled_profile(DeviceProfile profile, double s);
 
-// Builds backend, meter, order, pool (of `capacity`), arena and engine. On sim
-// the profile is scaled_profile(options.profile, scale), and the pool's
-// small-block limit and release threshold shrink by scale^2 too.
+// Makes the Runtime: backend, meter, order, pool (of `capacity`), arena and
+// engine. On a profiled backend (the sim) the profile is
+// scaled_profile(options.profile, scale), and the pool's small-block limit and
+// release threshold shrink by scale^2 too.
 // Errors: invalid_argument (profile), unsupported (backend), backend_error.
 Result<std::unique_ptr<Env>> make_env(const WorkloadOptions& options, double scale, std::uint64_t capacity,
                                       std::uint64_t arena_budget);

@@ -17,7 +17,7 @@ std::uint64_t scaled(std::uint64_t full, double s) {
 
 bool uses_gemm(const WorkloadOptions& options) noexcept {
   return options.matmul == MatmulKind::gemm ||
-         (options.matmul == MatmulKind::automatic && options.backend == BackendKind::cuda);
+         (options.matmul == MatmulKind::automatic && !capabilities_of(options.backend).modeled_time);
 }
 
 std::uint64_t fnv1a(std::string_view text) {

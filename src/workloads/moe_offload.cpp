@@ -146,7 +146,7 @@ class MoeOffload final : public Workload {
       co.policy = options_.policy;
       co.upload_stream = kUpload;
       co.prefetch_stream = kUpload;  // one host link: prefetches queue with demand fetches
-      cache = std::make_unique<OffloadCache>(ex.env().engine.operator*(), co);
+      cache = std::make_unique<OffloadCache>(*ex.env().engine, co);
       FERRY_TRY(cache->status());
       for (CacheKey key = 0; key < kLayers * kExperts; ++key) {
         FERRY_TRY(cache->define(key, {bank.bytes(index_[2 * key]), bank.bytes(index_[2 * key + 1])}));

@@ -10,6 +10,7 @@
 
 #include "ferry/device_profile.hpp"
 #include "ferry/fault_spec.hpp"
+#include "ferry/make_backend.hpp"
 #include "ferry/names.hpp"
 #include "core/text.hpp"
 #include "workloads/exec.hpp"
@@ -132,7 +133,8 @@ Result<WorkloadReport> run_workload(WorkloadKind kind, const WorkloadOptions& op
   BackendSpec named;
   named.profile = options.profile;
   Result<DeviceProfile> profile = spec_profile(named);
-  if (options.backend == BackendKind::sim && !profile.ok()) return std::move(profile).error();
+  const DeviceInfo can = capabilities_of(options.backend);
+  if (can.profiled && !profile.ok()) return std::move(profile).error();
   if (!(options.host_flops_per_s > 0) || !(options.host_bytes_per_s > 0)) {
     return make_error(ErrorCode::invalid_argument, "host model rates must be > 0");
   }
@@ -142,9 +144,10 @@ Result<WorkloadReport> run_workload(WorkloadKind kind, const WorkloadOptions& op
   std::unique_ptr<workloads::Env> env;
   std::unique_ptr<Workload> w = make(kind, options, s);
   FERRY_TRY(w->check_options());
-  // Lazy on the sim: its device is larger than the host, and a workload that
-  // stages every weight needs no tensor held longer than its upload.
-  const SyntheticStorage storage = options.backend == BackendKind::sim && w->stages_weights()
+  // Lazy where registered ranges may stay unbacked (the sim: its device is larger
+  // than the host), and a workload that stages every weight needs no tensor held
+  // longer than its upload.
+  const SyntheticStorage storage = can.lazy_host_ranges && w->stages_weights()
                                        ? SyntheticStorage::lazy
                                        : SyntheticStorage::resident;
   Result<WeightBank> opened =
@@ -166,7 +169,7 @@ Result<WorkloadReport> run_workload(WorkloadKind kind, const WorkloadOptions& op
   if (capacity == 0) {
     // Rounded up to whole granules (the pool rounds down).
     const std::uint64_t granule =
-        options.backend == BackendKind::sim ? workloads::scaled_profile(*profile, s).granularity : 1;
+        can.profiled ? workloads::scaled_profile(*profile, s).granularity : 1;
     capacity = static_cast<std::uint64_t>(std::ceil(double(planned) / options.target_pressure));
     capacity = (capacity + granule - 1) / granule * granule;
   }

@@ -85,7 +85,7 @@ void run_program(Rig& rig, RecordingPool& rec) {
   HostBlock block = rig.block_with(11, 4 * kMiB);
   TransferPlan plan;
   plan.add(block, *staged);
-  ASSERT_TRUE(rec.upload(*rig.engine, 1, plan).ok());
+  ASSERT_TRUE(rec.upload(1, plan).ok());
   ASSERT_TRUE(rig.arena->free(block).ok());
 
   ASSERT_TRUE(rec.synchronize(0).ok());  // the program orders stream 1 after the fill
@@ -102,12 +102,12 @@ void run_program(Rig& rig, RecordingPool& rec) {
   ASSERT_TRUE(rec.copy_to_host(1, *out, host).ok());
   ASSERT_TRUE(rec.synchronize(1).ok());
   std::vector<std::byte> back(8 * kMiB);
-  ASSERT_TRUE(rec.download(*rig.engine, 0, *w, 0, back).ok());
+  ASSERT_TRUE(rec.download(0, *w, 0, back).ok());
   EXPECT_EQ(back, testing::pattern(7, 8 * kMiB)) << "the program's own bytes are untouched";
 
   auto copy = rec.allocate(8 * kMiB, 0, "copy");
   ASSERT_TRUE(copy.ok());
-  ASSERT_TRUE(rec.copy_on_device(*rig.engine, 0, *copy, 0, *w, 0, 8 * kMiB).ok());
+  ASSERT_TRUE(rec.copy_on_device(0, *copy, 0, *w, 0, 8 * kMiB).ok());
   auto scratch = rec.allocate(1 * kMiB, 0);
   ASSERT_TRUE(scratch.ok());
   ASSERT_TRUE(rec.compute(0, {}, *scratch).ok());
@@ -131,7 +131,8 @@ void run_program(Rig& rig, RecordingPool& rec) {
 TEST(TraceRecorder, ARecordedProgramReplaysWithEveryCheckMatchingAndTheSameErrors) {
   Rig rig(h200_at(64 * kMiB));
   std::ostringstream trace;
-  RecordingPool rec(*rig.pool, trace);
+  DirectPoolCalls direct(*rig.pool, *rig.engine);
+  RecordingPool rec(direct, trace);
   run_program(rig, rec);
   ASSERT_FALSE(::testing::Test::HasFatalFailure());
   ASSERT_TRUE(rec.flush().ok());
@@ -174,7 +175,8 @@ std::uint64_t strict_races_of_a_recording(bool with_wait) {
   Rig rig(h200_at(64 * kMiB));
   std::ostringstream trace;
   {
-    RecordingPool rec(*rig.pool, trace);
+    DirectPoolCalls direct(*rig.pool, *rig.engine);
+    RecordingPool rec(direct, trace);
     auto w = rec.allocate(1 * kMiB, 0, "w");
     auto out = rec.allocate(64 * 1024, 0, "out");
     EXPECT_TRUE(w.ok() && out.ok());
@@ -213,7 +215,8 @@ UserRecording record_user_ops(bool with_wait) {
   Rig rig(h200_at(64 * kMiB));
   std::ostringstream trace;
   {
-    RecordingPool rec(*rig.pool, trace);
+    DirectPoolCalls direct(*rig.pool, *rig.engine);
+    RecordingPool rec(direct, trace);
     auto w = rec.allocate(256 * 1024, 0, "w");
     auto out = rec.allocate(64 * 1024, 0, "out");
     EXPECT_TRUE(w.ok() && out.ok());
@@ -269,7 +272,8 @@ TEST(TraceRecorder, ARecordedFileReplaysThroughTheCliWithExitZero) {
   const std::string path = dir.path("recorded.jsonl");
   {
     Rig rig(h200_at(64 * kMiB));
-    Result<std::unique_ptr<RecordingPool>> rec = RecordingPool::to_file(*rig.pool, path);
+    DirectPoolCalls direct(*rig.pool, *rig.engine);
+    Result<std::unique_ptr<RecordingPool>> rec = RecordingPool::to_file(direct, path);
     ASSERT_TRUE(rec.ok()) << rec.error().message;
     run_program(rig, **rec);
     ASSERT_FALSE(::testing::Test::HasFatalFailure());
@@ -289,7 +293,8 @@ TEST(TraceRecorder, ARecordedFileReplaysAtItsRecordedCapacityWithoutTheOption) {
   const std::string path = dir.path("recorded.jsonl");
   {
     Rig rig(h200_at(64 * kMiB));
-    Result<std::unique_ptr<RecordingPool>> rec = RecordingPool::to_file(*rig.pool, path);
+    DirectPoolCalls direct(*rig.pool, *rig.engine);
+    Result<std::unique_ptr<RecordingPool>> rec = RecordingPool::to_file(direct, path);
     ASSERT_TRUE(rec.ok()) << rec.error().message;
     run_program(rig, **rec);
     ASSERT_FALSE(::testing::Test::HasFatalFailure());
@@ -308,7 +313,8 @@ TEST(TraceRecorder, ARecordedFileReplaysAtItsRecordedCapacityWithoutTheOption) {
 TEST(TraceRecorder, IdsAreStablePerAllocationAndNeverReused) {
   Rig rig(h200_at(64 * kMiB));
   std::ostringstream trace;
-  RecordingPool rec(*rig.pool, trace);
+  DirectPoolCalls direct(*rig.pool, *rig.engine);
+  RecordingPool rec(direct, trace);
   auto a = rec.allocate(1024, 0, "act");
   ASSERT_TRUE(a.ok());
   EXPECT_EQ(rec.id_of(*a), "act#1");
@@ -325,7 +331,8 @@ TEST(TraceRecorder, CallsTheFormatCannotExpressAreForwardedButNotRecorded) {
   Rig rig(h200_at(64 * kMiB));
   Rig other(h200_at(64 * kMiB));
   std::ostringstream trace;
-  RecordingPool rec(*rig.pool, trace);
+  DirectPoolCalls direct(*rig.pool, *rig.engine);
+  RecordingPool rec(direct, trace);
   auto mine = rec.allocate(4096, 0);
   ASSERT_TRUE(mine.ok());
   const std::uint64_t lines_before = rec.stats().lines;
@@ -353,7 +360,8 @@ TEST(TraceRecorder, CallsTheFormatCannotExpressAreForwardedButNotRecorded) {
 TEST(TraceRecorder, AZeroByteAllocationIsRecordedAsExpectingInvalidArgument) {
   Rig rig(h200_at(64 * kMiB));
   std::ostringstream trace;
-  RecordingPool rec(*rig.pool, trace);
+  DirectPoolCalls direct(*rig.pool, *rig.engine);
+  RecordingPool rec(direct, trace);
   EXPECT_FALSE(rec.allocate(0, 0).ok());
   const auto lines = lines_of(trace.str());
   ASSERT_EQ(lines.size(), 2u);
@@ -368,7 +376,8 @@ TEST(TraceRecorder, AZeroByteAllocationIsRecordedAsExpectingInvalidArgument) {
 TEST(TraceRecorder, IsSafeToCallFromSeveralThreads) {
   Rig rig(h200_at(128 * kMiB));
   std::ostringstream trace;
-  RecordingPool rec(*rig.pool, trace);
+  DirectPoolCalls direct(*rig.pool, *rig.engine);
+  RecordingPool rec(direct, trace);
   constexpr int kThreads = 4, kRounds = 25;
   std::vector<std::thread> threads;
   for (int t = 0; t < kThreads; ++t) {
@@ -397,7 +406,8 @@ TEST(TraceRecorder, IsSafeToCallFromSeveralThreads) {
 
 TEST(TraceRecorder, AFileThatCannotBeOpenedIsAnError) {
   Rig rig(h200_at(64 * kMiB));
-  auto rec = RecordingPool::to_file(*rig.pool, "/nonexistent-dir/x/trace.jsonl");
+  DirectPoolCalls direct(*rig.pool, *rig.engine);
+  auto rec = RecordingPool::to_file(direct, "/nonexistent-dir/x/trace.jsonl");
   ASSERT_FALSE(rec.ok());
   EXPECT_EQ(rec.error().code, ErrorCode::invalid_argument);
   EXPECT_NE(rec.error().message.find("/nonexistent-dir/x/trace.jsonl"), std::string::npos);
@@ -407,7 +417,8 @@ TEST(TraceRecorder, AFailingOutputIsReportedButNeverFailsTheProgram) {
   Rig rig(h200_at(64 * kMiB));
   std::ostringstream trace;
   trace.setstate(std::ios::badbit);
-  RecordingPool rec(*rig.pool, trace);
+  DirectPoolCalls direct(*rig.pool, *rig.engine);
+  RecordingPool rec(direct, trace);
   auto h = rec.allocate(4096, 0);
   ASSERT_TRUE(h.ok()) << "the call still runs";
   EXPECT_TRUE(rec.free(*h).ok());
@@ -423,20 +434,21 @@ TEST(TraceRecorder, DeviceCopiesOfDisjointRangesOnTwoStreamsReplayWithoutARace) 
   Rig rig(h200_at(64 * kMiB));
   std::ostringstream trace;
   {
-    RecordingPool rec(*rig.pool, trace);
+    DirectPoolCalls direct(*rig.pool, *rig.engine);
+    RecordingPool rec(direct, trace);
     auto src = rec.allocate(2 * kMiB, 0, "src");
     auto dst = rec.allocate(2 * kMiB, 0, "dst");
     ASSERT_TRUE(src.ok() && dst.ok());
     ASSERT_TRUE(rec.fill(0, *src, 3).ok());
     ASSERT_TRUE(rec.synchronize().ok());
-    ASSERT_TRUE(rec.copy_on_device(*rig.engine, 0, *dst, 0, *src, 0, kMiB).ok());
-    ASSERT_TRUE(rec.copy_on_device(*rig.engine, 1, *dst, kMiB, *src, kMiB, kMiB).ok());
+    ASSERT_TRUE(rec.copy_on_device(0, *dst, 0, *src, 0, kMiB).ok());
+    ASSERT_TRUE(rec.copy_on_device(1, *dst, kMiB, *src, kMiB, kMiB).ok());
     ASSERT_TRUE(rec.synchronize().ok());
     std::vector<std::byte> back(2 * kMiB);
     ASSERT_TRUE(rec.copy_to_host(0, *dst, back).ok());
     ASSERT_TRUE(rec.synchronize().ok());
     EXPECT_EQ(back, testing::pattern(3, 2 * kMiB)) << "the program's copies moved its bytes";
-    auto none = rec.copy_on_device(*rig.engine, 0, *dst, 0, *src, 0, 0);
+    auto none = rec.copy_on_device(0, *dst, 0, *src, 0, 0);
     EXPECT_FALSE(none.ok()) << "a 0-byte copy is refused";
     EXPECT_EQ(rec.stats().unrecorded, 1u) << "and left out: a trace operand is never 0 bytes";
     ASSERT_TRUE(rec.flush().ok());
@@ -482,7 +494,8 @@ TEST(TraceRecorderFile, AFifoIsRefusedWithoutBlocking) {
   const std::string fifo = temp_path("trace-fifo");
   std::filesystem::remove(fifo);
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
-  auto rec = RecordingPool::to_file(*rig.pool, fifo);
+  DirectPoolCalls direct(*rig.pool, *rig.engine);
+  auto rec = RecordingPool::to_file(direct, fifo);
   std::filesystem::remove(fifo);
   ASSERT_FALSE(rec.ok());
   EXPECT_EQ(rec.error().code, ErrorCode::invalid_argument);
@@ -494,13 +507,15 @@ TEST(TraceRecorderFile, AnUnwritablePathIsRefusedAtStart) {
   Rig rig(h200_at(64 * kMiB));
   for (const char* path : {"/dev/full", "/proc/self/mem"}) {
     if (!std::filesystem::exists(path)) continue;
-    auto rec = RecordingPool::to_file(*rig.pool, path);
+    DirectPoolCalls direct(*rig.pool, *rig.engine);
+    auto rec = RecordingPool::to_file(direct, path);
     ASSERT_FALSE(rec.ok()) << path;
     EXPECT_EQ(rec.error().code, ErrorCode::invalid_argument) << path;
     EXPECT_NE(rec.error().message.find(path), std::string::npos) << rec.error().message;
   }
   const std::string fine = temp_path("trace-fine");
-  auto rec = RecordingPool::to_file(*rig.pool, fine);
+  DirectPoolCalls direct(*rig.pool, *rig.engine);
+  auto rec = RecordingPool::to_file(direct, fine);
   ASSERT_TRUE(rec.ok()) << rec.error().message;
   std::ifstream in(fine);
   std::string first;
@@ -518,10 +533,11 @@ TEST(TraceRecorder, BlocksLiveAtStartAreRecordedAsExisting) {
   ASSERT_TRUE(before.ok());
   std::ostringstream trace;
   {
-    RecordingPool rec(*rig.pool, trace);
+    DirectPoolCalls direct(*rig.pool, *rig.engine);
+    RecordingPool rec(direct, trace);
     ASSERT_TRUE(rec.fill(0, *before, 5).ok());
     std::vector<std::byte> back(64 * 1024);
-    ASSERT_TRUE(rec.download(*rig.engine, 0, *before, 0, back).ok());
+    ASSERT_TRUE(rec.download(0, *before, 0, back).ok());
     ASSERT_TRUE(rec.free(*before).ok());
     EXPECT_EQ(rec.stats().unrecorded, 0u);
     ASSERT_TRUE(rec.flush().ok());

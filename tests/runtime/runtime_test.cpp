@@ -15,6 +15,8 @@
 #include "backend_fixture.hpp"
 #include "core/text.hpp"
 #include "ferry/allocation.hpp"
+#include "ferry/forwarding_backend.hpp"
+#include "ferry/pool_calls.hpp"
 #include "ferry/user_op.hpp"
 #include "pool_helpers.hpp"
 
@@ -268,12 +270,108 @@ Error create_error(RuntimeOptions o) {
   return r.ok() ? Error{ErrorCode::backend_error, "created"} : std::move(r).error();
 }
 
+// --- the adaptor slots ------------------------------------------------------------
+
+// A backend adaptor that counts the operations enqueued through it.
+class CountingBackend final : public ForwardingBackend {
+ public:
+  using ForwardingBackend::ForwardingBackend;
+  Result<Ticket> enqueue(StreamId stream, Op op) override {
+    ++enqueued;
+    return ForwardingBackend::enqueue(stream, std::move(op));
+  }
+  std::uint64_t enqueued = 0;
+};
+
+TEST(RuntimeSlots, TheBackendAdaptorIsWhatTheStackSitsOn) {
+  RuntimeOptions o = options_on("sim");
+  CountingBackend* counting = nullptr;
+  Backend* made_backend = nullptr;
+  o.backend_adaptor = [&](Backend& made) -> Result<std::unique_ptr<Backend>> {
+    made_backend = &made;
+    auto adaptor = std::make_unique<CountingBackend>(made);
+    counting = adaptor.get();
+    return std::unique_ptr<Backend>(std::move(adaptor));
+  };
+  FERRY_MAKE_RUNTIME(rt, o, "sim");
+  ASSERT_NE(counting, nullptr);
+  EXPECT_EQ(&rt->backend(), counting);
+  EXPECT_EQ(&rt->order().backend(), counting);
+  EXPECT_EQ(&rt->backend().innermost(), made_backend);
+  EXPECT_FALSE(rt->options().backend_adaptor);  // called once, then dropped
+  const std::uint64_t before = counting->enqueued;
+  Result<DeviceHandle> h = rt->pool().allocate(64 * KiB, 0);
+  ASSERT_TRUE(h.ok()) << h.error().message;
+  ASSERT_TRUE(enqueue_fill(rt->pool(), 0, *h, 7).ok());
+  EXPECT_GT(counting->enqueued, before);
+  ASSERT_TRUE(rt->pool().free(*h).ok());
+  EXPECT_TRUE(rt->synchronize().ok());
+}
+
+TEST(RuntimeSlots, AFailingBackendAdaptorFailsCreateNamingIt) {
+  RuntimeOptions o = options_on("sim");
+  o.backend_adaptor = [](Backend&) -> Result<std::unique_ptr<Backend>> {
+    return make_error(ErrorCode::unsupported, "no meter here");
+  };
+  const Error e = create_error(o);
+  EXPECT_EQ(e.code, ErrorCode::unsupported);
+  EXPECT_EQ(e.message, "backend adaptor: no meter here");
+}
+
+// A pool adaptor that counts allocations and forwards everything to its upstream.
+class CountingCalls final : public DirectPoolCalls {
+ public:
+  explicit CountingCalls(PoolCalls& up) : DirectPoolCalls(up.pool(), up.engine()), up_(up) {}
+  Result<DeviceHandle> allocate(std::uint64_t bytes, StreamId stream, std::string_view tag) override {
+    ++allocations;
+    return up_.allocate(bytes, stream, tag);
+  }
+  std::uint64_t allocations = 0;
+
+ private:
+  PoolCalls& up_;
+};
+
+TEST(RuntimeSlots, CallsGoThroughThePoolAdaptorWhileItIsSet) {
+  FERRY_MAKE_RUNTIME(rt, options_on("sim"), "sim");
+  EXPECT_EQ(rt->calls().get(), &rt->direct_calls());
+  auto counting = std::make_shared<CountingCalls>(rt->direct_calls());
+  EXPECT_EQ(rt->set_pool_adaptor(counting), nullptr);
+  const std::shared_ptr<PoolCalls> held = rt->calls();
+  EXPECT_EQ(held.get(), counting.get());
+  Result<DeviceHandle> h = held->allocate(64 * KiB, 0);
+  ASSERT_TRUE(h.ok()) << h.error().message;
+  EXPECT_EQ(counting->allocations, 1u);
+  EXPECT_EQ(rt->set_pool_adaptor(nullptr), counting);
+  EXPECT_EQ(rt->calls().get(), &rt->direct_calls());
+  ASSERT_TRUE(rt->calls()->free(*h).ok());
+  EXPECT_EQ(counting->allocations, 1u);
+  EXPECT_TRUE(rt->calls()->synchronize().ok());
+}
+
 TEST(RuntimeCreate, DefaultsMakeASimRuntime) {
   Result<std::unique_ptr<Runtime>> r = Runtime::create({});
   ASSERT_TRUE(r.ok()) << r.error().message;
   EXPECT_EQ((*r)->backend().info().backend, BackendKind::sim);
   EXPECT_TRUE((*r)->status().ok());
   EXPECT_TRUE((*r)->synchronize().ok());
+}
+
+// What code above the backends asks instead of the kind: a made backend's info()
+// says what capabilities_of its kind says before one exists.
+TEST_P(RuntimeTest, TheBackendsCapabilitiesAreThoseOfItsKind) {
+  const DeviceInfo& info = rt_->backend().info();
+  const DeviceInfo can = capabilities_of(info.backend);
+  EXPECT_EQ(info.modeled_time, can.modeled_time);
+  EXPECT_EQ(info.host_visible, can.host_visible);
+  EXPECT_EQ(info.race_checking, can.race_checking);
+  EXPECT_EQ(info.fault_injection, can.fault_injection);
+  EXPECT_EQ(info.lazy_host_ranges, can.lazy_host_ranges);
+  EXPECT_EQ(info.profiled, can.profiled);
+  // A backend that injects faults is refused none, and one that does not is refused any.
+  BackendSpec spec = options_on(GetParam()).backend;
+  spec.faults.batch_broken = true;
+  EXPECT_EQ(check_spec(spec).ok(), can.fault_injection);
 }
 
 TEST(RuntimeCreate, AnUnknownProfileIsAnErrorValue) {

@@ -555,11 +555,11 @@ TEST(LazyBank, CanaryBytesStayForAnyPieceSize) {
   ASSERT_TRUE(bank->unplace().ok());
 }
 
-// A backend that says it is cuda: a driver pins what it registers.
+// A backend whose registered ranges a driver pins (as cuda's): no lazy host ranges.
 class PinsWhatItRegisters final : public ForwardingBackend {
  public:
   explicit PinsWhatItRegisters(Backend& inner) : ForwardingBackend(inner), info_(inner.info()) {
-    info_.backend = BackendKind::cuda;
+    info_.lazy_host_ranges = false;
   }
   const DeviceInfo& info() const noexcept override { return info_; }
 

@@ -107,7 +107,7 @@ TEST(RunCli, CudaIsAClearNotAvailable) {
   if (make_cuda_backend({}).ok()) GTEST_SKIP() << "this machine has a CUDA device";  // runs in every build without one
   const CliRun r = ferry({"run", "dense-stream", "--backend", "cuda"});
   EXPECT_EQ(r.code, 2);
-  EXPECT_NE(r.err.find("backend cuda is not available"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("the cuda backend is not available"), std::string::npos) << r.err;
 }
 
 TEST(RunCli, FailedChecksExitOne) {

@@ -1,0 +1,309 @@
+// What each trace op does on the pool, the arena and the engine, and the
+// cross-stream waits a program would have written.
+#include "replay/replayer.hpp"
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <new>
+#include <iterator>
+#include <map>
+#include <sstream>
+#include <utility>
+#include <vector>
+
+#include "core/input_file.hpp"
+#include "core/testing_hooks.hpp"
+#include "core/text.hpp"
+#include "ferry/content.hpp"
+#include "ferry/device_pool.hpp"
+#include "ferry/device_profile.hpp"
+#include "ferry/fault_spec.hpp"
+#include "ferry/make_backend.hpp"
+#include "ferry/host_arena.hpp"
+#include "ferry/replay.hpp"
+#include "ferry/runtime.hpp"
+#include "ferry/stream_order.hpp"
+#include "ferry/transfer_engine.hpp"
+#include "ferry/user_op.hpp"
+#include "replay/reference.hpp"
+#include "replay/trace.hpp"
+
+namespace ferry::replay_runner {
+
+// A check copies a buffer back in pieces of at most this many bytes.
+constexpr std::uint64_t kCheckPiece = std::uint64_t{64} << 20;
+
+void Replayer::execute(const TraceOp& op) {
+  switch (op.kind) {
+    case OpKind::alloc: return alloc(op);
+    case OpKind::free: return free(op);
+    case OpKind::fill: return fill(op);
+    case OpKind::upload: return upload(op);
+    case OpKind::compute: return compute(op);
+    case OpKind::user: return user(op);
+    case OpKind::hold:
+      backend_.set_hold(op.stream, true);
+      return expect_success(op);
+    case OpKind::release:
+      backend_.set_hold(op.stream, false);
+      if (!outcome(op, backend_.flush(op.stream))) return;
+      return expect_success(op);
+    case OpKind::sync: return sync(op);
+    case OpKind::trim:
+      if (!outcome(op, pool_->trim())) return;
+      return expect_success(op);
+    case OpKind::check: return check(op);
+    case OpKind::wait: {
+      // An event recorded on `for` now, waited on by `stream`.
+      const StreamPoint point{op.waits_for, backend_.submitted(op.waits_for)};
+      if (!outcome(op, order_.order_after(op.stream, point))) return;
+      return expect_success(op);
+    }
+    case OpKind::meta: return;  // never among ops: parse_trace keeps it in Trace
+  }
+}
+
+void Replayer::alloc(const TraceOp& op) {
+  Buffer& b = buffers_[op.id];
+  // Only an alloc that carried `expect` and succeeded anyway leaves a live
+  // handle behind under the same id (the validator rejects the rest).
+  if (b.allocated) (void)pool_->free(b.handle);
+  b = Buffer{};
+  Result<DeviceHandle> h = pool_->allocate(op.bytes, op.stream);
+  if (!h.ok()) {
+    b.failed = true;
+    record(op, std::move(h).error());
+    return;
+  }
+  b.handle = *h;
+  b.allocated = true;
+  b.expected = ExpectedBytes::unknown(op.bytes);
+  if (racing_) (void)pool_->set_tag(*h, trace_.ids[op.id]);  // the handle is live: cannot fail
+  if (naming_owners_) {
+    const DeviceSpan span = *pool_->resolve(*h);
+    name_owner(span.addr, span.addr + (span.bytes + 255) / 256 * 256, op.id);
+  }
+  expect_success(op);
+}
+
+void Replayer::free(const TraceOp& op) {
+  Buffer& b = buffers_[op.id];
+  if (skip(b)) return;
+  b.allocated = false;
+  if (!outcome(op, pool_->free(b.handle))) return;
+  expect_success(op);
+}
+
+void Replayer::fill(const TraceOp& op) {
+  Buffer& b = buffers_[op.id];
+  if (skip(b)) return;
+  if (!outcome(op, order_after_writers_and_readers(op.stream, b))) return;
+  Result<Ticket> t = enqueue_fill(*pool_, op.stream, b.handle, op.seed);
+  if (!outcome(op, t)) return;
+  wrote(b, {op.stream, *t}, ExpectedBytes::pattern(b.expected.size(), op.seed));
+  expect_success(op);
+}
+
+void Replayer::upload(const TraceOp& op) {
+  Buffer& b = buffers_[op.id];
+  if (skip(b)) return;
+  if (!outcome(op, order_after_writers_and_readers(op.stream, b))) return;
+  const std::uint64_t size = b.expected.size();
+  TransferPlan plan;
+  Result<HostBlock> block = arena_->allocate(size);
+  std::vector<std::byte> unpinned;
+  if (block.ok()) {
+    fill_pattern(op.seed, 0, block->span());
+    plan.add(*block, b.handle);
+  } else if (block.error().code == ErrorCode::out_of_memory) {
+    // Larger than the arena's pinned budget: plain host memory, which the
+    // engine copies before upload() returns (pageable, still verified).
+    unpinned.resize(static_cast<std::size_t>(size));
+    fill_pattern(op.seed, 0, unpinned);
+    plan.add(std::span<const std::byte>(unpinned), b.handle);
+  } else {
+    record(op, std::move(block).error());
+    return;
+  }
+  Result<TransferReceipt> receipt = engine_->upload(op.stream, plan);
+  // Legal with the copy in flight: the engine leased the block for it.
+  if (block.ok()) (void)arena_->free(*block);
+  if (!receipt.ok()) {
+    // Whatever the engine enqueued before it gave up may still write the
+    // buffer: order later users after all of it, and trust none of the bytes.
+    if (receipt.error().code == ErrorCode::transfer_corrupt) {
+      wrote(b, {op.stream, backend_.submitted(op.stream)}, ExpectedBytes::unknown(size));
+    }
+    record(op, receipt.error());
+    return;
+  }
+  wrote(b, receipt->done, ExpectedBytes::pattern(size, op.seed));
+  expect_success(op);
+}
+
+void Replayer::compute(const TraceOp& op) {
+  Buffer& out = buffers_[op.id];
+  for (IdIndex in : op.inputs) {
+    if (buffers_[in].failed) return skipped();
+  }
+  if (skip(out)) return;
+  std::vector<DeviceHandle> handles;
+  std::vector<ExpectedBytes*> inputs;
+  std::uint64_t mem_bytes = out.expected.size();
+  for (IdIndex in : op.inputs) {
+    Buffer& b = buffers_[in];
+    if (!outcome(op, order_after_writer(op.stream, b))) return;
+    handles.push_back(b.handle);
+    inputs.push_back(&b.expected);
+    mem_bytes += b.expected.size();
+  }
+  if (!outcome(op, order_after_writers_and_readers(op.stream, out))) return;
+  // The reference of the output is computed before it changes (the output may
+  // also be an input).
+  ExpectedBytes result = ExpectedBytes::mixed(inputs, out.expected.size());
+  Result<Ticket> t = enqueue_compute(*pool_, op.stream, handles, out.handle, 0.0, mem_bytes);
+  if (!outcome(op, t)) return;
+  for (IdIndex in : op.inputs) buffers_[in].reads.add({op.stream, *t});
+  wrote(out, {op.stream, *t}, std::move(result));
+  expect_success(op);
+}
+
+void Replayer::user(const TraceOp& op) {
+  for (const replay::TraceOperand& o : op.operands) {
+    if (buffers_[o.id].failed) return skipped();
+  }
+  std::vector<Operand> operands;
+  std::vector<ExpectedBytes*> inputs;
+  bool whole_inputs = true;
+  for (const replay::TraceOperand& o : op.operands) {
+    Buffer& b = buffers_[o.id];
+    const bool whole = o.offset == 0 && (o.bytes == kRestOfBlock || o.bytes == b.expected.size());
+    if (writes(o.access)) {
+      if (!outcome(op, order_after_writers_and_readers(op.stream, b))) return;
+    } else if (!outcome(op, order_after_writer(op.stream, b))) {
+      return;
+    }
+    if (reads(o.access)) {
+      inputs.push_back(&b.expected);
+      whole_inputs = whole_inputs && whole;
+    }
+    operands.push_back({b.handle, o.access, o.offset, o.bytes});
+  }
+  const bool modeled = backend_.info().host_visible;
+  const auto stand_in = [](const KernelLaunch& launch) -> Result<void> {
+    std::uint64_t acc = kMixStart, k = 0;
+    for (const KernelArg& a : launch.args) {
+      if (reads(a.access)) acc = mix_step(acc, k++, content_hash(a.in));
+    }
+    for (const KernelArg& a : launch.args) {
+      if (writes(a.access)) fill_pattern(acc, 0, a.out);  // empty on a real device
+    }
+    return {};
+  };
+  // The references of the outputs are computed before they change (an operand
+  // may be read and written).
+  std::vector<ExpectedBytes> results;
+  for (const replay::TraceOperand& o : op.operands) {
+    const Buffer& b = buffers_[o.id];
+    const bool whole = o.offset == 0 && (o.bytes == kRestOfBlock || o.bytes == b.expected.size());
+    if (!writes(o.access)) continue;
+    results.push_back(modeled && whole && whole_inputs ? ExpectedBytes::mixed(inputs, b.expected.size())
+                                                       : ExpectedBytes::unknown(b.expected.size()));
+  }
+  Result<Ticket> t = enqueue_user(*pool_, op.stream, operands, stand_in, {}, op.tag);
+  if (!outcome(op, t)) return;
+  std::size_t out = 0;
+  for (const replay::TraceOperand& o : op.operands) {
+    Buffer& b = buffers_[o.id];
+    if (writes(o.access)) {
+      wrote(b, {op.stream, *t}, std::move(results[out++]));
+      if (reads(o.access)) b.reads.add({op.stream, *t});
+    } else {
+      b.reads.add({op.stream, *t});
+    }
+  }
+  expect_success(op);
+}
+
+void Replayer::sync(const TraceOp& op) {
+  if (op.all_streams) {
+    if (!outcome(op, backend_.synchronize())) return;
+  } else {
+    const Ticket last = backend_.submitted(op.stream);
+    if (!outcome(op, order_.wait(StreamPoint{op.stream, last}))) return;
+  }
+  expect_success(op);
+}
+
+void Replayer::check(const TraceOp& op) {
+  Buffer& b = buffers_[op.id];
+  if (skip(b)) return;
+  Result<DeviceSpan> span = pool_->resolve(b.handle);
+  if (!outcome(op, span)) return;
+  if (!b.expected.known()) {
+    ++report_.unwritten_checks;
+    return expect_success(op);
+  }
+  // Copy on the stream that wrote last: the FIFO orders the copy after it.
+  // In pieces, so a check of gigabytes needs little host memory.
+  const StreamId stream = b.last_write ? b.last_write->stream : 0;
+  const std::uint64_t size = b.expected.size();
+  // The copy's host buffer is a copy target of the runner's; it leaves them only
+  // once its copies completed, so an error return leaves it to finish().
+  std::vector<std::byte>& host = copy_targets_.emplace_back(static_cast<std::size_t>(std::min(size, kCheckPiece)));
+  std::optional<std::uint64_t> at;
+  for (std::uint64_t off = 0; off < size && !at; off += kCheckPiece) {
+    const std::span<std::byte> piece(host.data(), static_cast<std::size_t>(std::min(kCheckPiece, size - off)));
+    Result<Ticket> t = enqueue_copy_to_host(*pool_, stream, b.handle, off, piece);
+    if (!outcome(op, t)) return;
+    b.reads.add({stream, *t});
+    if (!outcome(op, order_.wait_for_result(StreamPoint{stream, *t}))) return;
+    at = b.expected.first_mismatch(piece, off);
+  }
+  copy_targets_.pop_back();
+  ++report_.checks;
+  if (at) {
+    ++report_.corrupt;
+    add_problem(op.line, op, "corrupt",
+                "check of " + replay::quoted_id(trace_.ids[op.id]) + ": byte " + std::to_string(*at) + " of " +
+                    std::to_string(size) + " differs from the reference");
+    return;
+  }
+  expect_success(op);
+}
+
+Result<void> Replayer::order_after_writer(StreamId stream, Buffer& b) {
+  if (strict_ || !b.last_write) return {};
+  return wait_on(stream, *b.last_write);
+}
+
+Result<void> Replayer::order_after_writers_and_readers(StreamId stream, Buffer& b) {
+  if (strict_) return {};  // the trace's own waits order the streams
+  FERRY_TRY(order_after_writer(stream, b));
+  b.reads.retire(order_);
+  std::vector<StreamPoint> reads(b.reads.points().begin(), b.reads.points().end());
+  for (const StreamPoint& p : reads) FERRY_TRY(wait_on(stream, p));
+  return {};
+}
+
+Result<void> Replayer::wait_on(StreamId stream, StreamPoint point) {
+  if (point.stream == stream || order_.is_complete(point)) return {};
+  if (testing_hooks::dropped(testing_hooks::WaitSite::replay_runner)) return {};
+  // A held producer would never reach the event: dispatch what it holds.
+  if (backend_.held(point.stream)) FERRY_TRY(backend_.flush(point.stream));
+  Result<Ticket> t = order_.order_after(stream, point);
+  if (!t.ok()) return std::move(t).error();
+  return {};
+}
+
+void Replayer::wrote(Buffer& b, StreamPoint point, ExpectedBytes expected) {
+  b.expected = std::move(expected);
+  b.last_write = point;
+  b.reads.clear();
+}
+
+}  // namespace ferry::replay_runner

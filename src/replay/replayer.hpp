@@ -1,0 +1,161 @@
+// Internal to the replay: the Replayer, which runs a validated trace on a
+// Runtime's pool, arena and engine, keeping the host reference model beside it
+// (replay.hpp states the semantics). Its parts, by job:
+//   replayer.cpp         the run: every op in order, an observer after each, the report's totals
+//   replay_ops.cpp       what each trace op does, and the cross-stream waits a program would write
+//   replay_outcomes.cpp  errors, problems, races and integrity into the report; the end of a run
+// runner.cpp makes the Runtime and holds the entry points (replay_trace_text / _file).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "ferry/replay.hpp"
+#include "ferry/runtime.hpp"
+#include "ferry/stream_order.hpp"
+#include "replay/reference.hpp"
+#include "replay/trace.hpp"
+
+namespace ferry::replay_runner {
+
+using replay::ExpectedBytes;
+using replay::IdIndex;
+using replay::OpKind;
+using replay::Trace;
+using replay::TraceOp;
+
+// What the replay knows about one id.
+struct Buffer {
+  DeviceHandle handle;         // kept after free, so later uses meet stale_handle
+  bool allocated = false;      // the latest alloc succeeded
+  bool failed = false;         // the latest alloc failed: later ops are skipped
+  ExpectedBytes expected = ExpectedBytes::unknown(0);
+  // Hazard tracking across streams: the op that last wrote the bytes, and the
+  // ops that read them since.
+  std::optional<StreamPoint> last_write;
+  UseSet reads;
+};
+
+class Replayer {
+  struct WorkRun {
+    Ticket first;        // the first ticket of the run
+    const TraceOp* op;   // the trace op that enqueued it
+  };
+
+ public:
+  // `runtime` must outlive the Replayer.
+  Replayer(const Trace& trace, Runtime& runtime, ReplayReport& report, bool strict)
+      : trace_(trace), backend_(runtime.backend()), order_(runtime.order()), report_(report), strict_(strict),
+        pool_(&runtime.pool()), arena_(&runtime.arena()), engine_(&runtime.engine()), buffers_(trace.ids.size()),
+        racing_(backend_.race_log() != nullptr) {
+    pool_->reset_peak_stats();  // the engine's start-up probe is not the trace's
+  }
+
+  void run(const std::function<void(const ReplayStep&)>& on_step);
+
+ private:
+  void execute(const TraceOp& op);
+
+  // --- which trace line each device op came from (for race reports) -----------
+
+  std::array<Ticket, kMaxStreams> submitted() const;
+
+  void note_work(const std::array<Ticket, kMaxStreams>& before, const TraceOp& op);
+
+  const TraceOp* op_of(StreamPoint p) const;
+
+  void fill_races();
+
+  void alloc(const TraceOp& op);
+
+  void free(const TraceOp& op);
+
+  void fill(const TraceOp& op);
+
+  // Host->device copy of fill_pattern(seed): out of an arena block, through the
+  // transfer engine and its integrity policy (I5, I6). The one place uploads
+  // are routed.
+  void upload(const TraceOp& op);
+
+  void compute(const TraceOp& op);
+
+  // A program's own kernel, replayed by its operand marks: on sim the stand-in
+  // kernel writes into every writable operand fill_pattern(mix of its readable
+  // operands' hashes, in order), so later checks compare bytes as for compute; on
+  // a real device it touches nothing, and what it writes is unknown from then on.
+  void user(const TraceOp& op);
+
+  void sync(const TraceOp& op);
+
+  void check(const TraceOp& op);
+
+  std::vector<ReplayLiveId> live_ids() const;
+
+  // --- cross-stream ordering the program would have written -------------------
+
+  Result<void> order_after_writer(StreamId stream, Buffer& b);
+
+  Result<void> order_after_writers_and_readers(StreamId stream, Buffer& b);
+
+  Result<void> wait_on(StreamId stream, StreamPoint point);
+
+  void wrote(Buffer& b, StreamPoint point, ExpectedBytes expected);
+
+  // --- bookkeeping ---------------------------------------------------------------
+
+  bool skip(const Buffer& b) {
+    if (!b.failed) return false;
+    skipped();
+    return true;
+  }
+  void skipped() { ++report_.skipped; }
+
+  template <class R>
+  bool outcome(const TraceOp& op, const R& r) {
+    if (r.ok()) return true;
+    record(op, r.error());
+    return false;
+  }
+
+  void record(const TraceOp& op, const Error& e);
+
+  void expect_success(const TraceOp& op);
+
+  void add_problem(std::size_t line, const TraceOp& op, std::string what, std::string message);
+  void add_problem(std::size_t line, std::string op, std::string what, std::string message);
+
+  void fill_integrity();
+
+  // Everything enqueued completes before the host buffers and the pool go away.
+  void finish();
+
+  const Trace& trace_;
+  Backend& backend_;
+  StreamOrder& order_;
+  ReplayReport& report_;
+  const bool strict_;
+  DevicePool* pool_;
+  HostArena* arena_;
+  TransferEngine* engine_;
+  std::vector<Buffer> buffers_;
+  // Host buffers handed to enqueued copies to host: each lives until its copy
+  // completed (the op that waited for it drops it) or finish() synchronized.
+  std::deque<std::vector<std::byte>> copy_targets_;
+  const bool racing_;  // the backend checks races: keep what names their sides
+  std::array<std::vector<WorkRun>, kMaxStreams> work_;
+  // For an observer: which id's allocation last covered each byte, as disjoint
+  // ranges start -> (end, id), so a pending-free block (or the part of one that
+  // a same-stream reuse left) is still named after its id was freed.
+  void name_owner(std::uint64_t start, std::uint64_t end, IdIndex id);
+  bool naming_owners_ = false;
+  std::map<std::uint64_t, std::pair<std::uint64_t, IdIndex>> owners_;
+};
+
+}  // namespace ferry::replay_runner
