@@ -133,11 +133,7 @@ class StreamOrder {
 
 template <class Prepare>
 Result<Ticket> StreamOrder::submit(StreamId stream, Prepare&& prepare) {
-  if (stream >= kMaxStreams) {
-    return make_error(ErrorCode::invalid_argument,
-                      "stream " + std::to_string(stream) + " is out of range (streams are 0.." +
-                          std::to_string(kMaxStreams - 1) + ")");
-  }
+  FERRY_TRY(check_stream(stream, "submit"));
   // Before prepare() leases anything: a refused enqueue could not even fill its ticket.
   FERRY_TRY(refuse_inside_user_kernel("submit"));
   // The submission lock makes the ticket that prepare() records equal to the one
