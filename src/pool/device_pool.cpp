@@ -57,7 +57,7 @@ DevicePool::Impl::Impl(StreamOrder& o, PoolOptions opt)
                               base.error().message);
       return;
     }
-    regions.emplace_back(*base, bytes);
+    regions.emplace_back(*base, bytes, granule_shift);
   }
 }
 
@@ -70,9 +70,9 @@ DevicePool::Impl::~Impl() {
   (void)order.wait(in_flight);
   for (Region& r : regions) {
     for (std::uint64_t g = 0; g < r.flags.size(); ++g) {
-      if (r.flags[g] & kMapped) (void)backend.unmap(r.base + g * granule, granule);
+      if (r.flags[g] & kMapped) (void)backend.unmap(r.place.base() + g * granule, granule);
     }
-    (void)backend.release_address(r.base, r.bytes);
+    (void)backend.release_address(r.place.base(), r.place.bytes());
   }
 }
 

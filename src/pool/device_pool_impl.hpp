@@ -3,7 +3,9 @@
 // files of their own, each named after its job:
 //   granule_map.cpp     granule references, mapping and unmapping outside the lock
 //   pending_blocks.cpp  freed blocks whose leases are open, and the leases they pass on
-//   placement.cpp       the granule-aware scan over the offset allocator's free space
+//   placement_core.hpp  where a block goes in one range: the offset allocator, live
+//                       references per granule, the granule-aware scan (pure)
+//   placement.cpp       the scan over both regions, off the hot path
 //   reclaim.cpp         the numbered reclaim ladder, and trim
 //   pool_stats.cpp      statistics, snapshots, the OOM diagnostic and validate()
 //   device_pool.cpp     construction, the public operations, handles
@@ -19,16 +21,16 @@
 #include <utility>
 #include <vector>
 
-#include "core/offset_allocator.hpp"
 #include "core/testing_hooks.hpp"
 #include "core/text.hpp"
 #include "ferry/device_pool.hpp"
 #include "pool/futex_mutex.hpp"
+#include "pool/placement_core.hpp"
 
 namespace ferry {
 
 struct DevicePool::Impl {
-  static constexpr std::uint64_t kAlign = 256;  // every block starts and ends on this
+  static constexpr std::uint64_t kAlign = detail::PlacementCore::kAlign;  // every block starts and ends on this
   static constexpr std::uint32_t kNoBlock = UINT32_MAX;
   static std::string bytes_str(std::uint64_t b) { return text::human_bytes(b, 2); }
 
@@ -84,25 +86,22 @@ struct DevicePool::Impl {
   // neither reserved nor cached). Nobody places over a busy granule: they wait.
   static constexpr std::uint8_t kBusy = 8;
 
-  // One reserved address range, carved by an offset allocator; physical granules
-  // are mapped under it on demand. The per-granule arrays cover the granules used
-  // so far (a prefix of the range) and grow with it.
-  //   granule g is in use  <=>  refs[g] > 0  or  pending_refs[g] > 0
+  // One reserved address range, carved by its placement core; physical granules
+  // are mapped under it on demand. The per-granule arrays (the core's live
+  // references among them) cover the granules used so far (a prefix of the range)
+  // and grow with it.
+  //   granule g is in use  <=>  place.ref_at(g) > 0  or  pending_refs[g] > 0
   //   granule g is mapped  <=>  it is in use  or  it is cached
   //   a cached granule (mapped, not in use) is on cached_list  (entries may be stale)
   //   pending blocks are disjoint, lie in free space, and are all in pending_at
   struct Region {
-    std::uint64_t base = 0;
-    std::uint64_t bytes = 0;
-    detail::OffsetAllocator space;
-    std::vector<std::uint32_t> refs;          // live blocks touching each granule: placement reads these
+    detail::PlacementCore place;              // its free space, and the live blocks touching each granule
     std::vector<std::uint32_t> pending_refs;  // pending blocks touching each granule (I2: stays mapped)
     std::vector<std::uint8_t> flags;
     std::vector<std::uint32_t> cached_list;  // granules that became cached, for trim and eviction
     std::map<std::uint64_t, std::uint32_t> pending_at;  // pending blocks by address
-    Region(std::uint64_t b, std::uint64_t n) : base(b), bytes(n), space(n / kAlign) {}
-    std::uint32_t ref(std::uint64_t g) const { return g < refs.size() ? refs[g] : 0; }
-    bool in_use(std::uint64_t g) const { return refs[g] > 0 || pending_refs[g] > 0; }
+    Region(std::uint64_t b, std::uint64_t n, unsigned granule_shift) : place(b, n, granule_shift) {}
+    bool in_use(std::uint64_t g) const { return place.ref_at(g) > 0 || pending_refs[g] > 0; }
   };
 
   // A granule to unmap, decided under the lock, run outside it (without_lock).
@@ -179,7 +178,7 @@ struct DevicePool::Impl {
   }
   // A live block's size.
   std::uint64_t size_of(const Block& blk) const {
-    return regions[blk.region].space.size_of(blk.node) * kAlign;
+    return regions[blk.region].place.bytes_of(blk.node);
   }
   // Any block's size, live or pending.
   std::uint64_t block_size(std::uint32_t b) const {
@@ -187,27 +186,6 @@ struct DevicePool::Impl {
   }
 
   // --- granules -------------------------------------------------------------
-
-  std::pair<std::uint64_t, std::uint64_t> granule_span(const Region& r, std::uint64_t addr,
-                                                       std::uint64_t size) const {
-    // granule is a power of two; shifts keep divisions off the hot path.
-    const std::uint64_t first = (addr - r.base) >> granule_shift;
-    const std::uint64_t last = (addr - r.base + size - 1) >> granule_shift;
-    return {first, last};
-  }
-
-  // Granules a block at [addr, addr+size) would be the first live block to touch,
-  // when the range lies in free space: a granule strictly inside a free extent is
-  // touched by no live block, so only the two end granules can be. Pending blocks
-  // do not count: when their work completes depends on timing, and placement
-  // must not (a trace that replays at C replays at every capacity above C).
-  std::uint64_t new_granules(const Region& r, std::uint64_t addr, std::uint64_t size) const {
-    auto [first, last] = granule_span(r, addr, size);
-    std::uint64_t n = last - first + 1;
-    if (r.ref(first) > 0) --n;
-    if (last != first && r.ref(last) > 0) --n;
-    return n;
-  }
 
   void cover(Region& r, std::uint64_t last);
 
@@ -238,7 +216,7 @@ struct DevicePool::Impl {
 
   // Drops one live reference on granule g; unused, it becomes cached.
   void drop_ref(Region& r, std::uint64_t g) {
-    if (--r.refs[g] == 0 && r.pending_refs[g] == 0) {
+    if (r.place.drop_ref(g) == 0 && r.pending_refs[g] == 0) {
       st.cached_bytes += granule;
       list_cached(r, g);
     }
@@ -259,11 +237,11 @@ struct DevicePool::Impl {
   // `pending` is a template argument so a live block's free tests only the other count.
   template <bool pending>
   [[gnu::always_inline]] void release_granules(Region& r, std::uint64_t addr, std::uint64_t size) {
-    auto [first, last] = granule_span(r, addr, size);
-    auto& counts = pending ? r.pending_refs : r.refs;
-    const auto& others = pending ? r.refs : r.pending_refs;
+    auto [first, last] = r.place.granule_span(addr, size);
     for (std::uint64_t g = first; g <= last; ++g) {
-      if (--counts[g] == 0 && others[g] == 0) {
+      const bool unused = pending ? --r.pending_refs[g] == 0 && r.place.ref_at(g) == 0
+                                  : r.place.drop_ref(g) == 0 && r.pending_refs[g] == 0;
+      if (unused) {
         st.cached_bytes += granule;
         list_cached(r, g);
       }
@@ -310,7 +288,7 @@ struct DevicePool::Impl {
     mu.unlock();
     bool all = true;
     for (Unmap& u : relock.jobs) {
-      const std::uint64_t at = regions[u.region].base + std::uint64_t{u.granule} * granule;
+      const std::uint64_t at = regions[u.region].place.base() + std::uint64_t{u.granule} * granule;
       u.ok = driver_ok([&] { return backend.unmap(at, granule); });
       all &= u.ok;
     }
@@ -400,7 +378,7 @@ struct DevicePool::Impl {
     Block& blk = blocks[b];
     Region& r = regions[blk.region];
     release_granules</*pending=*/false>(r, blk.addr, size);
-    r.space.free(blk.node);
+    r.place.free(blk.node);
     drop_record(b);
   }
 
@@ -477,19 +455,19 @@ struct DevicePool::Impl {
   [[gnu::always_inline]] std::uint32_t try_fit(std::uint64_t size) {
     const std::uint8_t ri = region_for(size);
     Region& r = regions[ri];
-    auto a = r.space.allocate(size / kAlign);
+    auto a = r.place.allocate(size / kAlign);
     if (!a) [[unlikely]] return fit_scan(size, ri, detail::OffsetAllocator::kNone, UINT64_MAX);
-    const std::uint64_t addr = r.base + a->offset * kAlign;
-    const std::uint64_t fresh = new_granules(r, addr, size);
+    const std::uint64_t addr = r.place.addr_of(a->offset);
+    const std::uint64_t fresh = r.place.new_granules(addr, size);
     if (fresh > 0) return fit_scan(size, ri, a->node, fresh);
     // The hot path: every granule under the block is in use, so mapped already,
     // unless another caller's map of it is still running.
-    auto [first, last] = granule_span(r, addr, size);
+    auto [first, last] = r.place.granule_span(addr, size);
     if (span_busy(r, first, last)) [[unlikely]] {
-      r.space.free(a->node);
+      r.place.free(a->node);
       return kRetry;
     }
-    for (std::uint64_t g = first; g <= last; ++g) ++r.refs[g];
+    r.place.take_refs(first, last);
     return place(ri, *a, addr, size);
   }
 
@@ -506,13 +484,10 @@ struct DevicePool::Impl {
     return b;
   }
 
-  // A place for a block: free node `node` of `region`, at `offset` (units).
+  // A place for a block: a place in the free space of `region`.
   struct Placement {
     std::uint8_t region = 0;
-    std::uint32_t node = detail::OffsetAllocator::kNone;
-    std::uint64_t offset = 0;
-    std::uint64_t fresh = UINT64_MAX;  // granules no live block touches yet
-    std::uint64_t span = UINT64_MAX;   // last granule - first granule
+    detail::PlacementCore::Candidate at;
   };
 
   Placement scan_placement(std::uint8_t own, std::uint64_t size) const;

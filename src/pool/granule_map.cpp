@@ -5,18 +5,18 @@
 namespace ferry {
 
 void DevicePool::Impl::cover(Region& r, std::uint64_t last) {
-  if (last < r.refs.size()) return;
+  if (last < r.place.granules()) return;
   // Growth is geometric, so steady-state work never allocates here.
-  const std::uint64_t n = std::min<std::uint64_t>(std::max<std::uint64_t>(last + 1, 2 * r.refs.size()),
-                                                  r.bytes >> granule_shift);
+  const std::uint64_t n = std::min<std::uint64_t>(std::max<std::uint64_t>(last + 1, 2 * r.place.granules()),
+                                                  r.place.bytes() >> granule_shift);
   // Every array is reserved before any grows, so a throw leaves their lengths
   // equal; the cached list holds a granule at most once (kListed), so no push
   // to it allocates after this.
-  r.refs.reserve(n);
+  r.place.reserve_granules(n);
   r.pending_refs.reserve(n);
   r.flags.reserve(n);
   r.cached_list.reserve(n);
-  r.refs.resize(n, 0);
+  r.place.cover_granules(n);
   r.pending_refs.resize(n, 0);
   r.flags.resize(n, 0);
 }
@@ -30,11 +30,11 @@ void DevicePool::Impl::cover(Region& r, std::uint64_t last) {
 // `addr`, so nobody places over it, and its fresh granules stay kBusy until the
 // maps return, so nobody else uses them before they are mapped.
 DevicePool::Impl::Referenced DevicePool::Impl::reference_granules(Region& r, std::uint64_t addr, std::uint64_t size, std::uint64_t fresh) {
-  auto [first, last] = granule_span(r, addr, size);
+  auto [first, last] = r.place.granule_span(addr, size);
   cover(r, last);
   if (span_busy(r, first, last)) return Referenced::busy;
   if (fresh == 0) {  // every granule is in use, so mapped already
-    for (std::uint64_t g = first; g <= last; ++g) ++r.refs[g];
+    r.place.take_refs(first, last);
     return Referenced::yes;
   }
   std::uint64_t unused = 0;  // granules no block, live or pending, touches
@@ -60,8 +60,8 @@ DevicePool::Impl::Referenced DevicePool::Impl::reference_granules(Region& r, std
   }
   for (std::uint64_t g = first; g <= last; ++g) {
     if (!(r.flags[g] & kFresh) && !r.in_use(g)) st.cached_bytes -= granule;  // a cached granule is back in use
-    ++r.refs[g];
   }
+  r.place.take_refs(first, last);
   if (runs.empty()) return Referenced::yes;
   std::size_t runs_mapped = 0;
   Referenced outcome = Referenced::no_room;
@@ -85,11 +85,11 @@ DevicePool::Impl::Referenced DevicePool::Impl::reference_granules(Region& r, std
         unmapped_all = all;
         if (!all) return;  // the room counted on an unmap that failed: make it again
         for (; runs_mapped < runs.size(); ++runs_mapped) {
-          const std::uint64_t at = r.base + runs[runs_mapped].first * granule;
+          const std::uint64_t at = r.place.base() + runs[runs_mapped].first * granule;
           const std::uint64_t bytes = runs[runs_mapped].second * granule;
           if (!driver_ok([&] { return backend.map(at, bytes); })) {
             for (std::size_t k = 0; k < runs_mapped; ++k)  // all or nothing
-              (void)driver_ok([&] { return backend.unmap(r.base + runs[k].first * granule, runs[k].second * granule); });
+              (void)driver_ok([&] { return backend.unmap(r.place.base() + runs[k].first * granule, runs[k].second * granule); });
             return;
           }
         }
@@ -117,7 +117,7 @@ DevicePool::Impl::Referenced DevicePool::Impl::reference_granules(Region& r, std
     } else {
       r.flags[g] &= static_cast<std::uint8_t>(~(kMapped | kFresh | kBusy));
       st.reserved_bytes -= granule;
-      --r.refs[g];
+      r.place.drop_ref(g);
     }
   }
   driver_done();
@@ -175,11 +175,11 @@ void DevicePool::Impl::unmap_unused(bool all) {
 bool DevicePool::Impl::validate_regions(std::string* why, ValidateTally& t) const {
   for (const Region& r : regions) {
     std::string inner;
-    if (!r.space.validate(&inner)) return fail(why, "region allocator: " + inner);
-    if (r.refs.size() != r.flags.size() || r.pending_refs.size() != r.flags.size())
+    if (!r.place.validate(&inner)) return fail(why, "region placement: " + inner);
+    if (r.place.granules() != r.flags.size() || r.pending_refs.size() != r.flags.size())
       return fail(why, "granule arrays disagree in length");
-    t.refs.emplace_back(r.refs.size(), 0);
-    t.pending_refs.emplace_back(r.refs.size(), 0);
+    t.refs.emplace_back(r.place.granules(), 0);
+    t.pending_refs.emplace_back(r.place.granules(), 0);
   }
   return true;
 }
@@ -190,9 +190,9 @@ bool DevicePool::Impl::validate_granules(std::string* why, const ValidateTally& 
   for (std::size_t ri = 0; ri < regions.size(); ++ri) {
     const Region& r = regions[ri];
     std::uint64_t listed = 0;
-    for (std::uint64_t g = 0; g < r.refs.size(); ++g) {
+    for (std::uint64_t g = 0; g < r.place.granules(); ++g) {
       const bool is_mapped = r.flags[g] & kMapped;
-      if (r.refs[g] != t.refs[ri][g]) return fail(why, "granule reference count wrong");
+      if (r.place.ref_at(g) != t.refs[ri][g]) return fail(why, "granule reference count wrong");
       if (r.pending_refs[g] != t.pending_refs[ri][g]) return fail(why, "granule pending reference count wrong");
       if (r.in_use(g) && !is_mapped) return fail(why, "a block touches an unmapped granule");
       if ((r.flags[g] & kFresh) && !(r.flags[g] & kBusy)) return fail(why, "a granule is left marked fresh");

@@ -30,12 +30,12 @@ void DevicePool::Impl::file_leased(std::uint32_t b, std::uint64_t size) {
   }
   Block& blk = blocks[b];
   Region& r = regions[blk.region];
-  r.space.free(blk.node);
+  r.place.free(blk.node);
   blk.node = detail::OffsetAllocator::kNone;
   // Its references move from the live count to the pending one: nothing unmaps.
-  auto [first, last] = granule_span(r, blk.addr, size);
+  auto [first, last] = r.place.granule_span(blk.addr, size);
   for (std::uint64_t g = first; g <= last; ++g) {
-    --r.refs[g];
+    r.place.drop_ref(g);
     ++r.pending_refs[g];
   }
   blk.state = BlockState::pending;
@@ -228,7 +228,7 @@ void DevicePool::Impl::split_pending(std::uint32_t from, std::uint64_t addr, std
   leases[p].uses = leases[from].uses;
   leases[p].pending_size = size;
   Region& r = regions[part.region];
-  auto [first, last] = granule_span(r, addr, size);
+  auto [first, last] = r.place.granule_span(addr, size);
   for (std::uint64_t g = first; g <= last; ++g) ++r.pending_refs[g];
   file_pending(p);
 }
@@ -353,8 +353,8 @@ bool DevicePool::Impl::validate_blocks(std::string* why, const std::vector<std::
     if (!blk.leased && !leases[b].uses.empty()) return fail(why, "a block not marked leased holds a lease");
     if (!blk.ready_set && leases[b].ready_after != StreamPoint{}) return fail(why, "a ready point is set unmarked");
     if (blk.state == BlockState::live) {
-      if (blk.node >= r.space.node_count() || !r.space.is_used(blk.node) ||
-          r.base + r.space.offset_of(blk.node) * kAlign != blk.addr)
+      if (blk.node >= r.place.space().node_count() || !r.place.space().is_used(blk.node) ||
+          r.place.addr_of(r.place.space().offset_of(blk.node)) != blk.addr)
         return fail(why, "block disagrees with its allocator node");
       if (leases[b].pending_size != 0) return fail(why, "a live block keeps a pending size");
     }
@@ -372,13 +372,13 @@ bool DevicePool::Impl::validate_blocks(std::string* why, const std::vector<std::
       if (at == r.pending_at.end() || at->second != b) return fail(why, "a pending block is not in the address index");
       t.pending += size;
     }
-    auto [first, last] = granule_span(r, blk.addr, size);
-    if (last >= r.refs.size()) return fail(why, "a block lies beyond the granule arrays");
+    auto [first, last] = r.place.granule_span(blk.addr, size);
+    if (last >= r.place.granules()) return fail(why, "a block lies beyond the granule arrays");
     auto& counts = blk.state == BlockState::live ? t.refs : t.pending_refs;
     for (std::uint64_t g = first; g <= last; ++g) ++counts[blk.region][g];
   }
   for (const Mapping& m : mapping) {  // a placement being mapped holds references, no block yet
-    auto [first, last] = granule_span(regions[m.region], m.addr, m.size);
+    auto [first, last] = regions[m.region].place.granule_span(m.addr, m.size);
     for (std::uint64_t g = first; g <= last; ++g) ++t.refs[m.region][g];
   }
   // Pending blocks are disjoint from each other and from every live block: a

@@ -11,13 +11,13 @@ std::uint64_t DevicePool::Impl::largest_free_extent() const {
   const std::uint64_t room = (capacity - referenced_bytes()) >> granule_shift;  // granules
   std::uint64_t best = 0;
   for (const Region& r : regions) {
-    r.space.for_each_free([&](std::uint32_t, std::uint64_t off, std::uint64_t n) {
-      const std::uint64_t addr = r.base + off * kAlign, bytes = n * kAlign;
-      auto [first, last] = granule_span(r, addr, bytes);
+    r.place.space().for_each_free([&](std::uint32_t, std::uint64_t off, std::uint64_t n) {
+      const std::uint64_t addr = r.place.addr_of(off), bytes = n * kAlign;
+      auto [first, last] = r.place.granule_span(addr, bytes);
       // Only the end granules can be in use by a neighbour; the rest would be fresh.
-      const std::uint64_t lead = r.ref(first) > 0 ? std::min(bytes, ((first + 1) << granule_shift) - (addr - r.base)) : 0;
-      const std::uint64_t trail = last != first && r.ref(last) > 0 ? (addr - r.base + bytes) - (last << granule_shift) : 0;
-      const std::uint64_t fresh = new_granules(r, addr, bytes);
+      const std::uint64_t lead = r.place.ref(first) > 0 ? std::min(bytes, ((first + 1) << granule_shift) - (addr - r.place.base())) : 0;
+      const std::uint64_t trail = last != first && r.place.ref(last) > 0 ? (addr - r.place.base() + bytes) - (last << granule_shift) : 0;
+      const std::uint64_t fresh = r.place.new_granules(addr, bytes);
       std::uint64_t fits = bytes;
       if (fresh > room) fits = std::min(bytes, std::max(lead, trail) + (room << granule_shift));
       best = std::max(best, fits);
@@ -131,8 +131,8 @@ std::vector<SegmentInfo> DevicePool::segments() const {
     seg.kind = p.regions.size() == 1 ? SegmentInfo::Kind::shared
                : ri == 0             ? SegmentInfo::Kind::small
                                      : SegmentInfo::Kind::large;
-    seg.base = r.base;
-    seg.bytes = r.bytes;
+    seg.base = r.place.base();
+    seg.bytes = r.place.bytes();
     seg.granule = p.granule;
     // Adjacent granules in the same state extend the last run.
     auto extend = [&](std::vector<DeviceRange>& runs, std::uint64_t addr) {
@@ -144,7 +144,7 @@ std::vector<SegmentInfo> DevicePool::segments() const {
     };
     for (std::uint64_t g = 0; g < r.flags.size(); ++g) {
       if (!(r.flags[g] & Impl::kMapped)) continue;
-      const std::uint64_t addr = r.base + g * p.granule;
+      const std::uint64_t addr = r.place.base() + g * p.granule;
       extend(seg.mapped, addr);
       seg.mapped_bytes += p.granule;
       if (!r.in_use(g)) {
