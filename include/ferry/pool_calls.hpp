@@ -50,6 +50,10 @@ class PoolCalls {
   virtual Result<Ticket> user(StreamId stream, std::span<const Operand> operands, UserKernel kernel,
                               UserCost cost = {}, std::string tag = {}) = 0;
 
+  // record_use (user_op.hpp) on pool(). Not pure, so that an adaptor that does
+  // not care forwards nothing of it: the default calls record_use itself.
+  virtual Result<Ticket> record_use(StreamId stream, std::span<const DeviceHandle> handles);
+
   // TransferEngine::upload / download / copy_on_device on engine().
   virtual Result<TransferReceipt> upload(StreamId stream, const TransferPlan& plan) = 0;
   virtual Result<TransferReceipt> download(StreamId stream, DeviceHandle src, std::uint64_t src_offset,

@@ -30,12 +30,14 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <string_view>
 #include <utility>
 
 #include "ferry/api.hpp"
 #include "ferry/allocation.hpp"
 #include "ferry/backend.hpp"
 #include "ferry/device_pool.hpp"
+#include "ferry/graph.hpp"
 #include "ferry/host_arena.hpp"
 #include "ferry/make_backend.hpp"
 #include "ferry/offload_cache.hpp"
@@ -46,6 +48,10 @@
 #include "ferry/transfer_engine.hpp"
 
 namespace ferry FERRY_API {
+
+namespace detail {
+class FERRY_HIDDEN GraphCapture;  // src/runtime/graph.cpp
+}  // namespace detail
 
 struct RuntimeOptions {
   // Which backend and its settings. The default is the sim modelling an H200;
@@ -127,7 +133,9 @@ class Runtime {
 
   // The pool adaptor slot. calls() is what a program's calls on the pool, the
   // engine and the streams go through (pool_calls.hpp): the adaptor set last, or
-  // the direct calls, whose synchronize() is Runtime::synchronize. The pointer it
+  // the direct calls, whose synchronize() is Runtime::synchronize; once a capture
+  // has begun, the graph capture in front of them (graph.hpp), which forwards
+  // every call it does not record to them. The pointer it
   // returns keeps that adaptor alive while the caller uses it, even once another
   // replaces it. Never blocks.
   std::shared_ptr<PoolCalls> calls() const;
@@ -141,10 +149,41 @@ class Runtime {
 
   // Allocation::allocate(pool(), bytes, stream): an owned block, freed
   // (stream-ordered) when the Allocation goes, which must be before the Runtime.
-  // Errors: those of DevicePool::allocate. May block (bounded) in the reclaim.
+  // Errors: those of DevicePool::allocate; invalid_argument on a capturing
+  // stream (an Allocation frees through the pool, past the graph: allocate
+  // through calls() there). May block (bounded) in the reclaim.
   Result<Allocation> allocate(std::uint64_t bytes, StreamId stream);
 
+  // Graph capture (graph.hpp says what is recorded and what is refused). From
+  // begin_capture(stream), the calls made through calls() on `stream` are
+  // recorded, not run, until end_capture(stream) returns them as a Graph; calls()
+  // on other streams run as before. Errors: invalid_argument (a stream out of
+  // range, one capturing already, or inside a user kernel). Never blocks.
+  Result<void> begin_capture(StreamId stream);
+  // Ends the capture on `stream`. Errors: invalid_argument (the stream is not
+  // capturing; the first refused call of the capture, its message prefixed
+  // "capture on stream S spoiled: ": no graph then, and blocks the capture
+  // allocated that the program freed are freed). Never blocks.
+  Result<Graph> end_capture(StreamId stream);
+  // Enqueues the graph's ops on `stream`, in order, through the calls in the
+  // pool adaptor slot, then a record_use of every block it touches (each is
+  // leased until this replay has completed). Errors, before anything is
+  // enqueued: invalid_argument (an empty graph or another Runtime's, a stream out
+  // of range or capturing), stale_handle (a block the graph touches was freed
+  // outside it: the message names the op). After: what an op's enqueue returns
+  // (the replay stops there; its message names the op). Never blocks on the
+  // device.
+  Result<void> launch(const Graph& graph, StreamId stream);
+
  private:
+  friend class detail::GraphCapture;
+  friend class Graph;
+  // The calls in the pool adaptor slot, or the direct ones: what calls() returns
+  // when no graph intercepts them.
+  std::shared_ptr<PoolCalls> slot_calls() const;
+  // invalid_argument, naming `call`, when `stream` is capturing.
+  Result<void> refuse_if_capturing(StreamId stream, std::string_view call) const;
+
   explicit Runtime(RuntimeOptions options) : options_(std::move(options)) {}
 
   RuntimeOptions options_;
@@ -158,8 +197,11 @@ class Runtime {
   std::unique_ptr<OffloadCache> cache_;
   std::unique_ptr<PoolCalls> direct_;  // over pool_ and engine_
 
-  mutable std::mutex calls_mu_;  // guards pool_adaptor_ (its copy and swap, never a call's run)
+  mutable std::mutex calls_mu_;  // guards pool_adaptor_ and capture_ (their copy and swap, never a call's run)
   std::shared_ptr<PoolCalls> pool_adaptor_;
+  // Made by the first begin_capture; from then on what calls() returns: it
+  // records capturing streams' calls and defers frees of graph-owned blocks.
+  std::shared_ptr<PoolCalls> capture_;  // a detail::GraphCapture
 
   mutable std::mutex fault_mu_;  // guards first_fault_
   std::optional<Error> first_fault_;

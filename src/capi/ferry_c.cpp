@@ -423,7 +423,7 @@ ferry_status ferry_record_use(ferry_runtime rt, uint32_t stream, const ferry_han
     FERRY_C_CHECK(handles != nullptr || count == 0, "ferry_record_use", "handles");
     std::vector<ferry::DeviceHandle> hs;
     for (uint32_t i = 0; i < count; ++i) hs.push_back(to_cpp(handles[i]));
-    return done(ferry::record_use(rt->runtime->pool(), stream, hs));
+    return done(rt->calls()->record_use(stream, hs));
   });
 }
 

@@ -30,6 +30,10 @@ Result<Ticket> DirectPoolCalls::user(StreamId stream, std::span<const Operand> o
   return enqueue_user(pool_, stream, operands, std::move(kernel), cost, std::move(tag));
 }
 
+Result<Ticket> PoolCalls::record_use(StreamId stream, std::span<const DeviceHandle> handles) {
+  return ::ferry::record_use(pool(), stream, handles);
+}
+
 Result<TransferReceipt> DirectPoolCalls::upload(StreamId stream, const TransferPlan& plan) {
   return engine_.upload(stream, plan);
 }

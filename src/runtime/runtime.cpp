@@ -69,6 +69,7 @@ Runtime::~Runtime() {
   {
     std::lock_guard lock(calls_mu_);
     pool_adaptor_.reset();
+    capture_.reset();
   }
   if (backend_) (void)backend().synchronize();
   direct_.reset();
@@ -108,6 +109,14 @@ Result<void> Runtime::synchronize() {
 }
 
 std::shared_ptr<PoolCalls> Runtime::calls() const {
+  {
+    std::lock_guard lock(calls_mu_);
+    if (capture_) return capture_;
+  }
+  return slot_calls();
+}
+
+std::shared_ptr<PoolCalls> Runtime::slot_calls() const {
   std::lock_guard lock(calls_mu_);
   if (pool_adaptor_) return pool_adaptor_;
   return std::shared_ptr<PoolCalls>(std::shared_ptr<void>(), direct_.get());  // owned by the Runtime
@@ -121,6 +130,7 @@ std::shared_ptr<PoolCalls> Runtime::set_pool_adaptor(std::shared_ptr<PoolCalls> 
 
 Result<Allocation> Runtime::allocate(std::uint64_t bytes, StreamId stream) {
   FERRY_TRY(refuse_inside_user_kernel("Runtime::allocate"));
+  FERRY_TRY(refuse_if_capturing(stream, "Runtime::allocate"));
   return Allocation::allocate(*pool_, bytes, stream);
 }
 

@@ -1,0 +1,309 @@
+// Graph capture and replay (graph.hpp): recorded calls run only when launched,
+// a replay reads and writes the right bytes every time, a block freed outside a
+// graph refuses its replay, the graph's own blocks are reused by no one until
+// it is destroyed and its last replay completed, and what cannot be captured is
+// refused naming why. Written once, run on every backend (cuda SKIPs without a GPU).
+#include "ferry/graph.hpp"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <functional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "backend_fixture.hpp"
+#include "ferry/pool_calls.hpp"
+#include "ferry/runtime.hpp"
+#include "pool_helpers.hpp"
+
+namespace ferry {
+namespace {
+
+using testing::mix_bytes;
+using testing::pattern;
+using testing::read_back;
+
+constexpr std::uint64_t KiB = 1024;
+
+class GraphTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override { make({}); }
+
+  void make(const std::function<void(RuntimeOptions&)>& tweak) {
+    rt_.reset();
+    RuntimeOptions o;
+    o.backend = testing::backend_spec(GetParam());  // the sim's "tiny" profile: 64 MiB
+    if (tweak) tweak(o);
+    auto made = Runtime::create(o);
+    if (!made.ok() && !testing::backend_skip_reason(GetParam()).empty()) {
+      GTEST_SKIP() << "backend " << GetParam() << " unavailable: " << testing::backend_skip_reason(GetParam());
+    }
+    ASSERT_TRUE(made.ok()) << made.error().message;
+    rt_ = std::move(made).value();
+  }
+
+  PoolCalls& calls() {
+    calls_ = rt_->calls();
+    return *calls_;
+  }
+  DeviceHandle alloc(std::uint64_t bytes, StreamId stream) {
+    auto h = calls().allocate(bytes, stream);
+    EXPECT_TRUE(h.ok()) << h.error().message;
+    return h.ok() ? *h : DeviceHandle{};
+  }
+  // Read on the stream that wrote it (1 unless said).
+  std::vector<std::byte> bytes_of(DeviceHandle h, StreamId stream = 1) {
+    auto got = read_back(rt_->pool(), h, stream);
+    EXPECT_TRUE(got.ok()) << got.error().message;
+    return got.ok() ? *got : std::vector<std::byte>{};
+  }
+
+  std::unique_ptr<Runtime> rt_;
+  std::shared_ptr<PoolCalls> calls_;
+};
+
+TEST_P(GraphTest, AGraphReplayedAThousandTimesReadsAndWritesTheRightBytes) {
+  constexpr std::uint64_t n = 4 * KiB;
+  const DeviceHandle in = alloc(n, 1), out = alloc(n, 1);
+  ASSERT_TRUE(calls().fill(1, out, 5).ok());
+  ASSERT_TRUE(calls().synchronize(1).ok());
+  std::vector<std::byte> host(n);
+
+  ASSERT_TRUE(rt_->begin_capture(1).ok());
+  const Ticket before = rt_->backend().submitted(1);
+  auto t = calls().compute(1, std::span<const DeviceHandle>(&in, 1), out);
+  ASSERT_TRUE(t.ok()) << t.error().message;
+  EXPECT_EQ(*t, 0u);  // recorded, not enqueued
+  ASSERT_TRUE(calls().copy_to_host(1, out, host).ok());
+  // Another stream is not captured: its work runs at once.
+  const DeviceHandle other = alloc(n, 2);
+  ASSERT_TRUE(calls().fill(2, other, 8).ok());
+  ASSERT_TRUE(calls().synchronize(2).ok());
+  EXPECT_EQ(bytes_of(other, 2), pattern(8, n));
+  auto graph = rt_->end_capture(1);
+  ASSERT_TRUE(graph.ok()) << graph.error().message;
+  EXPECT_EQ(rt_->backend().submitted(1), before);
+  EXPECT_EQ(bytes_of(out), pattern(5, n));  // nothing recorded has run
+  EXPECT_EQ(graph->stats().ops, 2u);
+  EXPECT_EQ(graph->stats().blocks, 2u);
+
+  for (std::uint64_t i = 0; i < 1000; ++i) {
+    ASSERT_TRUE(calls().fill(1, in, 100 + i).ok());
+    ASSERT_TRUE(rt_->launch(*graph, 1).ok());
+    ASSERT_TRUE(calls().synchronize(1).ok());
+    ASSERT_EQ(host, mix_bytes({pattern(100 + i, n)}, n)) << "replay " << i;
+  }
+  EXPECT_EQ(graph->stats().launches, 1000u);
+  ASSERT_TRUE(graph->destroy().ok());
+  for (DeviceHandle h : {in, out, other}) EXPECT_TRUE(calls().free(h).ok());
+}
+
+TEST_P(GraphTest, ABlockFreedOutsideTheGraphRefusesTheReplay) {
+  const DeviceHandle a = alloc(4 * KiB, 0), b = alloc(4 * KiB, 0);
+  ASSERT_TRUE(rt_->begin_capture(1).ok());
+  ASSERT_TRUE(calls().fill(1, b, 1).ok());
+  ASSERT_TRUE(calls().fill(1, a, 2).ok());
+  auto graph = rt_->end_capture(1);
+  ASSERT_TRUE(graph.ok()) << graph.error().message;
+  ASSERT_TRUE(rt_->launch(*graph, 1).ok());
+
+  ASSERT_TRUE(calls().free(a).ok());
+  const Ticket before = rt_->backend().submitted(1);
+  Result<void> r = rt_->launch(*graph, 1);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().code, ErrorCode::stale_handle);
+  EXPECT_NE(r.error().message.find("freed outside"), std::string::npos) << r.error().message;
+  // Nothing of the replay ran, not even the op on the block still alive.
+  EXPECT_EQ(rt_->backend().submitted(1), before);
+  // The memory is handed to someone else: the graph still never writes it.
+  const DeviceHandle c = alloc(4 * KiB, 1);
+  ASSERT_TRUE(calls().fill(1, c, 9).ok());
+  EXPECT_FALSE(rt_->launch(*graph, 1).ok());
+  EXPECT_EQ(bytes_of(c), pattern(9, 4 * KiB));
+  EXPECT_TRUE(calls().free(b).ok());
+  EXPECT_TRUE(calls().free(c).ok());
+}
+
+TEST_P(GraphTest, ABlockFreedInsideTheCaptureIsTheGraphsUntilDestroyAndItsLastReplay) {
+  constexpr std::uint64_t n = 64 * KiB;
+  const DeviceHandle out = alloc(n, 1);
+  ASSERT_TRUE(rt_->begin_capture(1).ok());
+  const DeviceHandle tmp = alloc(n, 1);  // the graph's own
+  ASSERT_TRUE(calls().fill(1, tmp, 7).ok());
+  ASSERT_TRUE(calls().compute(1, std::span<const DeviceHandle>(&tmp, 1), out).ok());
+  ASSERT_TRUE(calls().free(tmp).ok());  // deferred: the graph's ops were recorded with its address
+  auto graph = rt_->end_capture(1);
+  ASSERT_TRUE(graph.ok()) << graph.error().message;
+  EXPECT_EQ(graph->stats().owned_blocks, 1u);
+  EXPECT_EQ(graph->stats().owned_bytes, n);
+  const auto tmp_span = rt_->pool().resolve(tmp);
+  ASSERT_TRUE(tmp_span.ok());
+
+  // Not reused outside the graph while it lives, whatever stream asks.
+  for (StreamId s : {StreamId{1}, StreamId{2}}) {
+    const DeviceHandle o = alloc(n, s);
+    EXPECT_NE(rt_->pool().resolve(o)->addr, tmp_span->addr);
+    EXPECT_TRUE(calls().free(o).ok());
+  }
+
+  // The last replay is held in the host queue when the graph is destroyed.
+  ASSERT_TRUE(calls().hold(1).ok());
+  ASSERT_TRUE(rt_->launch(*graph, 1).ok());
+  ASSERT_TRUE(graph->destroy().ok());
+  EXPECT_FALSE(rt_->pool().resolve(tmp).ok());
+  EXPECT_GE(rt_->pool().stats().pending_free_bytes, n);  // freed, not yet reusable elsewhere
+  const DeviceHandle later = alloc(n, 2);
+  ASSERT_TRUE(calls().fill(2, later, 99).ok());
+  ASSERT_TRUE(calls().release(1).ok());
+  ASSERT_TRUE(calls().synchronize().ok());
+  EXPECT_EQ(bytes_of(out), mix_bytes({pattern(7, n)}, n));
+  EXPECT_EQ(bytes_of(later, 2), pattern(99, n));
+  EXPECT_EQ(rt_->pool().stats().pending_free_bytes, 0u);
+  EXPECT_TRUE(calls().free(later).ok());
+  EXPECT_TRUE(calls().free(out).ok());
+}
+
+TEST_P(GraphTest, ABlockAllocatedInTheCaptureAndKeptIsTheProgramsAgainAfterDestroy) {
+  ASSERT_TRUE(rt_->begin_capture(1).ok());
+  const DeviceHandle kept = alloc(4 * KiB, 1);
+  ASSERT_TRUE(calls().fill(1, kept, 3).ok());
+  auto graph = rt_->end_capture(1);
+  ASSERT_TRUE(graph.ok()) << graph.error().message;
+  ASSERT_TRUE(rt_->launch(*graph, 1).ok());
+  ASSERT_TRUE(graph->destroy().ok());
+  EXPECT_EQ(bytes_of(kept), pattern(3, 4 * KiB));
+  EXPECT_TRUE(calls().free(kept).ok());
+  EXPECT_EQ(calls().free(kept).error().code, ErrorCode::stale_handle);
+}
+
+TEST_P(GraphTest, MisuseIsAnErrorValue) {
+  Graph empty;
+  EXPECT_EQ(rt_->launch(empty, 0).error().code, ErrorCode::invalid_argument);
+  EXPECT_EQ(rt_->end_capture(1).error().code, ErrorCode::invalid_argument);
+  EXPECT_EQ(rt_->begin_capture(kMaxStreams).error().code, ErrorCode::invalid_argument);
+  ASSERT_TRUE(rt_->begin_capture(1).ok());
+  EXPECT_EQ(rt_->begin_capture(1).error().code, ErrorCode::invalid_argument);
+  EXPECT_EQ(rt_->allocate(4 * KiB, 1).error().code, ErrorCode::invalid_argument);
+  EXPECT_EQ(rt_->end_capture(2).error().code, ErrorCode::invalid_argument);
+  auto graph = rt_->end_capture(1);
+  ASSERT_TRUE(graph.ok());
+  ASSERT_TRUE(rt_->begin_capture(2).ok());
+  EXPECT_EQ(rt_->launch(*graph, 2).error().code, ErrorCode::invalid_argument);
+  ASSERT_TRUE(rt_->end_capture(2).ok());
+  EXPECT_TRUE(rt_->launch(*graph, 2).ok());  // an empty graph replays nothing
+  EXPECT_EQ(empty.stats().ops, 0u);
+}
+
+// --- what cannot be captured ------------------------------------------------------
+
+struct Refusal {
+  const char* name;
+  const char* says;  // in the message
+  std::function<Result<void>(PoolCalls&, DeviceHandle)> call;  // on capturing stream 1
+};
+
+template <class T>
+Result<void> as_void(Result<T> r) {
+  if (!r.ok()) return std::move(r).error();
+  return {};
+}
+
+std::vector<Refusal> refusals() {
+  static std::vector<std::byte> host(4 * KiB);
+  return {
+      {"verified_upload", "verify",
+       [](PoolCalls& c, DeviceHandle h) { return as_void(c.upload(1, TransferPlan().add(host, h))); }},
+      {"host_wait", "host wait", [](PoolCalls& c, DeviceHandle) { return c.synchronize(1); }},
+      {"download", "host", [](PoolCalls& c, DeviceHandle h) { return as_void(c.download(1, h, 0, host)); }},
+      {"synchronize", "synchronize()", [](PoolCalls& c, DeviceHandle) { return c.synchronize(); }},
+      {"hold", "hold", [](PoolCalls& c, DeviceHandle) { return c.hold(1); }},
+      {"wait_across_streams", "wait", [](PoolCalls& c, DeviceHandle) { return c.wait(1, 2); }},
+      {"allocation_that_needs_the_reclaim_ladder", "reclaim ladder",
+       [](PoolCalls& c, DeviceHandle) { return as_void(c.allocate(std::uint64_t{1} << 40, 1)); }},
+  };
+}
+
+TEST_P(GraphTest, WhatCannotBeCapturedIsRefusedNamingWhyAndSpoilsTheCapture) {
+  const DeviceHandle h = alloc(4 * KiB, 1);
+  for (const Refusal& r : refusals()) {
+    SCOPED_TRACE(r.name);
+    ASSERT_TRUE(rt_->begin_capture(1).ok());
+    ASSERT_TRUE(calls().fill(1, h, 1).ok());
+    const Ticket before = rt_->backend().submitted(1);
+    Result<void> got = r.call(calls(), h);
+    ASSERT_FALSE(got.ok());
+    EXPECT_EQ(got.error().code, ErrorCode::invalid_argument);
+    EXPECT_NE(got.error().message.find("capturing stream 1"), std::string::npos) << got.error().message;
+    EXPECT_NE(got.error().message.find(r.says), std::string::npos) << got.error().message;
+    EXPECT_EQ(rt_->backend().submitted(1), before);
+    auto graph = rt_->end_capture(1);
+    ASSERT_FALSE(graph.ok());
+    EXPECT_NE(graph.error().message.find("spoiled"), std::string::npos) << graph.error().message;
+    EXPECT_NE(graph.error().message.find(r.says), std::string::npos) << graph.error().message;
+  }
+  // Every refusal left the streams usable.
+  ASSERT_TRUE(calls().fill(1, h, 4).ok());
+  EXPECT_EQ(bytes_of(h), pattern(4, 4 * KiB));
+  EXPECT_TRUE(calls().free(h).ok());
+}
+
+TEST_P(GraphTest, AnUploadIsRecordedWhenNoCompareNeedsTheHost) {
+  make([](RuntimeOptions& o) { o.engine.policy = IntegrityPolicy::off; });
+  if (!rt_) return;
+  constexpr std::uint64_t n = 4 * KiB;
+  const DeviceHandle h = alloc(n, 1);
+  std::vector<std::byte> host = pattern(1, n);
+  ASSERT_TRUE(rt_->begin_capture(1).ok());
+  auto rec = calls().upload(1, TransferPlan().add(host, h));
+  ASSERT_TRUE(rec.ok()) << rec.error().message;
+  EXPECT_EQ(rec->done.ticket, 0u);
+  auto graph = rt_->end_capture(1);
+  ASSERT_TRUE(graph.ok()) << graph.error().message;
+  for (std::uint64_t seed : {2, 3}) {
+    const std::vector<std::byte> want = pattern(seed, n);
+    std::copy(want.begin(), want.end(), host.begin());  // read when the graph is launched
+    ASSERT_TRUE(rt_->launch(*graph, 1).ok());
+    ASSERT_TRUE(calls().synchronize(1).ok());
+    EXPECT_EQ(bytes_of(h), pattern(seed, n));
+  }
+  ASSERT_TRUE(graph->destroy().ok());
+  EXPECT_TRUE(calls().free(h).ok());
+}
+
+// --- the race checker follows replays ----------------------------------------------
+
+TEST_P(GraphTest, TheRaceCheckerSeesAReplayRacingAnUncapturedOp) {
+  make([](RuntimeOptions& o) { o.backend.race_check = true; });
+  if (!rt_) return;
+  if (!rt_->backend().info().race_checking) GTEST_SKIP() << "this backend checks no races";
+  constexpr std::uint64_t n = 4 * KiB;
+  const DeviceHandle a = alloc(n, 0), b = alloc(n, 0);
+  ASSERT_TRUE(calls().synchronize().ok());
+  ASSERT_TRUE(rt_->begin_capture(1).ok());
+  ASSERT_TRUE(calls().fill(1, a, 1).ok());
+  auto graph = rt_->end_capture(1);
+  ASSERT_TRUE(graph.ok()) << graph.error().message;
+
+  // Ordered: stream 2 waits for the replay before it reads.
+  ASSERT_TRUE(rt_->launch(*graph, 1).ok());
+  ASSERT_TRUE(calls().wait(2, 1).ok());
+  ASSERT_TRUE(calls().compute(2, std::span<const DeviceHandle>(&a, 1), b).ok());
+  ASSERT_TRUE(calls().synchronize().ok());
+  EXPECT_EQ(rt_->backend().race_log()->count, 0u);
+
+  // Unordered: the second replay writes what stream 2 reads meanwhile.
+  ASSERT_TRUE(rt_->launch(*graph, 1).ok());
+  ASSERT_TRUE(calls().compute(2, std::span<const DeviceHandle>(&a, 1), b).ok());
+  ASSERT_TRUE(calls().synchronize().ok());
+  auto log = rt_->backend().race_log();
+  ASSERT_GE(log->count, 1u);
+  EXPECT_EQ(log->kept.front().earlier.block.handle, a);
+  ASSERT_TRUE(graph->destroy().ok());
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, GraphTest, FERRY_BACKENDS);
+
+}  // namespace
+}  // namespace ferry
