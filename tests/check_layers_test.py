@@ -18,6 +18,7 @@ PLANTS = [  # (file, text, a word of the message): one violation each
     ("src/cache/weight_bank.cpp", '#include "ferry/weight_bank.hpp"\n', "outside src/weights"),  # implementation's home
     ("src/pool/plant.cpp", '#include "ferry/offload_cache.hpp"\n#include "ferry/device_pool.hpp"\n', "own header"),
     ("src/newlayer/plant.cpp", "\n", "no layer"),                                          # a folder that is no layer
+    ("src/transfer/plant.cpp", '#include "pool/device_pool_impl.hpp"\n', "pool internal"),  # the pool's own
     ("tests/pool/plant_test.cpp", '#include "ferry/offload_cache.hpp"\n', "upward"),       # tests are checked
     ("tests/core/plant_test.cpp", '#include "ferry/runtime.hpp"\n', "upward"),
     ("examples/plant/plant.cpp", '#include "ferry/sim_backend.hpp"\n', "only sim"),         # examples are checked

@@ -330,43 +330,51 @@ struct OffloadCache::Impl {
             counted = true;
           }
           if (!fetch) return std::optional<CacheRef>();
-          fix_slot_bytes_locked();
-          Evicted evicted;
-          if (!claim_slot_locked(key, /*for_prefetch=*/false, &evicted)) {
-            return make_error(ErrorCode::out_of_memory,
-                              "acquire " + key_text(key) + ": every one of the " +
-                                  std::to_string(options.slots) + " cache slots is pinned or loading");
-          }
-          e.state = State::filling;
-          const std::uint64_t bytes = slot_bytes;
-          lock.unlock();
-          drop(std::move(evicted));
-          Result<DeviceHandle> slot = pool.allocate(bytes, options.upload_stream);
-          if (!slot.ok()) {
-            abandon(key, {});
-            Error err = std::move(slot).error();
-            err.message = "acquire " + key_text(key) + ": slot of " + std::to_string(bytes) + " bytes: " + err.message;
-            return err;
-          }
-          Result<TransferReceipt> up = engine.upload(options.upload_stream, plan_for(e, *slot));
-          if (!up.ok()) {
-            abandon(key, *slot);
-            Error err = std::move(up).error();
-            err.message = "acquire " + key_text(key) + ": " + err.message;
-            return err;
-          }
-          lock.lock();
-          e.slot = *slot;
-          e.ready = up->done;
-          e.state = State::resident;
-          e.fresh_prefetch = false;
-          ++st.uploads;
-          st.bytes_uploaded += e.bytes;
-          changed.notify_all();
+          FERRY_TRY(fetch_locked(key, e, lock));
           continue;
         }
       }
     }
+  }
+
+  // acquire()'s miss: claims a slot (evicting), then allocates and fills it
+  // without the lock. On success the lock is held again and the entry resident;
+  // on an error the lock may be released.
+  Result<void> fetch_locked(CacheKey key, Entry& e, std::unique_lock<std::mutex>& lock) {
+    fix_slot_bytes_locked();
+    Evicted evicted;
+    if (!claim_slot_locked(key, /*for_prefetch=*/false, &evicted)) {
+      return make_error(ErrorCode::out_of_memory,
+                        "acquire " + key_text(key) + ": every one of the " +
+                            std::to_string(options.slots) + " cache slots is pinned or loading");
+    }
+    e.state = State::filling;
+    const std::uint64_t bytes = slot_bytes;
+    lock.unlock();
+    drop(std::move(evicted));
+    Result<DeviceHandle> slot = pool.allocate(bytes, options.upload_stream);
+    if (!slot.ok()) {
+      abandon(key, {});
+      Error err = std::move(slot).error();
+      err.message = "acquire " + key_text(key) + ": slot of " + std::to_string(bytes) + " bytes: " + err.message;
+      return err;
+    }
+    Result<TransferReceipt> up = engine.upload(options.upload_stream, plan_for(e, *slot));
+    if (!up.ok()) {
+      abandon(key, *slot);
+      Error err = std::move(up).error();
+      err.message = "acquire " + key_text(key) + ": " + err.message;
+      return err;
+    }
+    lock.lock();
+    e.slot = *slot;
+    e.ready = up->done;
+    e.state = State::resident;
+    e.fresh_prefetch = false;
+    ++st.uploads;
+    st.bytes_uploaded += e.bytes;
+    changed.notify_all();
+    return {};
   }
 };
 

@@ -372,9 +372,11 @@ class Unpickler {
     return true;
   }
 
+  // One opcode: the stack and control ones here, values in step_value, containers
+  // and the memo in step_container.
   bool step() {
+    std::size_t from = 0;
     std::uint64_t n = 0;
-    std::size_t from = 0, at = 0;
     Value a;
     switch (op_) {
       case PROTO:
@@ -405,6 +407,14 @@ class Unpickler {
         if (stack_.size() <= floor()) return stop("finds the stack empty");
         push(stack_.back());
         return true;
+      default: return step_value();
+    }
+  }
+
+  bool step_value() {
+    std::uint64_t n = 0;
+    std::size_t at = 0;
+    switch (op_) {
       case NONE: push(Value{}); return true;
       case NEWTRUE: push(Value::make(Kind::boolean, 1)); return true;
       case NEWFALSE: push(Value::make(Kind::boolean, 0)); return true;
@@ -453,6 +463,14 @@ class Unpickler {
         return text(Kind::bytes, 4);
       }
       case BINBYTES8: case BYTEARRAY8: return text(Kind::bytes, 8);
+      default: return step_container();
+    }
+  }
+
+  bool step_container() {
+    std::uint64_t n = 0;
+    std::size_t from = 0;
+    switch (op_) {
       case EMPTY_DICT: push(new_container(Kind::dict)); return true;
       case EMPTY_LIST: push(new_container(Kind::list)); return true;
       case EMPTY_TUPLE: push(new_container(Kind::tuple)); return true;

@@ -21,7 +21,6 @@
 #include <utility>
 #include <vector>
 
-#include "core/testing_hooks.hpp"
 #include "core/text.hpp"
 #include "ferry/device_pool.hpp"
 #include "pool/futex_mutex.hpp"
@@ -299,26 +298,8 @@ struct DevicePool::Impl {
     if (!queued.empty()) without_lock([](bool) {});
   }
 
-  void commit_unmaps(const std::vector<Unmap>& jobs) {
-    for (const Unmap& u : jobs) {
-      Region& r = regions[u.region];
-      r.flags[u.granule] &= static_cast<std::uint8_t>(~kBusy);
-      unmapping_bytes -= granule;
-      --busy_granules;
-      if (u.ok) {
-        ++st.unmaps;
-        continue;
-      }
-      r.flags[u.granule] |= kMapped;  // still mapped: cached again, evicted last
-      st.reserved_bytes += granule;
-      st.cached_bytes += granule;
-      if (!(r.flags[u.granule] & kListed)) {
-        r.flags[u.granule] |= kListed;
-        r.cached_list.insert(r.cached_list.begin(), u.granule);  // no allocation: reserved in cover()
-      }
-    }
-    driver_done();
-  }
+  // Clears the busy marks of unmaps that ran; a failed one leaves its granule cached.
+  void commit_unmaps(const std::vector<Unmap>& jobs);
 
   void driver_done() {
     driver_epoch.fetch_add(1, std::memory_order_release);
@@ -329,16 +310,7 @@ struct DevicePool::Impl {
   // first runs this caller's queued unmaps and returns (the caller fits again).
   // Called after a fit found its granules busy: that caller runs the call now
   // (queued is empty whenever the lock is free) and commits under the lock, after `seen`.
-  void await_driver() {
-    if (!queued.empty()) {  // this caller's unmaps first, committed: others may need their room
-      settle();
-      return;
-    }
-    const std::uint32_t seen = driver_epoch.load(std::memory_order_relaxed);
-    ++driver_waiters;
-    without_lock([&](bool) { driver_epoch.wait(seen, std::memory_order_acquire); });
-    --driver_waiters;
-  }
+  void await_driver();
 
   // --- blocks ---------------------------------------------------------------
 
@@ -511,10 +483,7 @@ struct DevicePool::Impl {
   // Orders `stream` after `after` with an event wait (I3), or returns 0 when none
   // is needed. Held work it names is dispatched first: the wait could never
   // finish while that work sits in a held queue. Called with no pool lock held.
-  Result<Ticket> order_after(StreamId stream, StreamPoint after) {
-    if (testing_hooks::dropped(testing_hooks::WaitSite::pool_reuse)) return Ticket{0};
-    return order.order_after(stream, after, StreamOrder::HeldWork::dispatch);
-  }
+  Result<Ticket> order_after(StreamId stream, StreamPoint after);
 
   // The one place where a block becomes an allocation: the handle exists from
   // here. `size` is the block's (rounded) size.

@@ -171,6 +171,38 @@ void DevicePool::Impl::unmap_unused(bool all) {
   }
 }
 
+void DevicePool::Impl::commit_unmaps(const std::vector<Unmap>& jobs) {
+  for (const Unmap& u : jobs) {
+    Region& r = regions[u.region];
+    r.flags[u.granule] &= static_cast<std::uint8_t>(~kBusy);
+    unmapping_bytes -= granule;
+    --busy_granules;
+    if (u.ok) {
+      ++st.unmaps;
+      continue;
+    }
+    r.flags[u.granule] |= kMapped;  // still mapped: cached again, evicted last
+    st.reserved_bytes += granule;
+    st.cached_bytes += granule;
+    if (!(r.flags[u.granule] & kListed)) {
+      r.flags[u.granule] |= kListed;
+      r.cached_list.insert(r.cached_list.begin(), u.granule);  // no allocation: reserved in cover()
+    }
+  }
+  driver_done();
+}
+
+void DevicePool::Impl::await_driver() {
+  if (!queued.empty()) {  // this caller's unmaps first, committed: others may need their room
+    settle();
+    return;
+  }
+  const std::uint32_t seen = driver_epoch.load(std::memory_order_relaxed);
+  ++driver_waiters;
+  without_lock([&](bool) { driver_epoch.wait(seen, std::memory_order_acquire); });
+  --driver_waiters;
+}
+
 // Each region's allocator is sound and its granule arrays agree in length; sizes t's counts.
 bool DevicePool::Impl::validate_regions(std::string* why, ValidateTally& t) const {
   for (const Region& r : regions) {

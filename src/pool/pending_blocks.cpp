@@ -1,6 +1,7 @@
 // DevicePool: pending blocks and their leases. A freed block whose work has not
 // completed stays pending (its granules mapped, I2) until its leases retire; a block
 // placed over it inherits them (I3).
+#include "core/testing_hooks.hpp"
 #include "pool/device_pool_impl.hpp"
 
 namespace ferry {
@@ -231,6 +232,11 @@ void DevicePool::Impl::split_pending(std::uint32_t from, std::uint64_t addr, std
   auto [first, last] = r.place.granule_span(addr, size);
   for (std::uint64_t g = first; g <= last; ++g) ++r.pending_refs[g];
   file_pending(p);
+}
+
+Result<Ticket> DevicePool::Impl::order_after(StreamId stream, StreamPoint after) {
+  if (testing_hooks::dropped(testing_hooks::WaitSite::pool_reuse)) return Ticket{0};
+  return order.order_after(stream, after, StreamOrder::HeldWork::dispatch);
 }
 
 // Orders the new block after the work it inherited: later work on `stream`

@@ -31,6 +31,18 @@ bool PlacementCore::scan(std::uint64_t size, Candidate& best) const {
   return improved;
 }
 
+std::optional<PlacementCore::Fit> PlacementCore::best_fit(std::uint64_t units, std::uint64_t alignment) const {
+  std::optional<Fit> best;
+  space_.for_each_free_from(units, [&](std::uint32_t node, std::uint64_t off, std::uint64_t n) {
+    const std::uint64_t at = ((addr_of(off) + alignment - 1) / alignment * alignment - base_) / kAlign;
+    if (at + units > off + n) return true;  // the padding to the boundary leaves too little
+    // Extents are disjoint, so of two equal ones the lower holds the lower place.
+    if (!best || n < best->extent || (n == best->extent && at < best->offset)) best = Fit{node, at, n};
+    return true;
+  });
+  return best;
+}
+
 bool PlacementCore::validate(std::string* why) const {
   auto fail = [&](std::string what) {
     if (why) *why = std::move(what);
@@ -39,6 +51,7 @@ bool PlacementCore::validate(std::string* why) const {
   std::string inner;
   if (!space_.validate(&inner)) return fail("offset allocator: " + inner);
   if (bytes_ % kAlign != 0 || space_.capacity() != bytes_ / kAlign) return fail("range and allocator disagree");
+  if (shift_ == kNoGranules) return refs_.empty() ? true : fail("granule counts in a range without granules");
   if (refs_.size() > (bytes_ >> shift_)) return fail("granule counts run past the range");
   // refs[g] == #{used node n : g in granule_span(n)}
   std::vector<std::uint32_t> counted(refs_.size(), 0);

@@ -5,12 +5,15 @@
 // of at least kAlign bytes) the number of live placements that touch it. The
 // granule-aware scan reads those two only, so a placement depends on the live
 // placements and the free space, never on what is mapped or what work completed.
+// The device pool's regions use all of it; the host arena's chunks, which map
+// nothing, use the free space and the aligned best fit (kNoGranules).
 //
 // Invariants (validate()):
 //   the offset allocator is sound (OffsetAllocator::validate)
 //   refs[g] == #{used node n : g in granule_span(n)}   for g < granules()
 //   no used node reaches granule granules() or beyond
 //   granules() <= bytes >> granule_shift
+//   without granules: granules() == 0, and the allocator alone is checked
 // So a granule strictly inside a free extent has refs 0: only a free extent's end
 // granules can be touched by a live placement (new_granules counts on it).
 //
@@ -35,8 +38,11 @@ class PlacementCore {
   static constexpr std::uint64_t kAlign = 256;  // every placement starts and ends on this
   static constexpr std::uint32_t kNone = OffsetAllocator::kNone;
   using Allocation = OffsetAllocator::Allocation;
+  // A range whose placements have no granules: no references are counted.
+  static constexpr unsigned kNoGranules = 0;
 
-  // `bytes` a multiple of kAlign; a granule is 1 << granule_shift bytes, at least kAlign.
+  // `bytes` a multiple of kAlign; a granule is 1 << granule_shift bytes, at least
+  // kAlign, or kNoGranules.
   PlacementCore(std::uint64_t base, std::uint64_t bytes, unsigned granule_shift)
       : base_(base), bytes_(bytes), shift_(granule_shift), space_(bytes / kAlign) {}
 
@@ -107,6 +113,16 @@ class PlacementCore {
   // spans the fewest); returns whether it did. Stops at a place with no fresh
   // granule. The choice reads the live placements and the free space only.
   bool scan(std::uint64_t size, Candidate& best) const;
+
+  // The smallest free extent that holds `units` from an `alignment`-byte boundary
+  // of the address (a power of two, at least kAlign); of equal ones the lowest.
+  // At `offset` (units) of free node `node`, whose extent is `extent` units.
+  struct Fit {
+    std::uint32_t node = kNone;
+    std::uint64_t offset = 0;
+    std::uint64_t extent = 0;
+  };
+  std::optional<Fit> best_fit(std::uint64_t units, std::uint64_t alignment) const;
 
   bool validate(std::string* why = nullptr) const;
 

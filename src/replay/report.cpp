@@ -95,6 +95,42 @@ std::string report_json(const ReplayReport& r) {
   return j.dump(-1, ' ', false, ordered_json::error_handler_t::replace);
 }
 
+namespace {
+
+// The first races of r, a line each.
+std::string race_lines(const ReplayReport& r) {
+  std::string s;
+  constexpr std::size_t kShown = 5;
+  for (std::size_t i = 0; i < r.race_list.size() && i < kShown; ++i) {
+    const ReplayRace& race = r.race_list[i];
+    const auto side = [](const ReplayRaceSide& x) {
+      return (x.line ? "line " + std::to_string(x.line) : std::string("the end")) + " (" + x.op + ": " + x.kind +
+             " " + x.access + " on stream " + std::to_string(x.point.stream) +
+             (x.id.empty() ? "" : ", id \"" + x.id + "\"") + ")";
+    };
+    s += "  race: " + side(race.earlier) + " and " + side(race.later) + ", " + human_bytes(race.bytes) +
+         " at " + text::hex(race.addr) + (race.reuse ? " - a freed block reused too early" : "") + "\n";
+  }
+  return s;
+}
+
+// PASS, or FAIL with what failed.
+std::string verdict_line(const ReplayReport& r) {
+  if (r.passed()) return "verdict: PASS - every check matched and every error was expected\n";
+  std::string why;
+  auto add = [&](std::uint64_t n, const char* one, const char* many) {
+    if (n) why += (why.empty() ? "" : ", ") + text::count(n, one, many);
+  };
+  add(r.corrupt, "corrupt check", "corrupt checks");
+  add(r.unexpected_errors, "unexpected error", "unexpected errors");
+  add(r.unexpected_successes, "unexpected success", "unexpected successes");
+  add(r.illegal_accesses, "illegal device access", "illegal device accesses");
+  add(r.races, "race", "races");
+  return "verdict: FAIL - " + why + "\n";
+}
+
+}  // namespace
+
 std::string report_summary(const ReplayReport& r) {
   std::string s;
   auto line = [&](const std::string& label, const std::string& value) {
@@ -173,37 +209,14 @@ std::string report_summary(const ReplayReport& r) {
   if (r.race_checked) {
     line("races", text::count(r.races, "race", "races") +
                       " (unordered conflicting accesses from different streams)");
-    constexpr std::size_t kShown = 5;
-    for (std::size_t i = 0; i < r.race_list.size() && i < kShown; ++i) {
-      const ReplayRace& race = r.race_list[i];
-      const auto side = [](const ReplayRaceSide& x) {
-        return (x.line ? "line " + std::to_string(x.line) : std::string("the end")) + " (" + x.op + ": " + x.kind +
-               " " + x.access + " on stream " + std::to_string(x.point.stream) +
-               (x.id.empty() ? "" : ", id \"" + x.id + "\"") + ")";
-      };
-      s += "  race: " + side(race.earlier) + " and " + side(race.later) + ", " + human_bytes(race.bytes) +
-           " at " + text::hex(race.addr) + (race.reuse ? " - a freed block reused too early" : "") + "\n";
-    }
+    s += race_lines(r);
   }
   for (const ReplayProblem& p : r.problems) {
     s += "  ! ";
     s += p.line ? "line " + std::to_string(p.line) : std::string("at the end");
     s += " (" + p.op + "): " + p.what + (p.message.empty() ? "" : ": " + p.message) + "\n";
   }
-  if (r.passed()) {
-    s += "verdict: PASS - every check matched and every error was expected\n";
-  } else {
-    std::string why;
-    auto add = [&](std::uint64_t n, const char* one, const char* many) {
-      if (n) why += (why.empty() ? "" : ", ") + text::count(n, one, many);
-    };
-    add(r.corrupt, "corrupt check", "corrupt checks");
-    add(r.unexpected_errors, "unexpected error", "unexpected errors");
-    add(r.unexpected_successes, "unexpected success", "unexpected successes");
-    add(r.illegal_accesses, "illegal device access", "illegal device accesses");
-    add(r.races, "race", "races");
-    s += "verdict: FAIL - " + why + "\n";
-  }
+  s += verdict_line(r);
   return s;
 }
 

@@ -262,6 +262,35 @@ Result<void> plan_retries(EngineState& e, UploadState& s, const std::vector<Atte
   return {};
 }
 
+// Every range of s, before anything is enqueued: its source lies in a live block
+// or is a plain host range, its destination in a live device block. Sums s.bytes.
+Result<void> check_ranges(EngineState& e, const HostArena& arena, UploadState& s) {
+  for (std::uint32_t r = 0; r < s.ranges.size(); ++r) {
+    const TransferRange& tr = s.ranges[r];
+    const std::string what = "upload range " + std::to_string(r);
+    if (tr.bytes == 0) return make_error(ErrorCode::invalid_argument, what + ": 0 bytes");
+    if (tr.block) {
+      if (!fits(tr.block_offset, tr.bytes, tr.block.bytes)) {
+        return make_error(ErrorCode::invalid_argument,
+                          what + ": [" + std::to_string(tr.block_offset) + ", +" +
+                              std::to_string(tr.bytes) + ") lies outside its " +
+                              std::to_string(tr.block.bytes) + "-byte host block");
+      }
+      auto info = arena.locate(tr.block.data + tr.block_offset, tr.bytes);
+      if (!info || info->kind != HostRangeInfo::Kind::block ||
+          info->block.serial != tr.block.serial) {
+        return make_error(ErrorCode::stale_handle, what + ": its host block is not live");
+      }
+    } else if (tr.host == nullptr ||
+               reinterpret_cast<std::uintptr_t>(tr.host) > UINTPTR_MAX - tr.bytes) {
+      return make_error(ErrorCode::invalid_argument, what + ": null or wrapping host range");
+    }
+    FERRY_TRY(e.check_dst(what, tr.dst, tr.dst_offset, tr.bytes, s.stream));
+    s.bytes += tr.bytes;
+  }
+  return {};
+}
+
 }  // namespace
 }  // namespace detail
 
@@ -304,29 +333,7 @@ Result<PendingUpload> TransferEngine::begin_upload(StreamId stream, const Transf
   s.last = s.copied;
 
   // Validate everything before anything is enqueued.
-  for (std::uint32_t r = 0; r < s.ranges.size(); ++r) {
-    const TransferRange& tr = s.ranges[r];
-    const std::string what = "upload range " + std::to_string(r);
-    if (tr.bytes == 0) return make_error(ErrorCode::invalid_argument, what + ": 0 bytes");
-    if (tr.block) {
-      if (!detail::fits(tr.block_offset, tr.bytes, tr.block.bytes)) {
-        return make_error(ErrorCode::invalid_argument,
-                          what + ": [" + std::to_string(tr.block_offset) + ", +" +
-                              std::to_string(tr.bytes) + ") lies outside its " +
-                              std::to_string(tr.block.bytes) + "-byte host block");
-      }
-      auto info = arena_.locate(tr.block.data + tr.block_offset, tr.bytes);
-      if (!info || info->kind != HostRangeInfo::Kind::block ||
-          info->block.serial != tr.block.serial) {
-        return make_error(ErrorCode::stale_handle, what + ": its host block is not live");
-      }
-    } else if (tr.host == nullptr ||
-               reinterpret_cast<std::uintptr_t>(tr.host) > UINTPTR_MAX - tr.bytes) {
-      return make_error(ErrorCode::invalid_argument, what + ": null or wrapping host range");
-    }
-    FERRY_TRY(e.check_dst(what, tr.dst, tr.dst_offset, tr.bytes, stream));
-    s.bytes += tr.bytes;
-  }
+  FERRY_TRY(detail::check_ranges(e, arena_, s));
 
   const bool verify = options_.policy == IntegrityPolicy::verify;
   const bool pinned_ok = !e.distrusted();

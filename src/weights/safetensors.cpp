@@ -107,6 +107,70 @@ std::string shape_text(std::span<const std::uint64_t> shape) {
   return s + "]";
 }
 
+namespace {
+
+// One tensor's header entry, checked against the data section
+// ([data_start, data_start + data_size) of the file, described by `section`).
+// Errors: invalid_argument, the message naming the tensor.
+Result<TensorInfo> parse_tensor(const std::string& key, const nlohmann::json& val, std::uint64_t data_start,
+                                std::uint64_t data_size, const std::string& section) {
+  const auto refuse = [](const std::string& what) { return make_error(ErrorCode::invalid_argument, what); };
+  const std::string t = "tensor " + quoted_name(key);
+  if (key.empty()) return refuse("a tensor has an empty name");
+  if (!val.is_object()) return refuse(t + ": its entry is not a JSON object");
+  const auto dt = val.find("dtype");
+  if (dt == val.end() || !dt->is_string()) return refuse(t + ": \"dtype\" is missing or not a string");
+  Result<DType> dtype = parse_dtype(dt->get_ref<const std::string&>());
+  if (!dtype.ok()) return refuse(t + ": " + dtype.error().message);
+  const auto sh = val.find("shape");
+  if (sh == val.end() || !sh->is_array()) return refuse(t + ": \"shape\" is missing or not an array");
+  TensorInfo info;
+  info.name = key;
+  info.dtype = *dtype;
+  std::uint64_t elements = 1;
+  bool overflow = false;
+  for (const auto& d : *sh) {
+    if (!d.is_number_unsigned()) {
+      return refuse(t + ": \"shape\" holds " + d.dump() + ", not a non-negative integer");
+    }
+    const auto v = d.get<std::uint64_t>();
+    info.shape.push_back(v);
+    overflow = overflow || mul_overflows(elements, v, &elements);
+  }
+  std::uint64_t expected = 0;
+  overflow = overflow || mul_overflows(elements, dtype_size(*dtype), &expected);
+  const auto offs = val.find("data_offsets");
+  if (offs == val.end() || !offs->is_array() || offs->size() != 2 ||
+      !(*offs)[0].is_number_unsigned() || !(*offs)[1].is_number_unsigned()) {
+    return refuse(t + ": \"data_offsets\" must be [BEGIN, END], two non-negative integers");
+  }
+  const auto begin = (*offs)[0].get<std::uint64_t>();
+  const auto end = (*offs)[1].get<std::uint64_t>();
+  const std::string range = "data_offsets [" + std::to_string(begin) + ", " + std::to_string(end) + "]";
+  if (end < begin) return refuse(t + ": " + range + " are reversed (END < BEGIN)");
+  if (end > data_size) {
+    return refuse(t + ": " + range + " end at file offset " +
+               (end > UINT64_MAX - data_start ? std::string("beyond 2^64")
+                                              : std::to_string(data_start + end)) +
+               ", past the end of the file" + section);
+  }
+  if (overflow) {
+    return refuse(t + ": shape " + shape_text(info.shape) + " of " + std::string(to_string(*dtype)) +
+               " overflows 64-bit byte counts");
+  }
+  if (end - begin != expected) {
+    return refuse(t + ": " + range + " hold " + std::to_string(end - begin) + " bytes (file offsets " +
+               std::to_string(data_start + begin) + ".." + std::to_string(data_start + end) +
+               "), but shape " + shape_text(info.shape) + " of " + std::string(to_string(*dtype)) +
+               " needs " + std::to_string(expected));
+  }
+  info.offset = begin;
+  info.bytes = expected;
+  return info;
+}
+
+}  // namespace
+
 Result<std::vector<TensorInfo>> WeightBank::parse_safetensors(
     std::span<const std::byte> file, std::string_view name,
     std::map<std::string, std::string>* metadata) {
@@ -169,58 +233,9 @@ Result<std::vector<TensorInfo>> WeightBank::parse_safetensors(
       }
       continue;
     }
-    const std::string t = "tensor " + quoted_name(key);
-    if (key.empty()) return bad("a tensor has an empty name");
-    if (!val.is_object()) return bad(t + ": its entry is not a JSON object");
-    const auto dt = val.find("dtype");
-    if (dt == val.end() || !dt->is_string()) return bad(t + ": \"dtype\" is missing or not a string");
-    Result<DType> dtype = parse_dtype(dt->get_ref<const std::string&>());
-    if (!dtype.ok()) return bad(t + ": " + dtype.error().message);
-    const auto sh = val.find("shape");
-    if (sh == val.end() || !sh->is_array()) return bad(t + ": \"shape\" is missing or not an array");
-    TensorInfo info;
-    info.name = key;
-    info.dtype = *dtype;
-    std::uint64_t elements = 1;
-    bool overflow = false;
-    for (const auto& d : *sh) {
-      if (!d.is_number_unsigned()) {
-        return bad(t + ": \"shape\" holds " + d.dump() + ", not a non-negative integer");
-      }
-      const auto v = d.get<std::uint64_t>();
-      info.shape.push_back(v);
-      overflow = overflow || mul_overflows(elements, v, &elements);
-    }
-    std::uint64_t expected = 0;
-    overflow = overflow || mul_overflows(elements, dtype_size(*dtype), &expected);
-    const auto offs = val.find("data_offsets");
-    if (offs == val.end() || !offs->is_array() || offs->size() != 2 ||
-        !(*offs)[0].is_number_unsigned() || !(*offs)[1].is_number_unsigned()) {
-      return bad(t + ": \"data_offsets\" must be [BEGIN, END], two non-negative integers");
-    }
-    const auto begin = (*offs)[0].get<std::uint64_t>();
-    const auto end = (*offs)[1].get<std::uint64_t>();
-    const std::string range = "data_offsets [" + std::to_string(begin) + ", " + std::to_string(end) + "]";
-    if (end < begin) return bad(t + ": " + range + " are reversed (END < BEGIN)");
-    if (end > data_size) {
-      return bad(t + ": " + range + " end at file offset " +
-                 (end > UINT64_MAX - data_start ? std::string("beyond 2^64")
-                                                : std::to_string(data_start + end)) +
-                 ", past the end of the file" + section);
-    }
-    if (overflow) {
-      return bad(t + ": shape " + shape_text(info.shape) + " of " + std::string(to_string(*dtype)) +
-                 " overflows 64-bit byte counts");
-    }
-    if (end - begin != expected) {
-      return bad(t + ": " + range + " hold " + std::to_string(end - begin) + " bytes (file offsets " +
-                 std::to_string(data_start + begin) + ".." + std::to_string(data_start + end) +
-                 "), but shape " + shape_text(info.shape) + " of " + std::string(to_string(*dtype)) +
-                 " needs " + std::to_string(expected));
-    }
-    info.offset = begin;
-    info.bytes = expected;
-    tensors.push_back(std::move(info));
+    Result<TensorInfo> info = parse_tensor(key, val, data_start, data_size, section);
+    if (!info.ok()) return bad(info.error().message);
+    tensors.push_back(std::move(*info));
   }
   std::sort(tensors.begin(), tensors.end(), [](const TensorInfo& a, const TensorInfo& b) {
     return a.offset != b.offset ? a.offset < b.offset : a.name < b.name;

@@ -178,6 +178,40 @@ TEST(PlacementCore, RandomTrafficMatchesABruteForceReference) {
   }
 }
 
+TEST(PlacementCore, BestFitTakesTheSmallestExtentThatHoldsTheAlignedRequest) {
+  PlacementCore c(std::uint64_t{1} << 30, 64 * kAlign, PlacementCore::kNoGranules);
+  std::vector<PlacementCore::Allocation> unit;  // 64 one-unit nodes, in order
+  for (int i = 0; i < 64; ++i) unit.push_back(*c.allocate(1));
+  for (int i = 0; i < 64; ++i) ASSERT_EQ(unit[static_cast<std::size_t>(i)].offset, static_cast<std::uint64_t>(i));
+  auto free_run = [&](std::size_t from, std::size_t to) {
+    for (std::size_t i = from; i < to; ++i) c.free(unit[i].node);
+  };
+  free_run(2, 8);    // 6 units
+  free_run(10, 30);  // 20
+  free_run(40, 44);  // 4
+  free_run(50, 56);  // 6 again, higher
+  std::string why;
+  ASSERT_TRUE(c.validate(&why)) << why;
+  auto offset_of = [&](std::uint64_t units, std::uint64_t alignment) -> std::optional<std::uint64_t> {
+    auto f = c.best_fit(units, alignment);
+    if (!f) return std::nullopt;
+    return f->offset;
+  };
+  EXPECT_EQ(offset_of(4, kAlign), 40u);
+  EXPECT_EQ(offset_of(5, kAlign), 2u) << "of two equal extents, the lower";
+  EXPECT_EQ(offset_of(7, kAlign), 10u);
+  // At 16 units (4 KiB) the 6-unit extents cannot hold 5 past their boundary.
+  EXPECT_EQ(offset_of(5, 16 * kAlign), 16u);
+  EXPECT_EQ(offset_of(21, kAlign), std::nullopt);
+  auto f = c.best_fit(4, kAlign);
+  ASSERT_TRUE(f);
+  EXPECT_EQ(f->extent, 4u);
+  const auto a = c.allocate_range(f->node, f->offset, 4);
+  EXPECT_EQ(a.offset, 40u);
+  ASSERT_TRUE(c.validate(&why)) << why;
+  EXPECT_EQ(c.best_fit(4, kAlign)->offset, 2u);
+}
+
 TEST(PlacementCore, ValidateCatchesAPlantedReferenceCount) {
   PlacementCore c = make_core(8, 12);
   auto a = place(c, 20);  // two granules
