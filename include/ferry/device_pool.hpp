@@ -163,6 +163,15 @@ class DevicePool {
   // Resolves without leasing (for inspection). Errors: stale_handle.
   Result<DeviceSpan> resolve(DeviceHandle handle) const;
 
+  // A free and an allocation of the same block in one step, for an owner that
+  // keeps the memory while the handle changes hands (a graph's private pool,
+  // graph.hpp): `handle` goes stale (I1: the slot's generation changes) and the
+  // returned handle names the same bytes, with its leases and stream order, now
+  // `bytes` long as requested. The block stays live: allocs and frees do not
+  // count it, requested_bytes follows `bytes`. Errors:
+  // stale_handle; invalid_argument (bytes 0 or beyond the block's rounded size,
+  // or the slot at its last generation: allocate anew then). Never blocks.
+  Result<DeviceHandle> reissue(DeviceHandle handle, std::uint64_t bytes);
   // Names the block for diagnostics: the race checker's reports (race.hpp) carry
   // `tag` for it. Errors: stale_handle. Never blocks.
   Result<void> set_tag(DeviceHandle handle, std::string_view tag);

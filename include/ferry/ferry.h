@@ -379,6 +379,43 @@ FERRY_C_API ferry_status ferry_import_torch_snapshot(const void* FERRY_NULLABLE 
                                                      char* FERRY_NULLABLE source_json, size_t capacity,
                                                      size_t* FERRY_NULLABLE length);
 
+/* ---- Graph capture (ferry/graph.hpp): a stream's work recorded once and
+ * replayed many times, over memory that stays the graph's while it lives.
+ * Between ferry_begin_capture and ferry_end_capture the calls on `stream`
+ * (ferry_launch, ferry_record_use, ferry_upload under integrity "off",
+ * ferry_alloc and ferry_free) are recorded, not run; what cannot be captured
+ * (ferry_upload under "probe" or "verify", ferry_download, ferry_synchronize,
+ * ferry_hold, ferry_stream_wait across streams, an allocation that would need
+ * the reclaim ladder) returns INVALID_ARGUMENT naming the call and why, and
+ * spoils the capture. Blocks allocated on the capturing stream are the graph's
+ * private pool: a ferry_free of one is deferred until the pool's last graph is
+ * destroyed, and a later same-size ferry_alloc of a capture of the same pool
+ * reuses it. A graph must be destroyed before its runtime. */
+typedef struct ferry_graph_s* ferry_graph;
+/* Starts recording `stream`. share_pool_of: nullable; a graph whose private pool
+ * the capture allocates from (PyTorch's pool=), or NULL for a pool of its own.
+ * Errors: INVALID_ARGUMENT (bad stream, capturing already, a pool another
+ * capture is using). Never blocks. */
+FERRY_C_API ferry_status ferry_begin_capture(ferry_runtime FERRY_NONNULL rt, uint32_t stream,
+                                             ferry_graph FERRY_NULLABLE share_pool_of);
+/* Ends the capture on `stream` and stores the graph in *out (NULL on error).
+ * Errors: INVALID_ARGUMENT (not capturing; the capture's first refused call,
+ * named after "spoiled: "), OUT_OF_MEMORY (host). Never blocks. */
+FERRY_C_API ferry_status ferry_end_capture(ferry_runtime FERRY_NONNULL rt, uint32_t stream,
+                                           ferry_graph FERRY_NULLABLE* FERRY_NONNULL out);
+/* Enqueues the graph's calls on `stream`, in order; every block it touches is
+ * leased until this replay completes. Errors: STALE_HANDLE (a block of the graph
+ * was freed outside it: nothing is enqueued), INVALID_ARGUMENT (another runtime's
+ * graph, bad or capturing stream), what a recorded call's enqueue returns. Never
+ * blocks. */
+FERRY_C_API ferry_status ferry_graph_launch(ferry_runtime FERRY_NONNULL rt, ferry_graph FERRY_NONNULL graph,
+                                            uint32_t stream);
+/* Destroys the graph (NULL: does nothing, FERRY_OK); when it was its pool's last,
+ * the blocks the program freed are freed, stream-ordered after its last replay.
+ * Errors: STALE_HANDLE (a pool block freed behind its back; the rest are freed
+ * and the graph is gone all the same). Never blocks. */
+FERRY_C_API ferry_status ferry_graph_destroy(ferry_graph FERRY_NULLABLE graph);
+
 #ifdef __cplusplus
 }
 #endif

@@ -20,11 +20,19 @@
 //   - an allocation on the capturing stream larger than the largest free extent
 //     (it would need the reclaim ladder, whose last rung waits)
 //
-// The graph's own memory: a block allocated on a capturing stream is the
-// graph's. The program's free() of it during the capture (or after) is
-// deferred: the block stays the graph's, never reused by anyone, until the
-// graph is destroyed; destroy() frees it stream-ordered, so it is reused only
-// after the graph's last replay completed (I2, I3). Every other block a graph
+// The graph's own memory, a private pool (PyTorch's graph pools are the model).
+// A block allocated on a capturing stream is the pool's. The program's free()
+// of it, during the capture or after, is deferred: the block stays the pool's,
+// reused by no one outside it, and a later allocation of the same size on a
+// capturing stream of the same pool gets it back under a new handle
+// (DevicePool::reissue: the freed handle is stale, I1; the graph's ops follow
+// the block). When the last graph of the pool is destroyed, the pool frees the
+// blocks the program freed, stream-ordered, so they are reused only after that
+// graph's last replay completed (I2, I3); a block the program still holds is
+// its own again. Graphs captured one after another may share a pool
+// (CaptureOptions::pool, PyTorch's `pool=`): decode graphs for several batch
+// sizes then share memory, and must not be replayed at once (a block one of
+// them freed in its capture may be another's). Every other block a graph
 // touches is the program's: free it after the graph is gone, or a later launch
 // is refused with stale_handle before it enqueues anything (I1).
 //
@@ -53,14 +61,43 @@ namespace ferry FERRY_API {
 
 class Runtime;
 namespace detail {
-struct FERRY_HIDDEN GraphState;  // src/runtime/graph.cpp
+struct FERRY_HIDDEN GraphState;      // src/runtime/graph.cpp
+struct FERRY_HIDDEN GraphPoolState;  // src/runtime/graph.cpp
 }  // namespace detail
+
+// A private pool's memory: every block it holds, and those the program holds of them.
+struct GraphPoolStats {
+  std::uint64_t blocks = 0;
+  std::uint64_t reserved_bytes = 0;   // requested bytes of every block the pool holds
+  std::uint64_t allocated_bytes = 0;  // of those, the blocks the program holds (not freed)
+  std::uint64_t graphs = 0;           // graphs (and captures) using it
+};
+
+// Names a private pool, to share it between captures (CaptureOptions::pool).
+// Copyable; empty: a capture makes a pool of its own. Thread safety: as the Runtime's.
+class GraphPool {
+ public:
+  GraphPool() noexcept = default;
+  explicit operator bool() const noexcept { return state_ != nullptr; }
+  // Zeros when empty. Never fails, never blocks.
+  GraphPoolStats stats() const;
+
+ private:
+  friend class Runtime;
+  friend class Graph;
+  explicit GraphPool(std::shared_ptr<detail::GraphPoolState> state) noexcept : state_(std::move(state)) {}
+  std::shared_ptr<detail::GraphPoolState> state_;
+};
+
+struct CaptureOptions {
+  // The private pool the capture allocates from: another graph's (Graph::pool())
+  // to share its memory, or empty for a pool of its own.
+  GraphPool pool;
+};
 
 struct GraphStats {
   std::uint64_t ops = 0;            // recorded calls, replayed in order
   std::uint64_t blocks = 0;         // distinct blocks the ops touch
-  std::uint64_t owned_blocks = 0;   // of those, allocated during the capture (the graph's)
-  std::uint64_t owned_bytes = 0;    // their requested bytes
   std::uint64_t launches = 0;       // replays enqueued so far
 };
 
@@ -76,16 +113,18 @@ class Graph {
   // destroy(), its errors ignored.
   ~Graph();
 
-  // Frees the blocks the graph owns (stream-ordered: reused only once every
-  // replay that touched them has completed) and leaves this empty. Empty
-  // already: does nothing, ok. Errors: stale_handle (a block the graph owns was
-  // freed behind its back through the pool itself; the rest are freed all the
-  // same). Never blocks on the device.
+  // Leaves this empty; when it was its pool's last graph, the pool frees the
+  // blocks the program freed (stream-ordered: reused only once every replay that
+  // touched them has completed). Empty already: does nothing, ok. Errors:
+  // stale_handle (a block of the pool was freed behind its back through the
+  // pool itself; the rest are freed all the same). Never blocks on the device.
   Result<void> destroy();
 
   explicit operator bool() const noexcept { return state_ != nullptr; }
   // Zeros when empty. Never fails, never blocks.
   GraphStats stats() const;
+  // Its private pool (empty when this is), for CaptureOptions::pool.
+  GraphPool pool() const;
 
  private:
   friend class Runtime;

@@ -157,9 +157,12 @@ class Runtime {
   // Graph capture (graph.hpp says what is recorded and what is refused). From
   // begin_capture(stream), the calls made through calls() on `stream` are
   // recorded, not run, until end_capture(stream) returns them as a Graph; calls()
-  // on other streams run as before. Errors: invalid_argument (a stream out of
-  // range, one capturing already, or inside a user kernel). Never blocks.
-  Result<void> begin_capture(StreamId stream);
+  // on other streams run as before. Allocations on `stream` come from the
+  // capture's private pool (options.pool, or one of its own). Errors:
+  // invalid_argument (a stream out of range, one capturing already, a pool
+  // another capture is using or another Runtime's, or inside a user kernel).
+  // Never blocks.
+  Result<void> begin_capture(StreamId stream, CaptureOptions options = {});
   // Ends the capture on `stream`. Errors: invalid_argument (the stream is not
   // capturing; the first refused call of the capture, its message prefixed
   // "capture on stream S spoiled: ": no graph then, and blocks the capture
@@ -178,6 +181,7 @@ class Runtime {
  private:
   friend class detail::GraphCapture;
   friend class Graph;
+  friend class GraphPool;
   // The calls in the pool adaptor slot, or the direct ones: what calls() returns
   // when no graph intercepts them.
   std::shared_ptr<PoolCalls> slot_calls() const;

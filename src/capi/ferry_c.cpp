@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstring>
 #include <exception>
+#include <functional>
 #include <fstream>
 #include <memory>
 #include <mutex>
@@ -18,6 +19,7 @@
 #include <utility>
 #include <vector>
 
+#include "capi/c_boundary.hpp"
 #include "capi/pool_stats_c.hpp"
 #include "capi/struct_prefix.hpp"
 #include "ferry/fault_spec.hpp"
@@ -36,19 +38,6 @@ struct ferry_trace_s {
   std::unique_ptr<ferry::RecordingPool> recorder;
   std::promise<ferry::Result<void>> flushed;
   ~ferry_trace_s() { flushed.set_value(recorder->flush()); }
-};
-
-struct ferry_runtime_s {
-  std::unique_ptr<ferry::Runtime> runtime;
-  // Guards only start's and stop's check and swap of the trace (never a call's
-  // run, a file's open or a flush), so they are bounded however many threads call.
-  std::mutex trace_mu;
-  std::shared_ptr<ferry_trace_s> trace;
-  std::shared_ptr<ferry::PoolCalls> calls() const { return runtime->calls(); }
-  // Tags ferry_get_races handed out: interned, never erased, so the strings stay
-  // valid for the runtime's life whatever another thread asks meanwhile.
-  std::mutex tags_mu;
-  std::set<std::string> tags;
 };
 
 namespace {
@@ -689,3 +678,13 @@ ferry_status ferry_import_torch_snapshot(const void* bytes, size_t size, int dev
 }
 
 }  // extern "C"
+
+// The boundary for the ABI's other files (c_boundary.hpp).
+namespace ferry::capi {
+ferry_status run_guarded(const char* fn, const std::function<ferry_status()>& body) noexcept {
+  return guarded(fn, body);
+}
+ferry_status fail(const Error& error) { return ::fail(error); }
+ferry_status ok() { return ::ok(); }
+ferry_status null_argument(const char* fn, const char* what) { return ::null_argument(fn, what); }
+}  // namespace ferry::capi

@@ -145,6 +145,30 @@ Result<DeviceSpan> DevicePool::resolve(DeviceHandle handle) const {
   return DeviceSpan{p.blocks[*b].addr, p.blocks[*b].requested};
 }
 
+Result<DeviceHandle> DevicePool::reissue(DeviceHandle handle, std::uint64_t bytes) {
+  Impl& p = *impl_;
+  std::lock_guard lock(p.mu);
+  const std::uint32_t b = p.find_block(handle);
+  if (b == Impl::kNoBlock) return p.stale(handle);
+  Impl::Block& blk = p.blocks[b];
+  const std::uint64_t size = p.size_of(blk);
+  if (bytes == 0 || bytes > size || blk.generation == Impl::kLastGeneration) {
+    return make_error(ErrorCode::invalid_argument,
+                      "reissue of block {slot " + std::to_string(b) + "} as " + std::to_string(bytes) + " bytes: " +
+                          (blk.generation == Impl::kLastGeneration ? std::string("its slot is at its last generation")
+                                                                   : "the block holds " + std::to_string(size)));
+  }
+  // I1: every copy of the old handle goes stale, as at a free.
+  ++blk.generation;
+  p.st.requested_bytes = p.st.requested_bytes - blk.requested + bytes;
+  p.st.peak_requested_bytes = std::max(p.st.peak_requested_bytes, p.st.requested_bytes);
+  blk.requested = bytes;
+  const DeviceHandle h{p.id, b, blk.generation};
+  if (p.note_blocks) p.backend.note_block(blk.addr, size, h, {});
+  p.check();
+  return h;
+}
+
 Result<void> DevicePool::set_tag(DeviceHandle handle, std::string_view tag) {
   Impl& p = *impl_;
   std::lock_guard lock(p.mu);

@@ -31,8 +31,11 @@ Error refused(std::string_view call, StreamId stream, std::string_view why) {
                                                      std::to_string(stream) + " is refused: " + std::string(why));
 }
 
+// The handle a block has now, for one the capture recorded (a pool block may have
+// been reissued since).
+using Remap = std::function<DeviceHandle(DeviceHandle)>;
 // What a replay enqueues for one recorded call, on the stream the graph is launched on.
-using Replay = std::function<Result<void>(PoolCalls&, StreamId)>;
+using Replay = std::function<Result<void>(PoolCalls&, StreamId, const Remap&)>;
 
 struct RecordedOp {
   std::string what;
@@ -47,18 +50,27 @@ Result<void> as_void(Result<T> r) {
 
 }  // namespace
 
-struct GraphState {
-  struct Owned {
-    DeviceHandle handle;
-    std::uint64_t bytes = 0;
-    bool freed_by_program = false;  // the program's free() was deferred to destroy()
+// A private pool: blocks allocated on its capturing streams, kept until its last
+// graph goes. Guarded by the GraphCapture's mutex.
+struct GraphPoolState {
+  struct Block {
+    DeviceHandle current;    // its handle now (reissued when reused)
+    std::uint64_t bytes = 0;  // as requested
+    bool held = false;        // the program holds `current`; else freed, the pool's to reuse
   };
+  Runtime* runtime = nullptr;
+  std::vector<Block> blocks;
+  std::map<HandleKey, std::size_t> alias;  // every handle a block has had -> its index
+  std::uint64_t users = 0;                 // graphs and open captures
+  bool capturing = false;
+};
 
+struct GraphState {
   Runtime* runtime = nullptr;
   StreamId captured_on = 0;
+  std::shared_ptr<GraphPoolState> pool;
   std::vector<RecordedOp> ops;
-  std::vector<DeviceHandle> blocks;  // every block an op touches, each once
-  std::vector<Owned> owned;          // guarded by the GraphCapture's mutex once the capture ended
+  std::vector<DeviceHandle> blocks;  // every block an op touches, each once, as recorded
   std::optional<Error> spoiled;      // the first refused call of the capture
   std::atomic<std::uint64_t> launches{0};
 
@@ -68,7 +80,7 @@ struct GraphState {
 };
 
 // What Runtime::calls() returns once a capture has begun: records the calls on
-// capturing streams, defers the program's frees of graph-owned blocks, and
+// capturing streams, defers the program's frees of private pools' blocks, and
 // forwards everything else to the slot's calls.
 class GraphCapture final : public PoolCalls {
  public:
@@ -77,15 +89,30 @@ class GraphCapture final : public PoolCalls {
   DevicePool& pool() noexcept override { return rt_.pool(); }
   TransferEngine& engine() noexcept override { return rt_.engine(); }
 
-  Result<void> begin(StreamId stream) {
+  Result<void> begin(StreamId stream, std::shared_ptr<GraphPoolState> pool) {
     std::lock_guard lock(mu_);
     if (open_.count(stream) != 0) {
       return make_error(ErrorCode::invalid_argument,
                         "begin_capture: stream " + std::to_string(stream) + " is capturing already");
     }
+    if (pool && pool->runtime != &rt_) {
+      return make_error(ErrorCode::invalid_argument, "begin_capture: the pool belongs to another Runtime");
+    }
+    if (pool && pool->capturing) {
+      return make_error(ErrorCode::invalid_argument,
+                        "begin_capture: the pool is in use by another capture (captures share a pool one "
+                        "after another)");
+    }
+    if (!pool) {
+      pool = std::make_shared<GraphPoolState>();
+      pool->runtime = &rt_;
+    }
+    pool->capturing = true;
+    ++pool->users;
     auto state = std::make_shared<GraphState>();
     state->runtime = &rt_;
     state->captured_on = stream;
+    state->pool = std::move(pool);
     open_.emplace(stream, std::move(state));
     return {};
   }
@@ -101,6 +128,7 @@ class GraphCapture final : public PoolCalls {
       }
       state = std::move(it->second);
       open_.erase(it);
+      state->pool->capturing = false;
     }
     if (state->spoiled) {
       Error why = *state->spoiled;
@@ -116,16 +144,21 @@ class GraphCapture final : public PoolCalls {
     return open_.count(stream) != 0;
   }
 
-  // Frees the owned blocks the program freed; hands the others back to the program.
+  // One user of the pool fewer; the last one frees the blocks the program freed
+  // and hands the others back to the program.
   Result<void> release(GraphState& state) {
     std::vector<DeviceHandle> to_free;
     {
       std::lock_guard lock(mu_);
-      for (const GraphState::Owned& o : state.owned) {
-        owners_.erase(key_of(o.handle));
-        if (o.freed_by_program) to_free.push_back(o.handle);
+      GraphPoolState& pool = *state.pool;
+      if (--pool.users == 0) {
+        for (const GraphPoolState::Block& b : pool.blocks) {
+          if (b.held) owners_.erase(key_of(b.current));
+          else to_free.push_back(b.current);
+        }
+        pool.blocks.clear();
+        pool.alias.clear();
       }
-      state.owned.clear();
     }
     const std::shared_ptr<PoolCalls> calls = rt_.slot_calls();
     Result<void> first;
@@ -136,14 +169,35 @@ class GraphCapture final : public PoolCalls {
     return first;
   }
 
+  GraphPoolStats pool_stats(const GraphPoolState& pool) const {
+    GraphPoolStats s;
+    std::lock_guard lock(mu_);
+    s.blocks = pool.blocks.size();
+    s.graphs = pool.users;
+    for (const GraphPoolState::Block& b : pool.blocks) {
+      s.reserved_bytes += b.bytes;
+      if (b.held) s.allocated_bytes += b.bytes;
+    }
+    return s;
+  }
+
+  // The handles the recorded blocks of `state` have now, in the order of state.blocks.
+  std::vector<DeviceHandle> current_blocks(const GraphState& state) const {
+    std::vector<DeviceHandle> now = state.blocks;
+    std::lock_guard lock(mu_);
+    for (DeviceHandle& h : now) {
+      if (auto it = state.pool->alias.find(key_of(h)); it != state.pool->alias.end()) {
+        h = state.pool->blocks[it->second].current;
+      }
+    }
+    return now;
+  }
+
   GraphStats stats(const GraphState& state) const {
     GraphStats s;
     s.ops = state.ops.size();
     s.blocks = state.blocks.size();
     s.launches = state.launches.load(std::memory_order_relaxed);
-    std::lock_guard lock(mu_);
-    s.owned_blocks = state.owned.size();
-    for (const GraphState::Owned& o : state.owned) s.owned_bytes += o.bytes;
     return s;
   }
 
@@ -161,11 +215,30 @@ class GraphCapture final : public PoolCalls {
                                    "it does not fit now (largest free extent " + std::to_string(fits) +
                                        " bytes) and the reclaim ladder would wait for in-flight frees"));
     }
+    {
+      std::lock_guard lock(mu_);
+      GraphPoolState& pool = *state->pool;
+      for (std::size_t i = 0; i < pool.blocks.size(); ++i) {
+        GraphPoolState::Block& b = pool.blocks[i];
+        // The same size only: the ops recorded over the block's old handle keep
+        // their ranges when they follow it.
+        if (b.held || b.bytes != bytes) continue;
+        Result<DeviceHandle> again = rt_.pool().reissue(b.current, bytes);
+        if (!again.ok()) continue;  // its slot at its last generation: allocate anew
+        b.current = *again;
+        b.held = true;
+        pool.alias[key_of(*again)] = i;
+        owners_[key_of(*again)] = state->pool;
+        return again;
+      }
+    }
     Result<DeviceHandle> h = rt_.slot_calls()->allocate(bytes, stream, tag);
     if (!h.ok()) return h;
     std::lock_guard lock(mu_);
-    state->owned.push_back({*h, bytes, false});
-    owners_[key_of(*h)] = state;
+    GraphPoolState& pool = *state->pool;
+    pool.alias[key_of(*h)] = pool.blocks.size();
+    pool.blocks.push_back({*h, bytes, true});
+    owners_[key_of(*h)] = state->pool;
     return h;
   }
 
@@ -174,11 +247,19 @@ class GraphCapture final : public PoolCalls {
       std::lock_guard lock(mu_);
       auto it = owners_.find(key_of(handle));
       if (it != owners_.end()) {
-        // The graph's ops were recorded with this block's address: it stays the
-        // graph's, unused by anyone, until the graph is destroyed.
-        for (GraphState::Owned& o : it->second->owned) {
-          if (o.handle == handle) o.freed_by_program = true;
+        // Graphs' ops were recorded with this block's address: it stays the
+        // pool's, reused by none but its captures, until its last graph goes.
+        GraphPoolState& pool = *it->second;
+        const std::size_t i = pool.alias.at(key_of(handle));
+        GraphPoolState::Block& b = pool.blocks[i];
+        // I1: the program's handle goes stale now, as at any free; the pool keeps
+        // the block under a handle only it knows (at a slot's last generation it
+        // keeps the old one).
+        if (Result<DeviceHandle> again = rt_.pool().reissue(handle, b.bytes); again.ok()) {
+          b.current = *again;
+          pool.alias[key_of(*again)] = i;
         }
+        b.held = false;
         owners_.erase(it);
         return {};
       }
@@ -191,7 +272,7 @@ class GraphCapture final : public PoolCalls {
   Result<Ticket> fill(StreamId stream, DeviceHandle dst, std::uint64_t seed) override {
     std::shared_ptr<GraphState> state = open_on(stream);
     if (!state) return rt_.slot_calls()->fill(stream, dst, seed);
-    return record(*state, "fill", {dst}, [=](PoolCalls& c, StreamId s) { return as_void(c.fill(s, dst, seed)); });
+    return record(*state, "fill", {dst}, [=](PoolCalls& c, StreamId s, const Remap& now) { return as_void(c.fill(s, now(dst), seed)); });
   }
 
   Result<Ticket> compute(StreamId stream, std::span<const DeviceHandle> inputs, DeviceHandle output, double flops,
@@ -201,8 +282,10 @@ class GraphCapture final : public PoolCalls {
     std::vector<DeviceHandle> in(inputs.begin(), inputs.end());
     std::vector<DeviceHandle> touched = in;
     touched.push_back(output);
-    return record(*state, "compute", touched, [=](PoolCalls& c, StreamId s) {
-      return as_void(c.compute(s, in, output, flops, mem_bytes));
+    return record(*state, "compute", touched, [=](PoolCalls& c, StreamId s, const Remap& now) {
+      std::vector<DeviceHandle> in_now = in;
+      for (DeviceHandle& h : in_now) h = now(h);
+      return as_void(c.compute(s, in_now, now(output), flops, mem_bytes));
     });
   }
 
@@ -210,7 +293,7 @@ class GraphCapture final : public PoolCalls {
     std::shared_ptr<GraphState> state = open_on(stream);
     if (!state) return rt_.slot_calls()->copy_to_host(stream, src, dst);
     return record(*state, "copy_to_host", {src},
-                  [=](PoolCalls& c, StreamId s) { return as_void(c.copy_to_host(s, src, dst)); });
+                  [=](PoolCalls& c, StreamId s, const Remap& now) { return as_void(c.copy_to_host(s, now(src), dst)); });
   }
 
   Result<Ticket> user(StreamId stream, std::span<const Operand> operands, UserKernel kernel, UserCost cost,
@@ -222,8 +305,10 @@ class GraphCapture final : public PoolCalls {
     std::vector<DeviceHandle> touched;
     for (const Operand& o : ops) touched.push_back(o.handle);
     return record(*state, tag.empty() ? std::string("user op") : "user op " + tag, touched,
-                  [ops, kernel = std::move(kernel), cost, tag](PoolCalls& c, StreamId s) {
-                    return as_void(c.user(s, ops, kernel, cost, tag));
+                  [ops, kernel = std::move(kernel), cost, tag](PoolCalls& c, StreamId s, const Remap& now) {
+                    std::vector<Operand> ops_now = ops;
+                    for (Operand& o : ops_now) o.handle = now(o.handle);
+                    return as_void(c.user(s, ops_now, kernel, cost, tag));
                   });
   }
 
@@ -231,7 +316,11 @@ class GraphCapture final : public PoolCalls {
     std::shared_ptr<GraphState> state = open_on(stream);
     if (!state) return rt_.slot_calls()->record_use(stream, handles);
     std::vector<DeviceHandle> hs(handles.begin(), handles.end());
-    return record(*state, "record_use", hs, [hs](PoolCalls& c, StreamId s) { return as_void(c.record_use(s, hs)); });
+    return record(*state, "record_use", hs, [hs](PoolCalls& c, StreamId s, const Remap& now) {
+      std::vector<DeviceHandle> hs_now = hs;
+      for (DeviceHandle& h : hs_now) h = now(h);
+      return as_void(c.record_use(s, hs_now));
+    });
   }
 
   Result<TransferReceipt> upload(StreamId stream, const TransferPlan& plan) override {
@@ -246,7 +335,14 @@ class GraphCapture final : public PoolCalls {
     std::vector<DeviceHandle> touched;
     for (const TransferRange& r : plan.ranges()) touched.push_back(r.dst);
     FERRY_TRY(record(*state, "upload", touched,
-                     [plan](PoolCalls& c, StreamId s) { return as_void(c.upload(s, plan)); }));
+                     [plan](PoolCalls& c, StreamId s, const Remap& now) {
+                       TransferPlan plan_now;
+                       for (const TransferRange& r : plan.ranges()) {
+                         if (r.host != nullptr) plan_now.add(r.host, now(r.dst), r.dst_offset, r.bytes);
+                         else plan_now.add(r.block, r.block_offset, now(r.dst), r.dst_offset, r.bytes);
+                       }
+                       return as_void(c.upload(s, plan_now));
+                     }));
     return recorded_receipt(stream);
   }
 
@@ -266,8 +362,8 @@ class GraphCapture final : public PoolCalls {
       return spoil(*state, refused("copy_on_device", stream,
                                    "the integrity policy is verify: its hash compare waits on the host"));
     }
-    FERRY_TRY(record(*state, "copy_on_device", {dst, src}, [=](PoolCalls& c, StreamId s) {
-      return as_void(c.copy_on_device(s, dst, dst_offset, src, src_offset, bytes));
+    FERRY_TRY(record(*state, "copy_on_device", {dst, src}, [=](PoolCalls& c, StreamId s, const Remap& now) {
+      return as_void(c.copy_on_device(s, now(dst), dst_offset, now(src), src_offset, bytes));
     }));
     return recorded_receipt(stream);
   }
@@ -354,10 +450,10 @@ class GraphCapture final : public PoolCalls {
   }
 
   Runtime& rt_;
-  mutable std::mutex mu_;  // guards open_, owners_, the open states' ops and every state's owned list
+  mutable std::mutex mu_;  // guards open_, owners_, the open states' ops and every pool's state
   std::map<StreamId, std::shared_ptr<GraphState>> open_;
-  // Graph-owned blocks the program still holds: its free() of one is deferred.
-  std::map<HandleKey, std::shared_ptr<GraphState>> owners_;
+  // Pool blocks the program holds, by their handle now: its free() of one is deferred.
+  std::map<HandleKey, std::shared_ptr<GraphPoolState>> owners_;
 };
 
 }  // namespace detail
@@ -395,7 +491,22 @@ GraphStats Graph::stats() const {
   return static_cast<detail::GraphCapture&>(*capture).stats(*state_);
 }
 
-Result<void> Runtime::begin_capture(StreamId stream) {
+GraphPool Graph::pool() const {
+  if (!state_) return {};
+  return GraphPool(state_->pool);
+}
+
+GraphPoolStats GraphPool::stats() const {
+  if (!state_) return {};
+  std::shared_ptr<PoolCalls> capture;
+  {
+    std::lock_guard lock(state_->runtime->calls_mu_);
+    capture = state_->runtime->capture_;
+  }
+  return static_cast<detail::GraphCapture&>(*capture).pool_stats(*state_);
+}
+
+Result<void> Runtime::begin_capture(StreamId stream, CaptureOptions options) {
   FERRY_TRY(refuse_inside_user_kernel("Runtime::begin_capture"));
   FERRY_TRY(check_stream(stream, "begin_capture"));
   std::shared_ptr<PoolCalls> capture;
@@ -404,7 +515,7 @@ Result<void> Runtime::begin_capture(StreamId stream) {
     if (!capture_) capture_ = std::make_shared<detail::GraphCapture>(*this);
     capture = capture_;
   }
-  return static_cast<detail::GraphCapture&>(*capture).begin(stream);
+  return static_cast<detail::GraphCapture&>(*capture).begin(stream, std::move(options.pool.state_));
 }
 
 Result<Graph> Runtime::end_capture(StreamId stream) {
@@ -448,9 +559,19 @@ Result<void> Runtime::launch(const Graph& graph, StreamId stream) {
     return make_error(ErrorCode::invalid_argument,
                       "launch: stream " + std::to_string(stream) + " is capturing (a graph in a graph is not recorded)");
   }
+  std::shared_ptr<PoolCalls> capture;
+  {
+    std::lock_guard lock(calls_mu_);
+    capture = capture_;
+  }
+  const std::vector<DeviceHandle> now = static_cast<detail::GraphCapture&>(*capture).current_blocks(state);
+  const detail::Remap remap = [&](DeviceHandle h) {
+    const auto it = std::find(state.blocks.begin(), state.blocks.end(), h);
+    return it == state.blocks.end() ? h : now[static_cast<std::size_t>(it - state.blocks.begin())];
+  };
   // Every block checked before anything is enqueued: a replay never runs half
   // on blocks freed outside the graph (I1).
-  for (DeviceHandle h : state.blocks) {
+  for (DeviceHandle h : now) {
     if (Result<DeviceSpan> span = pool_->resolve(h); !span.ok()) {
       return make_error(ErrorCode::stale_handle,
                         "launch: block " + detail::handle_text(h) +
@@ -459,7 +580,7 @@ Result<void> Runtime::launch(const Graph& graph, StreamId stream) {
   }
   const std::shared_ptr<PoolCalls> calls = slot_calls();
   for (std::size_t i = 0; i < state.ops.size(); ++i) {
-    if (Result<void> r = state.ops[i].run(*calls, stream); !r.ok()) {
+    if (Result<void> r = state.ops[i].run(*calls, stream, remap); !r.ok()) {
       Error e = std::move(r).error();
       e.message = "launch: op " + std::to_string(i + 1) + " of " + std::to_string(state.ops.size()) + " (" +
                   state.ops[i].what + ") stopped the replay: " + e.message;
@@ -468,7 +589,7 @@ Result<void> Runtime::launch(const Graph& graph, StreamId stream) {
   }
   if (!state.blocks.empty()) {
     // One lease on every block until this whole replay has completed (I2 across replays).
-    if (Result<Ticket> t = calls->record_use(stream, state.blocks); !t.ok()) return std::move(t).error();
+    if (Result<Ticket> t = calls->record_use(stream, now); !t.ok()) return std::move(t).error();
   }
   graph.state_->launches.fetch_add(1, std::memory_order_relaxed);
   return {};

@@ -516,6 +516,34 @@ TEST_P(DevicePoolTest, AnIdleDeviceLeavesNoPendingFree) {
   expect_valid();
 }
 
+// A graph's private pool keeps a block while its handle changes hands
+// (graph.hpp): the old handle is stale at once, the bytes and leases stay.
+TEST_P(DevicePoolTest, ReissueMakesTheOldHandleStaleAndKeepsTheBytes) {
+  DevicePool& p = pool();
+  auto a = p.allocate(4 * KiB, 0);
+  ASSERT_TRUE(a.ok());
+  ASSERT_TRUE(enqueue_fill(p, 0, *a, 5).ok());
+  const PoolStats before = p.stats();
+  auto b = p.reissue(*a, 3 * KiB);
+  ASSERT_TRUE(b.ok()) << b.error().message;
+  EXPECT_NE(*b, *a);
+  EXPECT_EQ(p.resolve(*a).error().code, ErrorCode::stale_handle);
+  EXPECT_EQ(p.free(*a).error().code, ErrorCode::stale_handle);
+  EXPECT_EQ(p.reissue(*a, 4 * KiB).error().code, ErrorCode::stale_handle);
+  const PoolStats after = p.stats();
+  EXPECT_EQ(after.allocs, before.allocs);
+  EXPECT_EQ(after.allocated_bytes, before.allocated_bytes);
+  EXPECT_EQ(after.requested_bytes, before.requested_bytes - KiB);
+  auto got = read_back(p, *b, 0);
+  ASSERT_TRUE(got.ok()) << got.error().message;
+  const std::vector<std::byte> full = pattern(5, 4 * KiB);
+  EXPECT_EQ(*got, std::vector<std::byte>(full.begin(), full.begin() + 3 * KiB));
+  EXPECT_EQ(p.reissue(*b, 0).error().code, ErrorCode::invalid_argument);
+  EXPECT_EQ(p.reissue(*b, 4 * KiB + 1).error().code, ErrorCode::invalid_argument);
+  EXPECT_TRUE(p.free(*b).ok());
+  EXPECT_TRUE(p.validate());
+}
+
 INSTANTIATE_TEST_SUITE_P(Backends, DevicePoolTest, FERRY_BACKENDS);
 INSTANTIATE_TEST_SUITE_P(H200, DevicePoolTest, FERRY_SIM_H200);
 

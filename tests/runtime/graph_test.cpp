@@ -131,15 +131,20 @@ TEST_P(GraphTest, ABlockFreedInsideTheCaptureIsTheGraphsUntilDestroyAndItsLastRe
   const DeviceHandle out = alloc(n, 1);
   ASSERT_TRUE(rt_->begin_capture(1).ok());
   const DeviceHandle tmp = alloc(n, 1);  // the graph's own
+  const auto tmp_span = rt_->pool().resolve(tmp);
+  ASSERT_TRUE(tmp_span.ok());
   ASSERT_TRUE(calls().fill(1, tmp, 7).ok());
   ASSERT_TRUE(calls().compute(1, std::span<const DeviceHandle>(&tmp, 1), out).ok());
   ASSERT_TRUE(calls().free(tmp).ok());  // deferred: the graph's ops were recorded with its address
+  EXPECT_EQ(rt_->pool().resolve(tmp).error().code, ErrorCode::stale_handle);  // I1 all the same
+  EXPECT_EQ(calls().free(tmp).error().code, ErrorCode::stale_handle);
   auto graph = rt_->end_capture(1);
   ASSERT_TRUE(graph.ok()) << graph.error().message;
-  EXPECT_EQ(graph->stats().owned_blocks, 1u);
-  EXPECT_EQ(graph->stats().owned_bytes, n);
-  const auto tmp_span = rt_->pool().resolve(tmp);
-  ASSERT_TRUE(tmp_span.ok());
+  const GraphPoolStats ps = graph->pool().stats();
+  EXPECT_EQ(ps.blocks, 1u);
+  EXPECT_EQ(ps.reserved_bytes, n);
+  EXPECT_EQ(ps.allocated_bytes, 0u);  // the program freed it
+  EXPECT_EQ(ps.graphs, 1u);
 
   // Not reused outside the graph while it lives, whatever stream asks.
   for (StreamId s : {StreamId{1}, StreamId{2}}) {
@@ -151,8 +156,9 @@ TEST_P(GraphTest, ABlockFreedInsideTheCaptureIsTheGraphsUntilDestroyAndItsLastRe
   // The last replay is held in the host queue when the graph is destroyed.
   ASSERT_TRUE(calls().hold(1).ok());
   ASSERT_TRUE(rt_->launch(*graph, 1).ok());
+  const std::uint64_t live_before = rt_->pool().stats().allocated_bytes;
   ASSERT_TRUE(graph->destroy().ok());
-  EXPECT_FALSE(rt_->pool().resolve(tmp).ok());
+  EXPECT_EQ(rt_->pool().stats().allocated_bytes, live_before - n);
   EXPECT_GE(rt_->pool().stats().pending_free_bytes, n);  // freed, not yet reusable elsewhere
   const DeviceHandle later = alloc(n, 2);
   ASSERT_TRUE(calls().fill(2, later, 99).ok());
@@ -163,6 +169,88 @@ TEST_P(GraphTest, ABlockFreedInsideTheCaptureIsTheGraphsUntilDestroyAndItsLastRe
   EXPECT_EQ(rt_->pool().stats().pending_free_bytes, 0u);
   EXPECT_TRUE(calls().free(later).ok());
   EXPECT_TRUE(calls().free(out).ok());
+}
+
+TEST_P(GraphTest, ABlockFreedInsideTheCaptureIsReusedInsideItUnderANewHandle) {
+  constexpr std::uint64_t n = 16 * KiB;
+  const DeviceHandle out = alloc(n, 1);
+  ASSERT_TRUE(rt_->begin_capture(1).ok());
+  const DeviceHandle first = alloc(n, 1);
+  ASSERT_TRUE(calls().fill(1, first, 11).ok());
+  ASSERT_TRUE(calls().compute(1, std::span<const DeviceHandle>(&first, 1), out).ok());
+  const std::uint64_t first_addr = rt_->pool().resolve(first)->addr;
+  ASSERT_TRUE(calls().free(first).ok());
+  const DeviceHandle second = alloc(n, 1);  // the same bytes, a new handle
+  EXPECT_NE(second, first);
+  EXPECT_EQ(rt_->pool().resolve(second)->addr, first_addr);
+  EXPECT_EQ(rt_->pool().resolve(first).error().code, ErrorCode::stale_handle);  // I1
+  ASSERT_TRUE(calls().fill(1, second, 12).ok());
+  const DeviceHandle both[] = {out, second};
+  ASSERT_TRUE(calls().compute(1, both, out).ok());
+  ASSERT_TRUE(calls().free(second).ok());
+  auto graph = rt_->end_capture(1);
+  ASSERT_TRUE(graph.ok()) << graph.error().message;
+  EXPECT_EQ(graph->pool().stats().blocks, 1u);
+  EXPECT_EQ(graph->pool().stats().reserved_bytes, n);
+
+  // Not outside: no allocation elsewhere lands on it while the graph lives.
+  const DeviceHandle outside = alloc(n, 1);
+  EXPECT_NE(rt_->pool().resolve(outside)->addr, first_addr);
+  ASSERT_TRUE(calls().fill(1, outside, 77).ok());
+
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(rt_->launch(*graph, 1).ok());
+    ASSERT_TRUE(calls().synchronize(1).ok());
+    const std::vector<std::byte> a = mix_bytes({pattern(11, n)}, n);
+    EXPECT_EQ(bytes_of(out), mix_bytes({a, pattern(12, n)}, n));
+  }
+  EXPECT_EQ(bytes_of(outside), pattern(77, n));
+  ASSERT_TRUE(graph->destroy().ok());
+  for (DeviceHandle h : {out, outside}) EXPECT_TRUE(calls().free(h).ok());
+}
+
+TEST_P(GraphTest, TwoGraphsCapturedOneAfterAnotherShareAPool) {
+  constexpr std::uint64_t n = 16 * KiB;
+  const DeviceHandle out1 = alloc(n, 1), out2 = alloc(n, 1);
+  ASSERT_TRUE(rt_->begin_capture(1).ok());
+  const DeviceHandle t1 = alloc(n, 1);
+  ASSERT_TRUE(calls().fill(1, t1, 21).ok());
+  ASSERT_TRUE(calls().compute(1, std::span<const DeviceHandle>(&t1, 1), out1).ok());
+  ASSERT_TRUE(calls().free(t1).ok());
+  auto g1 = rt_->end_capture(1);
+  ASSERT_TRUE(g1.ok()) << g1.error().message;
+  const std::uint64_t reserved_before = rt_->pool().stats().allocated_bytes;
+
+  ASSERT_TRUE(rt_->begin_capture(1, CaptureOptions{g1->pool()}).ok());
+  // A second capture cannot take the pool while this one has it.
+  EXPECT_EQ(rt_->begin_capture(2, CaptureOptions{g1->pool()}).error().code, ErrorCode::invalid_argument);
+  const DeviceHandle t2 = alloc(n, 1);  // g1's freed block, reused
+  EXPECT_EQ(rt_->pool().stats().allocated_bytes, reserved_before);
+  ASSERT_TRUE(calls().fill(1, t2, 22).ok());
+  ASSERT_TRUE(calls().compute(1, std::span<const DeviceHandle>(&t2, 1), out2).ok());
+  ASSERT_TRUE(calls().free(t2).ok());
+  auto g2 = rt_->end_capture(1);
+  ASSERT_TRUE(g2.ok()) << g2.error().message;
+  EXPECT_EQ(g2->pool().stats().blocks, 1u);
+  EXPECT_EQ(g2->pool().stats().graphs, 2u);
+
+  // Replayed one after another, each on the shared bytes.
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_TRUE(rt_->launch(*g1, 1).ok());
+    ASSERT_TRUE(rt_->launch(*g2, 1).ok());
+    ASSERT_TRUE(calls().synchronize(1).ok());
+    EXPECT_EQ(bytes_of(out1), mix_bytes({pattern(21, n)}, n));
+    EXPECT_EQ(bytes_of(out2), mix_bytes({pattern(22, n)}, n));
+  }
+  // The pool lives until its last graph goes.
+  ASSERT_TRUE(g1->destroy().ok());
+  EXPECT_EQ(g2->pool().stats().blocks, 1u);
+  ASSERT_TRUE(rt_->launch(*g2, 1).ok());
+  ASSERT_TRUE(g2->destroy().ok());
+  ASSERT_TRUE(calls().synchronize(1).ok());
+  EXPECT_EQ(rt_->pool().stats().allocated_bytes, reserved_before - n);
+  EXPECT_EQ(bytes_of(out2), mix_bytes({pattern(22, n)}, n));
+  for (DeviceHandle h : {out1, out2}) EXPECT_TRUE(calls().free(h).ok());
 }
 
 TEST_P(GraphTest, ABlockAllocatedInTheCaptureAndKeptIsTheProgramsAgainAfterDestroy) {

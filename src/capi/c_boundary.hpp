@@ -1,0 +1,49 @@
+// The C ABI's boundary, shared by its files (ferry_c.cpp, graph_c.cpp): what a
+// ferry_runtime is, and how an entry point reports (a status plus this thread's
+// message, nothing thrown across).
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+
+#include "ferry/ferry.h"
+#include "ferry/result.hpp"
+#include "ferry/runtime.hpp"
+
+struct ferry_trace_s;  // ferry_c.cpp
+
+struct ferry_runtime_s {
+  std::unique_ptr<ferry::Runtime> runtime;
+  // Guards only start's and stop's check and swap of the trace (never a call's
+  // run, a file's open or a flush), so they are bounded however many threads call.
+  std::mutex trace_mu;
+  std::shared_ptr<ferry_trace_s> trace;
+  std::shared_ptr<ferry::PoolCalls> calls() const { return runtime->calls(); }
+  // Tags ferry_get_races handed out: interned, never erased, so the strings stay
+  // valid for the runtime's life whatever another thread asks meanwhile.
+  std::mutex tags_mu;
+  std::set<std::string> tags;
+};
+
+namespace ferry::capi {
+
+// Runs an entry point's body: refused inside a user kernel, an exception turned
+// into a status and a message naming `fn`.
+ferry_status run_guarded(const char* fn, const std::function<ferry_status()>& body) noexcept;
+// The error's status, its message kept for ferry_last_error.
+ferry_status fail(const Error& error);
+ferry_status ok();
+// INVALID_ARGUMENT: "fn: what is NULL".
+ferry_status null_argument(const char* fn, const char* what);
+
+inline DeviceHandle to_cpp(ferry_handle h) { return {h.pool, h.slot, h.generation}; }
+
+template <class T>
+ferry_status done(const Result<T>& r) {
+  return r.ok() ? ok() : fail(r.error());
+}
+
+}  // namespace ferry::capi
