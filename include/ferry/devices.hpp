@@ -19,6 +19,7 @@
 #include "ferry/api.hpp"
 #include "ferry/backend.hpp"
 #include "ferry/device_pool.hpp"
+#include "ferry/fault_spec.hpp"
 #include "ferry/host_arena.hpp"
 #include "ferry/make_backend.hpp"
 #include "ferry/result.hpp"
@@ -41,6 +42,25 @@ struct DevicesOptions {
   std::vector<std::string> profiles;
   // cuda: device i's ordinal when i < ordinals.size(); else backend.device + i.
   std::vector<int> ordinals;
+  // sim: device i's injected faults when i < faults.size(); else backend.faults
+  // (report 000's pinned fault on one device's path only, say).
+  std::vector<SimFaults> faults;
+};
+
+// What Runtime::copy_peer did.
+struct PeerCopyReceipt {
+  std::uint32_t src_device = 0, dst_device = 0;
+  std::uint64_t bytes = 0;
+  // true: one device-to-device copy (both blocks on one device); false: through
+  // pinned host memory (a download from the source's device, an upload to the
+  // destination's).
+  bool direct = false;
+  // verify: the source's device hash matched the host copy and the destination's
+  // device hash matched it too, so destination == source.
+  bool verified = false;
+  std::uint32_t recovered = 0;  // legs that needed another path (I5)
+  // A point on the destination's device after which the copy has completed there.
+  StreamPoint done{};
 };
 
 // The backend spec of each device `devices` selects over `backend` (what

@@ -134,6 +134,23 @@ class Runtime {
   // ("device 1 (rtx3090)"), then, with several devices, the summed figures.
   // Never fails, never blocks on the device.
   std::string memory_summary() const;
+
+  // Copies bytes [src_offset, src_offset + bytes) of `src` to [dst_offset, ...) of
+  // `dst`, whichever devices' pools the handles name (devices.hpp). On one device:
+  // the engine's copy_on_device. Across two: through a pinned block of the
+  // destination's arena, downloaded from the source on the source device's `stream`
+  // and uploaded on the destination device's `stream`, each leg under its engine's
+  // integrity policy (verify: device hash of the source == host bytes == device
+  // hash of the destination; a mismatch retries the leg through another path, I5).
+  // Each leg leases its block while it is queued (I2), so freeing either handle
+  // from another thread meanwhile is safe. Returns once the bytes are on the
+  // destination (off/probe: enqueued there; receipt.done says when complete).
+  // Errors: invalid_argument (0 bytes, a range outside its block, a bad stream),
+  // stale_handle (a handle no device's pool knows), out_of_memory (no pinned
+  // staging), transfer_corrupt (a leg never verified; names it), timeout,
+  // backend_error. Blocks (bounded) while the source leg completes.
+  Result<PeerCopyReceipt> copy_peer(DeviceHandle dst, std::uint64_t dst_offset, DeviceHandle src,
+                                    std::uint64_t src_offset, std::uint64_t bytes, StreamId stream);
   // Null unless RuntimeOptions::cache was set.
   OffloadCache* cache() noexcept { return cache_.get(); }
   const RuntimeOptions& options() const noexcept { return options_; }

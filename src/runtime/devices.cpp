@@ -17,6 +17,10 @@ Result<std::vector<BackendSpec>> device_specs(const BackendSpec& backend, const 
   const bool profiled = capabilities_of(backend.kind).profiled;
   const std::size_t listed = profiled ? devices.profiles.size() : devices.ordinals.size();
   const std::string listed_what = profiled ? "profiles" : "ordinals";
+  if (!profiled && !devices.faults.empty()) {
+    return bad("injected faults per device need the sim backend; the " + std::string(to_string(backend.kind)) +
+               " backend runs on real devices");
+  }
   if (profiled ? !devices.ordinals.empty() : !devices.profiles.empty()) {
     return bad(std::string(profiled ? "device ordinals" : "device profiles") + " do not apply to the " +
                std::string(to_string(backend.kind)) + " backend (it takes " + listed_what + ")");
@@ -38,6 +42,10 @@ Result<std::vector<BackendSpec>> device_specs(const BackendSpec& backend, const 
   } else if (listed > count) {
     return bad(std::to_string(listed) + " " + listed_what + " listed for " + std::to_string(count) + " device(s)");
   }
+  if (devices.faults.size() > count) {
+    return bad(std::to_string(devices.faults.size()) + " fault sets listed for " + std::to_string(count) +
+               " device(s)");
+  }
   if (count > kMaxDevices) {
     return bad(std::to_string(count) + " devices asked for; at most " + std::to_string(kMaxDevices));
   }
@@ -52,6 +60,7 @@ Result<std::vector<BackendSpec>> device_specs(const BackendSpec& backend, const 
         Result<void> ok = check_spec(s);
         if (!ok.ok()) return bad("device " + std::to_string(i) + ": " + ok.error().message);
       }
+      if (i < devices.faults.size()) s.faults = devices.faults[i];
       // Devices of one seed would fault alike; each has its own schedule.
       s.seed = backend.seed + i;
     } else {

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -237,6 +238,136 @@ TEST(Devices, TheSelectionRefusesWhatNamesNoDeviceOrOneTwice) {
   EXPECT_EQ((*ordinals)[1].device, 1);
   EXPECT_EQ((*ordinals)[2].device, 2);
   refused(cuda, select(3, {}, {2}), ErrorCode::invalid_argument, "listed twice");
+}
+
+
+// --- Peer copies ------------------------------------------------------------------
+
+std::unique_ptr<Runtime> peer_runtime(IntegrityPolicy policy, double pinned_noop_on_device_1) {
+  RuntimeOptions o = two_sim_devices();
+  o.engine.policy = policy;
+  SimFaults faulty;
+  faulty.pinned_noop = pinned_noop_on_device_1;
+  o.devices.faults = {SimFaults{}, faulty};
+  return make(o);
+}
+
+struct PeerTally {
+  int right = 0;    // copy_peer ok, destination == source
+  int wrong = 0;    // copy_peer ok, destination != source: silent corruption
+  int refused = 0;  // copy_peer answered transfer_corrupt
+  int other = 0;    // any other answer
+};
+
+// `rounds` copies of 64 KiB from device 0 to device 1 over blocks holding other
+// bytes, the devices' clocks moved on between rounds (report 000's fault grows
+// with the time since pinning).
+PeerTally copy_rounds(Runtime& rt, int rounds) {
+  constexpr std::uint64_t n = 64 * KiB;
+  constexpr StreamId s = 2;
+  PeerTally t;
+  DevicePool& p0 = rt.device(0).pool();
+  DevicePool& p1 = rt.device(1).pool();
+  for (int r = 0; r < rounds; ++r) {
+    auto src = p0.allocate(n, s);
+    auto dst = p1.allocate(n, s);
+    if (!src.ok() || !dst.ok() || !enqueue_fill(p0, s, *src, 10 + r).ok() ||
+        !enqueue_fill(p1, s, *dst, 5000 + r).ok()) {
+      ++t.other;
+      continue;
+    }
+    auto copied = rt.copy_peer(*dst, 0, *src, 0, n, s);
+    if (copied.ok()) {
+      EXPECT_FALSE(copied->direct);
+      EXPECT_EQ(copied->src_device, 0u);
+      EXPECT_EQ(copied->dst_device, 1u);
+      EXPECT_EQ(copied->verified, rt.device(1).engine().policy() == IntegrityPolicy::verify);
+      auto back = read_back(p1, *dst, s);
+      if (back.ok() && *back == pattern(10 + r, n)) ++t.right;
+      else ++t.wrong;
+    } else if (copied.error().code == ErrorCode::transfer_corrupt) {
+      ++t.refused;
+    } else {
+      ADD_FAILURE() << copied.error().message;
+      ++t.other;
+    }
+    (void)p0.free(*src);
+    (void)p1.free(*dst);
+    rt.device(0).backend().advance(200'000);
+    rt.device(1).backend().advance(200'000);
+  }
+  return t;
+}
+
+class PeerCopy : public ::testing::TestWithParam<IntegrityPolicy> {};
+
+TEST_P(PeerCopy, MovesTheBytesBetweenTwoDevices) {
+  auto rt = peer_runtime(GetParam(), 0);
+  ASSERT_TRUE(rt);
+  const PeerTally t = copy_rounds(*rt, 6);
+  EXPECT_EQ(t.right, 6);
+  EXPECT_EQ(rt->device(1).backend().fault_counters().swallowed_copies, 0u);
+}
+
+// Report 000's pinned no-op on the destination's staging path. verify catches
+// every one and retries it through another path (I5); off lets it through
+// silently, which is what shows the fault fired; probe never does worse than off.
+TEST_P(PeerCopy, AnInjectedNoopOnTheDestinationsPinnedPathIsCaughtByVerify) {
+  auto rt = peer_runtime(GetParam(), 1.0);
+  ASSERT_TRUE(rt);
+  const PeerTally t = copy_rounds(*rt, 24);
+  EXPECT_EQ(t.other, 0);
+  EXPECT_GT(rt->device(1).backend().fault_counters().swallowed_copies, 0u) << "the fault must have fired";
+  EXPECT_EQ(rt->device(0).backend().fault_counters().swallowed_copies, 0u) << "device 0 has no fault";
+  switch (GetParam()) {
+    case IntegrityPolicy::verify:
+      EXPECT_EQ(t.wrong, 0);
+      EXPECT_EQ(t.right, 24);
+      EXPECT_GT(rt->device(1).engine().counters().mismatches, 0u);
+      EXPECT_GT(rt->device(1).engine().counters().recovered, 0u);
+      break;
+    case IntegrityPolicy::probe:
+      EXPECT_EQ(t.right + t.wrong + t.refused, 24);
+      break;
+    case IntegrityPolicy::off:
+      EXPECT_GT(t.wrong, 0) << "without verify the no-op is silent";
+      break;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Policies, PeerCopy,
+                         ::testing::Values(IntegrityPolicy::off, IntegrityPolicy::probe, IntegrityPolicy::verify),
+                         [](const auto& p) { return std::string(to_string(p.param)); });
+
+TEST(Devices, APeerCopyOnOneDeviceIsDirectAndBadArgumentsAreRefused) {
+  auto rt = make(two_sim_devices());
+  ASSERT_TRUE(rt);
+  DevicePool& p1 = rt->device(1).pool();
+  auto a = p1.allocate(8 * KiB, 0);
+  auto b = p1.allocate(8 * KiB, 0);
+  ASSERT_TRUE(a.ok() && b.ok());
+  ASSERT_TRUE(enqueue_fill(p1, 0, *a, 3).ok());
+  auto same = rt->copy_peer(*b, 4 * KiB, *a, 0, 4 * KiB, 0);
+  ASSERT_TRUE(same.ok()) << same.error().message;
+  EXPECT_TRUE(same->direct);
+  EXPECT_EQ(same->dst_device, 1u);
+  auto back = read_back(p1, *b, 0);
+  ASSERT_TRUE(back.ok());
+  const std::vector<std::byte> want = pattern(3, 8 * KiB);
+  EXPECT_TRUE(std::equal(back->begin() + 4 * KiB, back->end(), want.begin()));
+
+  auto zero = rt->copy_peer(*b, 0, *a, 0, 0, 0);
+  EXPECT_EQ(zero.error().code, ErrorCode::invalid_argument);
+  auto outside = rt->copy_peer(*b, 4 * KiB + 1, *a, 0, 4 * KiB, 0);
+  ASSERT_FALSE(outside.ok());
+  EXPECT_EQ(outside.error().code, ErrorCode::invalid_argument);
+  EXPECT_NE(outside.error().message.find("device 1"), std::string::npos) << outside.error().message;
+  ASSERT_TRUE(p1.free(*a).ok());
+  auto stale = rt->copy_peer(*b, 0, *a, 0, 256, 0);
+  ASSERT_FALSE(stale.ok());
+  EXPECT_EQ(stale.error().code, ErrorCode::stale_handle);
+  EXPECT_NE(stale.error().message.find("2 device(s)"), std::string::npos) << stale.error().message;
+  ASSERT_TRUE(p1.free(*b).ok());
 }
 
 }  // namespace
