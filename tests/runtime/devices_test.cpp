@@ -370,5 +370,51 @@ TEST(Devices, APeerCopyOnOneDeviceIsDirectAndBadArgumentsAreRefused) {
   ASSERT_TRUE(p1.free(*b).ok());
 }
 
+
+// --- cuda: every visible device, or skip -------------------------------------------
+
+TEST(Devices, CudaCountZeroTakesEveryVisibleDevice) {
+  const std::uint32_t visible = visible_devices(BackendKind::cuda);
+  if (visible == 0) GTEST_SKIP() << "no CUDA device visible";
+  RuntimeOptions o;
+  o.backend.kind = BackendKind::cuda;
+  o.devices.count = 0;
+  auto rt = make(o);
+  ASSERT_TRUE(rt);
+  EXPECT_EQ(rt->device_count(), visible);
+  for (std::uint32_t d = 0; d < visible; ++d) {
+    auto h = rt->device(d).pool().allocate(64 * KiB, 0);
+    ASSERT_TRUE(h.ok()) << "device " << d << ": " << h.error().message;
+    ASSERT_TRUE(enqueue_fill(rt->device(d).pool(), 0, *h, 40 + d).ok());
+    auto back = read_back(rt->device(d).pool(), *h, 0);
+    ASSERT_TRUE(back.ok()) << back.error().message;
+    EXPECT_EQ(*back, pattern(40 + d, 64 * KiB)) << "device " << d;
+    ASSERT_TRUE(rt->device(d).pool().free(*h).ok());
+  }
+}
+
+TEST(Devices, CudaPeerCopyBetweenTwoDevicesIsVerified) {
+  const std::uint32_t visible = visible_devices(BackendKind::cuda);
+  if (visible < 2) GTEST_SKIP() << "needs two CUDA devices; this machine has " << visible;
+  RuntimeOptions o;
+  o.backend.kind = BackendKind::cuda;
+  o.devices.count = 2;
+  auto rt = make(o);
+  ASSERT_TRUE(rt);
+  constexpr std::uint64_t n = 4 * MiB;
+  auto src = rt->device(0).pool().allocate(n, 1);
+  auto dst = rt->device(1).pool().allocate(n, 1);
+  ASSERT_TRUE(src.ok() && dst.ok());
+  ASSERT_TRUE(enqueue_fill(rt->device(0).pool(), 1, *src, 77).ok());
+  auto copied = rt->copy_peer(*dst, 0, *src, 0, n, 1);
+  ASSERT_TRUE(copied.ok()) << copied.error().message;
+  EXPECT_TRUE(copied->verified);
+  auto back = read_back(rt->device(1).pool(), *dst, 1);
+  ASSERT_TRUE(back.ok()) << back.error().message;
+  EXPECT_EQ(*back, pattern(77, n));
+  ASSERT_TRUE(rt->device(0).pool().free(*src).ok());
+  ASSERT_TRUE(rt->device(1).pool().free(*dst).ok());
+}
+
 }  // namespace
 }  // namespace ferry
