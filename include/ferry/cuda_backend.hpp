@@ -20,6 +20,10 @@ struct CudaOptions {
 // True when this build contains the CUDA backend.
 bool cuda_backend_built() noexcept;
 
+// The CUDA devices this process sees (cudaGetDeviceCount): 0 without a driver,
+// a device or the toolkit. Blocks while the driver initializes.
+int cuda_device_count() noexcept;
+
 // Errors: unsupported (not built, no driver, no device), backend_error.
 Result<std::unique_ptr<Backend>> make_cuda_backend(const CudaOptions& options);
 

@@ -63,6 +63,9 @@ struct PoolOptions {
   std::uint64_t small_limit = std::uint64_t{1} << 20;
   // Run validate() after every operation (validation.hpp; the dev preset's default).
   bool validate_each_op = heavy_validation_default();
+  // Which of a Runtime's devices the pool serves (RuntimeOptions::devices): named
+  // in the stale_handle answer to another device's handle. Runtime sets it.
+  std::uint32_t device = 0;
 };
 
 struct PoolStats {

@@ -119,6 +119,10 @@ typedef struct ferry_runtime_options {
   uint64_t cache_slot_bytes; /* 0: the largest entry defined before the first fill */
   /* ---- v1 ends here; a shorter caller gets the defaults for what follows. */
   int race_check;         /* sim: 1 reports stream races (ferry_get_races); cuda refuses it */
+  /* How many devices (ferry_device_*, below): 0 or 1 = one. Device i is the sim
+   * profile `profile` with seed + i, or cuda ordinal i. 64 bits wide so that the
+   * struct grows: the 4 bytes after race_check are padding an older caller never set. */
+  uint64_t device_count;
 } ferry_runtime_options;
 /* The first release's ferry_runtime_options: the smallest struct_size accepted. */
 #define FERRY_RUNTIME_OPTIONS_V1_SIZE offsetof(ferry_runtime_options, race_check)
@@ -415,6 +419,38 @@ FERRY_C_API ferry_status ferry_graph_launch(ferry_runtime FERRY_NONNULL rt, ferr
  * Errors: STALE_HANDLE (a pool block freed behind its back; the rest are freed
  * and the graph is gone all the same). Never blocks. */
 FERRY_C_API ferry_status ferry_graph_destroy(ferry_graph FERRY_NULLABLE graph);
+
+/* ---- Several devices (docs/scale.md). The calls above act on device 0; a
+ * handle names its device's pool, so a handle of device 1 given to them is
+ * STALE_HANDLE (the message names both devices). The calls below take any
+ * device's handle. */
+/* The runtime's device count in *out. Errors: INVALID_ARGUMENT (NULL out). Never blocks. */
+FERRY_C_API ferry_status ferry_device_count(ferry_runtime FERRY_NONNULL rt, uint32_t* FERRY_NONNULL out);
+/* The device whose pool the live handle `h` names, in *out. Errors: STALE_HANDLE
+ * (live in no device's pool), INVALID_ARGUMENT (NULL out). Never blocks. */
+FERRY_C_API ferry_status ferry_device_of(ferry_runtime FERRY_NONNULL rt, ferry_handle h, uint32_t* FERRY_NONNULL out);
+/* ferry_alloc on device `device`. Errors: those of ferry_alloc; INVALID_ARGUMENT
+ * (no such device). May block (bounded) in the reclaim. */
+FERRY_C_API ferry_status ferry_device_alloc(ferry_runtime FERRY_NONNULL rt, uint32_t device, uint64_t bytes,
+                                            uint32_t stream, ferry_handle* FERRY_NONNULL out);
+/* ferry_free of a handle of any device. Errors: STALE_HANDLE. Never blocks. */
+FERRY_C_API ferry_status ferry_device_free(ferry_runtime FERRY_NONNULL rt, ferry_handle h);
+/* ferry_upload / ferry_download on the device the handle names, on that device's
+ * `stream`. Errors and blocking as theirs. */
+FERRY_C_API ferry_status ferry_device_upload(ferry_runtime FERRY_NONNULL rt, uint32_t stream, ferry_handle dst,
+                                             uint64_t dst_offset, const void* FERRY_NONNULL src, uint64_t bytes);
+FERRY_C_API ferry_status ferry_device_download(ferry_runtime FERRY_NONNULL rt, uint32_t stream, ferry_handle src,
+                                               uint64_t src_offset, void* FERRY_NONNULL dst, uint64_t bytes);
+/* Copies `bytes` of src (from src_offset) to dst (at dst_offset), on whichever
+ * devices they name: within one device a device-to-device copy, between two
+ * through pinned host memory, each leg under the integrity policy (verify: the
+ * destination's device hash equals the source's; a mismatch retries another
+ * path). *verified (nullable) is 1 when verify checked it. Errors: INVALID_ARGUMENT
+ * (0 bytes, a range outside its block, bad stream), STALE_HANDLE, OUT_OF_MEMORY,
+ * TRANSFER_CORRUPT, TIMEOUT, BACKEND. Blocks (bounded) while the source leg completes. */
+FERRY_C_API ferry_status ferry_copy_peer(ferry_runtime FERRY_NONNULL rt, ferry_handle dst, uint64_t dst_offset,
+                                         ferry_handle src, uint64_t src_offset, uint64_t bytes, uint32_t stream,
+                                         int* FERRY_NULLABLE verified);
 
 #ifdef __cplusplus
 }

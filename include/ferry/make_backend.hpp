@@ -48,6 +48,11 @@ Result<std::unique_ptr<Backend>> make_backend(const BackendSpec& spec);
 // True when this build can make backends of `kind` (cuda: built with the toolkit).
 bool backend_built(BackendKind kind) noexcept;
 
+// The devices of `kind` this process sees: cuda's visible devices (0 without a
+// driver or device); 0 for the sim, which has no devices but those it is told of.
+// Blocks while a driver initializes.
+std::uint32_t visible_devices(BackendKind kind) noexcept;
+
 // What a backend of `kind` can do, before one is made: DeviceInfo's capability
 // fields (modeled_time, host_visible, race_checking, fault_injection,
 // lazy_host_ranges, profiled), the rest left 0; a made backend's info() says the

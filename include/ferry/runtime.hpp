@@ -10,6 +10,9 @@
 // It is the one place that builds this stack: the C ABI, the workloads and the
 // replay runner each make a Runtime.
 //
+// With several devices (RuntimeOptions::devices) it builds the stack up to the
+// TransferEngine once per device, device 0 first; the cache sits on device 0.
+//
 // and the destructor takes them down in the reverse order, after synchronizing
 // the backend, so that no enqueued work is in flight when the arena and the
 // pool hand their memory back.
@@ -30,13 +33,16 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 #include "ferry/api.hpp"
 #include "ferry/allocation.hpp"
 #include "ferry/backend.hpp"
 #include "ferry/device_pool.hpp"
+#include "ferry/devices.hpp"
 #include "ferry/graph.hpp"
 #include "ferry/host_arena.hpp"
 #include "ferry/make_backend.hpp"
@@ -57,6 +63,10 @@ struct RuntimeOptions {
   // Which backend and its settings. The default is the sim modelling an H200;
   // ask for BackendKind::cuda for a real device.
   BackendSpec backend;
+  // How many devices, and which (devices.hpp): one by default. Each gets a stack
+  // of its own from `backend` (its profile or ordinal replaced), `pool`, `arena`
+  // and `engine`; the cache sits on device 0.
+  DevicesOptions devices;
   // The device pool: by default the whole device (capacity 0), 256 MiB of
   // unused mapped memory kept cached.
   PoolOptions pool;
@@ -73,8 +83,8 @@ struct RuntimeOptions {
   // The backend adaptor slot (a policy that wraps the backend, e.g. the workloads'
   // busy meter): when set, called once with the backend make_backend built; what
   // it returns (a ForwardingBackend over `made`) is the backend everything above
-  // sits on and backend() returns. It is destroyed before `made`. Called once,
-  // inside create(), which then drops it (options() holds it no longer). An
+  // sits on and backend() returns. It is destroyed before `made`. Called once per
+  // device, in device order, inside create(), which then drops it (options() holds it no longer). An
   // error it returns fails create(), its message prefixed "backend adaptor: ".
   std::function<Result<std::unique_ptr<Backend>>(Backend& made)> backend_adaptor;
 };
@@ -83,14 +93,16 @@ class Runtime {
  public:
   // Builds every component (see above). Nothing is left behind on error: what
   // was built is taken down again in reverse order.
-  // Errors: invalid_argument (wait_timeout <= 0; what check_spec refuses, e.g. an
+  // Errors: invalid_argument (wait_timeout <= 0; a device selection that names
+  // none, more than kMaxDevices, an ordinal twice, or lists more profiles or
+  // ordinals than `count`; what check_spec refuses, e.g. an
   // unknown sim profile; a pool capacity below one granule; an engine stream out
   // of range; cache slots == 0 or a cache stream out of range), unsupported (a
   // backend this build or machine lacks: cuda without the toolkit, driver or
   // device; the message begins "the KIND backend is not available: "),
   // backend_error (the device failed to initialize), what the backend adaptor
   // returns, and whatever a component's status() reports, its message prefixed
-  // with the component.
+  // with the component (and, with several devices, the device: "device 1: ...").
   // Blocks while the device initializes and the engine's start-up probe runs
   // (bounded).
   static Result<std::unique_ptr<Runtime>> create(RuntimeOptions options);
@@ -98,26 +110,58 @@ class Runtime {
   // Synchronizes the backend (a failure cannot be reported here and is ignored:
   // the arena and the pool still wait, bounded, for work that leased their memory,
   // and leak rather than free memory the device may touch), then destroys cache,
-  // engine, arena, pool, stream order, backend adaptor and backend, in that order.
-  // Blocks.
+  // engine, arena, pool, stream order, backend adaptor and backend, in that order,
+  // the last device's first. Blocks.
   ~Runtime();
   Runtime(const Runtime&) = delete;
   Runtime& operator=(const Runtime&) = delete;
   Runtime(Runtime&&) = delete;
   Runtime& operator=(Runtime&&) = delete;
 
-  // The components. Never fail, never block. backend() is the backend adaptor
-  // when one is set (Backend::innermost() reaches the one make_backend built).
-  Backend& backend() noexcept { return adaptor_ ? *adaptor_ : *backend_; }
-  StreamOrder& order() noexcept { return *order_; }
-  DevicePool& pool() noexcept { return *pool_; }
-  HostArena& arena() noexcept { return *arena_; }
-  TransferEngine& engine() noexcept { return *engine_; }
+  // The components of device 0. Never fail, never block. backend() is the backend
+  // adaptor when one is set (Backend::innermost() reaches the one make_backend built).
+  Backend& backend() noexcept { return devices_.front()->backend(); }
+  StreamOrder& order() noexcept { return devices_.front()->order(); }
+  DevicePool& pool() noexcept { return devices_.front()->pool(); }
+  HostArena& arena() noexcept { return devices_.front()->arena(); }
+  TransferEngine& engine() noexcept { return devices_.front()->engine(); }
+
+  // The devices (devices.hpp). device(i) needs i < device_count(); find_device
+  // answers invalid_argument, naming the count, for any other i. Never block.
+  std::uint32_t device_count() const noexcept { return static_cast<std::uint32_t>(devices_.size()); }
+  RuntimeDevice& device(std::uint32_t i) noexcept { return *devices_[i]; }
+  const RuntimeDevice& device(std::uint32_t i) const noexcept { return *devices_[i]; }
+  Result<RuntimeDevice*> find_device(std::uint32_t i) noexcept;
+  // Each device's pool figures, by device, and their sum (total_pool_stats).
+  // Never fail, never block on the device.
+  std::vector<PoolStats> pool_stats() const;
+  PoolStats total_pool_stats() const;
+  // memory_summary of each device's pool under a heading naming the device
+  // ("device 1 (rtx3090)"), then, with several devices, the summed figures.
+  // Never fails, never blocks on the device.
+  std::string memory_summary() const;
+
+  // Copies bytes [src_offset, src_offset + bytes) of `src` to [dst_offset, ...) of
+  // `dst`, whichever devices' pools the handles name (devices.hpp). On one device:
+  // the engine's copy_on_device. Across two: through a pinned block of the
+  // destination's arena, downloaded from the source on the source device's `stream`
+  // and uploaded on the destination device's `stream`, each leg under its engine's
+  // integrity policy (verify: device hash of the source == host bytes == device
+  // hash of the destination; a mismatch retries the leg through another path, I5).
+  // Each leg leases its block while it is queued (I2), so freeing either handle
+  // from another thread meanwhile is safe. Returns once the bytes are on the
+  // destination (off/probe: enqueued there; receipt.done says when complete).
+  // Errors: invalid_argument (0 bytes, a range outside its block, a bad stream),
+  // stale_handle (a handle no device's pool knows), out_of_memory (no pinned
+  // staging), transfer_corrupt (a leg never verified; names it), timeout,
+  // backend_error. Blocks (bounded) while the source leg completes.
+  Result<PeerCopyReceipt> copy_peer(DeviceHandle dst, std::uint64_t dst_offset, DeviceHandle src,
+                                    std::uint64_t src_offset, std::uint64_t bytes, StreamId stream);
   // Null unless RuntimeOptions::cache was set.
   OffloadCache* cache() noexcept { return cache_.get(); }
   const RuntimeOptions& options() const noexcept { return options_; }
 
-  // Health: ok, or the first sticky device fault known. That is the first
+  // Health: ok, or the first sticky device fault known (of any device). That is the first
   // backend_error synchronize() answered (a device fault is sticky on every
   // backend: a CUDA context error, the sim's access to unmapped memory), else a
   // backend_error when the backend counted device operations that touched
@@ -126,7 +170,8 @@ class Runtime {
   // components' own status() is always ok here. Never blocks on the device.
   Result<void> status() const;
 
-  // Dispatches held work and waits for every stream (Backend::synchronize).
+  // Dispatches held work and waits for every stream of every device
+  // (Backend::synchronize, device by device).
   // Errors: backend_error (a device fault: status() reports it from then on),
   // timeout. Blocks.
   Result<void> synchronize();
@@ -189,17 +234,14 @@ class Runtime {
   Result<void> refuse_if_capturing(StreamId stream, std::string_view call) const;
 
   explicit Runtime(RuntimeOptions options) : options_(std::move(options)) {}
+  // Builds device `index` from `spec` and appends it to devices_ (partly built on error).
+  Result<void> build_device(const BackendSpec& spec, std::uint32_t index);
 
   RuntimeOptions options_;
-  // Declared in the order they are built; the destructor resets them in reverse.
-  std::unique_ptr<Backend> backend_;
-  std::unique_ptr<Backend> adaptor_;  // wraps backend_; null without a backend adaptor
-  std::unique_ptr<StreamOrder> order_;
-  std::unique_ptr<DevicePool> pool_;
-  std::unique_ptr<HostArena> arena_;
-  std::unique_ptr<TransferEngine> engine_;
+  // Built in index order; the destructor resets them in reverse. Never empty once built.
+  std::vector<std::unique_ptr<RuntimeDevice>> devices_;
   std::unique_ptr<OffloadCache> cache_;
-  std::unique_ptr<PoolCalls> direct_;  // over pool_ and engine_
+  std::unique_ptr<PoolCalls> direct_;  // over device 0's pool and engine
 
   mutable std::mutex calls_mu_;  // guards pool_adaptor_ and capture_ (their copy and swap, never a call's run)
   std::shared_ptr<PoolCalls> pool_adaptor_;

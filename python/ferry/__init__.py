@@ -213,12 +213,14 @@ def _refuse_inside_callable(what):
 class Runtime:
     """ferry_runtime: backend, stream order, device pool, pinned arena, transfer
     engine and (cache_slots > 0) an offload cache. A context manager: leaving the
-    `with` closes it. Errors of the constructor: InvalidArgumentError (an unknown
+    `with` closes it. devices > 1 makes one stack per device (sim: the profile
+    with seed + i; cuda: ordinal i); its calls here act on device 0 (docs/scale.md).
+    Errors of the constructor: InvalidArgumentError (an unknown
     backend, profile, integrity policy or fault spec; faults asked of cuda),
     UnsupportedError (cuda without a device), BackendError."""
 
     def __init__(self, backend="sim", profile="h200", capacity=0, seed=1, integrity="verify", inject=None,
-                 cache_slots=0, cache_slot_bytes=0, race_check=False):
+                 cache_slots=0, cache_slot_bytes=0, race_check=False, devices=1):
         self._rt = None
         self._lib = _lib.lib()
         options = _lib.RuntimeOptions()
@@ -232,6 +234,7 @@ class Runtime:
         options.cache_slots = _int(cache_slots, "cache_slots", 32)
         options.cache_slot_bytes = _int(cache_slot_bytes, "cache_slot_bytes", 64)
         options.race_check = 1 if race_check else 0
+        options.device_count = _int(devices, "devices", 64)
         rt = ctypes.c_void_p()
         self._check(self._lib.ferry_runtime_create(ctypes.byref(options), ctypes.byref(rt)))
         self._rt = rt

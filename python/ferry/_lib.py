@@ -97,7 +97,7 @@ class RuntimeOptions(_Sized):
     _fields_ = [("struct_size", ctypes.c_size_t), ("backend", ctypes.c_char_p), ("profile", ctypes.c_char_p), ("capacity", ctypes.c_uint64),
                 ("seed", ctypes.c_uint64), ("integrity", ctypes.c_char_p), ("inject", ctypes.c_char_p),
                 ("cache_slots", ctypes.c_uint32), ("cache_slot_bytes", ctypes.c_uint64),
-                ("race_check", ctypes.c_int)]
+                ("race_check", ctypes.c_int), ("device_count", ctypes.c_uint64)]
 
 
 class Operand(ctypes.Structure):

@@ -1,6 +1,7 @@
 // The one place that knows every backend.
 #include "ferry/make_backend.hpp"
 
+#include <algorithm>
 #include <string>
 #include <utility>
 
@@ -24,6 +25,14 @@ bool backend_built(BackendKind kind) noexcept {
     case BackendKind::cuda: return cuda_backend_built();
   }
   return false;
+}
+
+std::uint32_t visible_devices(BackendKind kind) noexcept {
+  switch (kind) {
+    case BackendKind::sim: return 0;
+    case BackendKind::cuda: return static_cast<std::uint32_t>(std::max(0, cuda_device_count()));
+  }
+  return 0;
 }
 
 DeviceInfo capabilities_of(BackendKind kind) noexcept {

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <memory>
 #include <mutex>
+#include <functional>
 #include <future>
 #include <set>
 #include <new>
@@ -19,7 +20,7 @@
 #include <utility>
 #include <vector>
 
-#include "capi/c_boundary.hpp"
+#include "capi/boundary.hpp"
 #include "capi/pool_stats_c.hpp"
 #include "capi/struct_prefix.hpp"
 #include "ferry/fault_spec.hpp"
@@ -181,6 +182,7 @@ ferry::Result<ferry::RuntimeOptions> runtime_options(const ferry_runtime_options
   }
   options.pool.capacity = o.capacity;
   options.backend.race_check = o.race_check != 0;
+  options.devices.count = o.device_count <= 1 ? 1 : static_cast<std::uint32_t>(std::min<uint64_t>(o.device_count, UINT32_MAX));
   if (o.cache_slots > 0) {
     ferry::CacheOptions cache;
     cache.slots = o.cache_slots;
@@ -679,12 +681,13 @@ ferry_status ferry_import_torch_snapshot(const void* bytes, size_t size, int dev
 
 }  // extern "C"
 
-// The boundary for the ABI's other files (c_boundary.hpp).
+// What the C ABI's other files (capi/boundary.hpp) share of the helpers above.
 namespace ferry::capi {
-ferry_status run_guarded(const char* fn, const std::function<ferry_status()>& body) noexcept {
-  return guarded(fn, body);
+ferry_status guarded(const char* fn, const std::function<ferry_status()>& body) noexcept {
+  return ::guarded(fn, body);
 }
 ferry_status fail(const Error& error) { return ::fail(error); }
 ferry_status ok() { return ::ok(); }
 ferry_status null_argument(const char* fn, const char* what) { return ::null_argument(fn, what); }
+Runtime& runtime_of(ferry_runtime rt) noexcept { return *rt->runtime; }
 }  // namespace ferry::capi

@@ -5,7 +5,7 @@
 #include <new>
 #include <utility>
 
-#include "capi/c_boundary.hpp"
+#include "capi/boundary.hpp"
 #include "ferry/graph.hpp"
 #include "ferry/runtime.hpp"
 
@@ -15,10 +15,10 @@ struct ferry_graph_s {
 
 using ferry::capi::done;
 using ferry::capi::null_argument;
-using ferry::capi::run_guarded;
+using ferry::capi::guarded;
 
 ferry_status ferry_begin_capture(ferry_runtime rt, uint32_t stream, ferry_graph share_pool_of) {
-  return run_guarded("ferry_begin_capture", [&] {
+  return guarded("ferry_begin_capture", [&] {
     if (rt == nullptr) return null_argument("ferry_begin_capture", "rt");
     ferry::CaptureOptions options;
     if (share_pool_of != nullptr) options.pool = share_pool_of->graph.pool();
@@ -27,7 +27,7 @@ ferry_status ferry_begin_capture(ferry_runtime rt, uint32_t stream, ferry_graph 
 }
 
 ferry_status ferry_end_capture(ferry_runtime rt, uint32_t stream, ferry_graph* out) {
-  return run_guarded("ferry_end_capture", [&] {
+  return guarded("ferry_end_capture", [&] {
     if (out == nullptr) return null_argument("ferry_end_capture", "out");
     *out = nullptr;
     if (rt == nullptr) return null_argument("ferry_end_capture", "rt");
@@ -40,7 +40,7 @@ ferry_status ferry_end_capture(ferry_runtime rt, uint32_t stream, ferry_graph* o
 }
 
 ferry_status ferry_graph_launch(ferry_runtime rt, ferry_graph graph, uint32_t stream) {
-  return run_guarded("ferry_graph_launch", [&] {
+  return guarded("ferry_graph_launch", [&] {
     if (rt == nullptr) return null_argument("ferry_graph_launch", "rt");
     if (graph == nullptr) return null_argument("ferry_graph_launch", "graph");
     return done(rt->runtime->launch(graph->graph, stream));
@@ -48,7 +48,7 @@ ferry_status ferry_graph_launch(ferry_runtime rt, ferry_graph graph, uint32_t st
 }
 
 ferry_status ferry_graph_destroy(ferry_graph graph) {
-  return run_guarded("ferry_graph_destroy", [&] {
+  return guarded("ferry_graph_destroy", [&] {
     if (graph == nullptr) return ferry::capi::ok();
     ferry::Result<void> r = graph->graph.destroy();
     delete graph;

@@ -269,6 +269,13 @@ Result<void> CudaBackend::init() {
 
 bool cuda_backend_built() noexcept { return true; }
 
+int cuda_device_count() noexcept {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) count = 0;
+  (void)cudaGetLastError();  // no device is an answer here, not a sticky error
+  return count;
+}
+
 Result<CublasLocation> locate_cublas() {
   std::string why;
   const cuda_detail::CublasApi* api = cuda_detail::cublas_api(why);

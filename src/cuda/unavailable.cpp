@@ -6,6 +6,8 @@ namespace ferry {
 
 bool cuda_backend_built() noexcept { return false; }
 
+int cuda_device_count() noexcept { return 0; }
+
 Result<std::unique_ptr<Backend>> make_cuda_backend(const CudaOptions&) {
   return make_error(ErrorCode::unsupported,
                     "this build of ferry has no CUDA backend (configured with FERRY_CUDA=OFF "

@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <mutex>
+#include <optional>
+#include <unordered_map>
 #include <utility>
 
 #include "core/invariant.hpp"
@@ -14,11 +17,28 @@ namespace {
 
 std::atomic<std::uint32_t> next_pool_id{1};
 
+// Which device each live pool serves, so that a handle of another device's pool is
+// refused with both devices named. Touched only at a pool's birth and death and in
+// a refusal, never on a resolve.
+struct PoolDevices {
+  std::mutex mu;
+  std::unordered_map<std::uint32_t, std::uint32_t> device_of;
+};
+PoolDevices& pool_devices() {
+  static PoolDevices* registry = new PoolDevices;  // never destroyed: pools may outlive static teardown
+  return *registry;
+}
+
 }  // namespace
 
 DevicePool::Impl::Impl(StreamOrder& o, PoolOptions opt)
     : order(o), backend(o.backend()), options(opt), id(next_pool_id.fetch_add(1)),
       note_blocks(backend.race_log() != nullptr) {
+  {
+    PoolDevices& reg = pool_devices();
+    std::lock_guard lock(reg.mu);
+    reg.device_of[id] = options.device;
+  }
   const DeviceInfo& info = backend.info();
   granule = std::bit_ceil(std::max<std::uint64_t>(info.granularity, kAlign));
   granule_shift = static_cast<unsigned>(std::countr_zero(granule));
@@ -62,6 +82,11 @@ DevicePool::Impl::Impl(StreamOrder& o, PoolOptions opt)
 }
 
 DevicePool::Impl::~Impl() {
+  {
+    PoolDevices& reg = pool_devices();
+    std::lock_guard lock(reg.mu);
+    reg.device_of.erase(id);
+  }
   // I2 holds at teardown too: nothing is unmapped while enqueued work may
   // still touch it (bounded waits; a failed wait cannot be reported here).
   UseSet in_flight;
@@ -79,9 +104,20 @@ DevicePool::Impl::~Impl() {
 // Errors are built out of line, so the hot path carries no string code.
 Error DevicePool::Impl::stale(DeviceHandle h) const {
   if (h.pool != id) {
-    return make_error(ErrorCode::stale_handle,
-                      "handle {pool " + std::to_string(h.pool) + ", slot " + std::to_string(h.slot) +
-                          "} belongs to another pool (this is pool " + std::to_string(id) + ")");
+    std::optional<std::uint32_t> other;
+    {
+      PoolDevices& reg = pool_devices();
+      std::lock_guard lock(reg.mu);
+      if (auto it = reg.device_of.find(h.pool); it != reg.device_of.end()) other = it->second;
+    }
+    const std::string here = "device " + std::to_string(options.device) + "'s pool " + std::to_string(id);
+    const std::string handle =
+        "handle {pool " + std::to_string(h.pool) + ", slot " + std::to_string(h.slot) + "}";
+    if (other && *other != options.device) {
+      return make_error(ErrorCode::stale_handle, handle + " belongs to device " + std::to_string(*other) +
+                                                     "'s pool, used on " + here);
+    }
+    return make_error(ErrorCode::stale_handle, handle + " belongs to another pool (this is " + here + ")");
   }
   return make_error(ErrorCode::stale_handle,
                     "handle {slot " + std::to_string(h.slot) + ", generation " +

@@ -572,7 +572,7 @@ Result<void> Runtime::launch(const Graph& graph, StreamId stream) {
   // Every block checked before anything is enqueued: a replay never runs half
   // on blocks freed outside the graph (I1).
   for (DeviceHandle h : now) {
-    if (Result<DeviceSpan> span = pool_->resolve(h); !span.ok()) {
+    if (Result<DeviceSpan> span = pool().resolve(h); !span.ok()) {
       return make_error(ErrorCode::stale_handle,
                         "launch: block " + detail::handle_text(h) +
                             " of the graph was freed outside it; nothing enqueued (" + span.error().message + ")");

@@ -26,37 +26,55 @@ class RuntimeCalls final : public DirectPoolCalls {
 
 }  // namespace
 
+Result<void> Runtime::build_device(const BackendSpec& spec, std::uint32_t index) {
+  const RuntimeOptions& o = options_;
+  std::unique_ptr<RuntimeDevice> dev(new RuntimeDevice(index));
+  Result<std::unique_ptr<Backend>> made = make_backend(spec);
+  if (!made.ok()) {
+    const std::string kind(to_string(spec.kind));
+    const bool missing = made.error().code == ErrorCode::unsupported;
+    return prefixed(std::move(made).error(), missing ? "the " + kind + " backend is not available" : "backend " + kind);
+  }
+  dev->backend_ = std::move(made).value();
+  // Owned by the Runtime from here, so an early return takes it down.
+  RuntimeDevice& d = *devices_.emplace_back(std::move(dev));
+  if (o.backend_adaptor) {
+    Result<std::unique_ptr<Backend>> adaptor = o.backend_adaptor(*d.backend_);
+    if (!adaptor.ok()) return prefixed(std::move(adaptor).error(), "backend adaptor");
+    d.adaptor_ = std::move(adaptor).value();
+  }
+  d.order_ = std::make_unique<StreamOrder>(d.backend(), o.wait_timeout);
+  PoolOptions pool = o.pool;
+  pool.device = index;
+  d.pool_ = std::make_unique<DevicePool>(*d.order_, pool);
+  if (!d.pool_->status().ok()) return prefixed(d.pool_->status().error(), "device pool");
+  d.arena_ = std::make_unique<HostArena>(*d.order_, o.arena);
+  d.engine_ = std::make_unique<TransferEngine>(*d.pool_, *d.arena_, o.engine);
+  if (!d.engine_->status().ok()) return prefixed(d.engine_->status().error(), "transfer engine");
+  return {};
+}
+
 Result<std::unique_ptr<Runtime>> Runtime::create(RuntimeOptions options) {
   if (options.wait_timeout <= std::chrono::nanoseconds::zero()) {
     return make_error(ErrorCode::invalid_argument,
                       "runtime: wait_timeout must be positive, got " +
                           std::to_string(options.wait_timeout.count()) + " ns");
   }
+  Result<std::vector<BackendSpec>> specs = device_specs(options.backend, options.devices);
+  if (!specs.ok()) return prefixed(std::move(specs).error(), "runtime devices");
   // On any early return the destructor takes down what was built so far.
   std::unique_ptr<Runtime> rt(new Runtime(std::move(options)));
   const RuntimeOptions& o = rt->options_;
-
-  Result<std::unique_ptr<Backend>> made = make_backend(o.backend);
-  if (!made.ok()) {
-    const std::string kind(to_string(o.backend.kind));
-    const bool missing = made.error().code == ErrorCode::unsupported;
-    return prefixed(std::move(made).error(), missing ? "the " + kind + " backend is not available" : "backend " + kind);
+  for (std::uint32_t i = 0; i < specs->size(); ++i) {
+    Result<void> built = rt->build_device((*specs)[i], i);
+    if (!built.ok()) {
+      if (specs->size() == 1) return std::move(built).error();
+      return prefixed(std::move(built).error(), "device " + std::to_string(i));
+    }
   }
-  rt->backend_ = std::move(made).value();
-  if (o.backend_adaptor) {
-    Result<std::unique_ptr<Backend>> adaptor = o.backend_adaptor(*rt->backend_);
-    rt->options_.backend_adaptor = nullptr;  // what it captured need not outlive create()
-    if (!adaptor.ok()) return prefixed(std::move(adaptor).error(), "backend adaptor");
-    rt->adaptor_ = std::move(adaptor).value();
-  }
-  rt->order_ = std::make_unique<StreamOrder>(rt->backend(), o.wait_timeout);
-  rt->pool_ = std::make_unique<DevicePool>(*rt->order_, o.pool);
-  if (!rt->pool_->status().ok()) return prefixed(rt->pool_->status().error(), "device pool");
-  rt->arena_ = std::make_unique<HostArena>(*rt->order_, o.arena);
-  rt->engine_ = std::make_unique<TransferEngine>(*rt->pool_, *rt->arena_, o.engine);
-  if (!rt->engine_->status().ok()) return prefixed(rt->engine_->status().error(), "transfer engine");
+  rt->options_.backend_adaptor = nullptr;  // what it captured need not outlive create()
   if (o.cache) {
-    rt->cache_ = std::make_unique<OffloadCache>(*rt->engine_, *o.cache);
+    rt->cache_ = std::make_unique<OffloadCache>(rt->engine(), *o.cache);
     if (!rt->cache_->status().ok()) return prefixed(rt->cache_->status().error(), "offload cache");
   }
   rt->direct_ = std::make_unique<RuntimeCalls>(*rt);
@@ -71,9 +89,13 @@ Runtime::~Runtime() {
     pool_adaptor_.reset();
     capture_.reset();
   }
-  if (backend_) (void)backend().synchronize();
+  for (auto& d : devices_) (void)d->backend().synchronize();
   direct_.reset();
   cache_.reset();
+  while (!devices_.empty()) devices_.pop_back();
+}
+
+RuntimeDevice::~RuntimeDevice() {
   engine_.reset();
   arena_.reset();
   pool_.reset();
@@ -87,25 +109,35 @@ Result<void> Runtime::status() const {
     std::lock_guard lock(fault_mu_);
     if (first_fault_) return *first_fault_;
   }
-  const FaultCounters faults = (adaptor_ ? *adaptor_ : *backend_).fault_counters();
-  if (faults.illegal_accesses > 0) {
-    return make_error(ErrorCode::backend_error,
-                      "device fault: " + std::to_string(faults.illegal_accesses) +
-                          " device operation(s) touched unmapped memory; the backend fails every "
-                          "later operation");
+  for (const auto& d : devices_) {
+    const FaultCounters faults = d->backend().fault_counters();
+    if (faults.illegal_accesses > 0) {
+      return make_error(ErrorCode::backend_error,
+                        (devices_.size() > 1 ? "device " + std::to_string(d->index()) + ": " : std::string()) +
+                            "device fault: " + std::to_string(faults.illegal_accesses) +
+                            " device operation(s) touched unmapped memory; the backend fails every "
+                            "later operation");
+    }
   }
   return {};
 }
 
 Result<void> Runtime::synchronize() {
   FERRY_TRY(refuse_inside_user_kernel("Runtime::synchronize"));
-  Result<void> r = backend().synchronize();
-  if (!r.ok() && r.error().code == ErrorCode::backend_error) {
-    std::lock_guard lock(fault_mu_);
-    // The first fault is the one that explains the rest.
-    if (!first_fault_) first_fault_ = r.error();
+  Result<void> result;
+  for (auto& d : devices_) {
+    Result<void> r = d->backend().synchronize();
+    if (r.ok()) continue;
+    if (devices_.size() > 1) r = prefixed(std::move(r).error(), "device " + std::to_string(d->index()));
+    if (r.error().code == ErrorCode::backend_error) {
+      std::lock_guard lock(fault_mu_);
+      // The first fault is the one that explains the rest.
+      if (!first_fault_) first_fault_ = r.error();
+    }
+    // Every device is still waited for: a fault on one leaves the others' work in flight.
+    if (result.ok()) result = std::move(r);
   }
-  return r;
+  return result;
 }
 
 std::shared_ptr<PoolCalls> Runtime::calls() const {
@@ -131,7 +163,7 @@ std::shared_ptr<PoolCalls> Runtime::set_pool_adaptor(std::shared_ptr<PoolCalls> 
 Result<Allocation> Runtime::allocate(std::uint64_t bytes, StreamId stream) {
   FERRY_TRY(refuse_inside_user_kernel("Runtime::allocate"));
   FERRY_TRY(refuse_if_capturing(stream, "Runtime::allocate"));
-  return Allocation::allocate(*pool_, bytes, stream);
+  return Allocation::allocate(pool(), bytes, stream);
 }
 
 }  // namespace ferry

@@ -64,6 +64,7 @@ pub struct ferry_runtime_options {
     pub cache_slots: u32,
     pub cache_slot_bytes: u64,
     pub race_check: c_int,
+    pub device_count: u64,
 }
 
 pub const FERRY_READ: u32 = 1;
@@ -217,6 +218,18 @@ extern "C" {
     pub fn ferry_import_torch_snapshot(bytes: *const c_void, size: usize, device: c_int, out_path: *const c_char,
                                        source_json: *mut c_char, capacity: usize, length: *mut usize)
         -> ferry_status;
+
+    pub fn ferry_device_count(rt: ferry_runtime, out: *mut u32) -> ferry_status;
+    pub fn ferry_device_of(rt: ferry_runtime, h: ferry_handle, out: *mut u32) -> ferry_status;
+    pub fn ferry_device_alloc(rt: ferry_runtime, device: u32, bytes: u64, stream: u32, out: *mut ferry_handle)
+        -> ferry_status;
+    pub fn ferry_device_free(rt: ferry_runtime, h: ferry_handle) -> ferry_status;
+    pub fn ferry_device_upload(rt: ferry_runtime, stream: u32, dst: ferry_handle, dst_offset: u64,
+                               src: *const c_void, bytes: u64) -> ferry_status;
+    pub fn ferry_device_download(rt: ferry_runtime, stream: u32, src: ferry_handle, src_offset: u64,
+                                 dst: *mut c_void, bytes: u64) -> ferry_status;
+    pub fn ferry_copy_peer(rt: ferry_runtime, dst: ferry_handle, dst_offset: u64, src: ferry_handle,
+                           src_offset: u64, bytes: u64, stream: u32, verified: *mut c_int) -> ferry_status;
 }
 
 /// Every struct of `ferry.h` that this crate declares, by its C name, with its size here.

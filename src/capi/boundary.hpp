@@ -1,4 +1,4 @@
-// The C ABI's boundary, shared by its files (ferry_c.cpp, graph_c.cpp): what a
+// The C ABI's boundary, shared by its files (ferry_c.cpp, graph_c.cpp, devices_c.cpp): what a
 // ferry_runtime is, and how an entry point reports (a status plus this thread's
 // message, nothing thrown across).
 #pragma once
@@ -32,12 +32,14 @@ namespace ferry::capi {
 
 // Runs an entry point's body: refused inside a user kernel, an exception turned
 // into a status and a message naming `fn`.
-ferry_status run_guarded(const char* fn, const std::function<ferry_status()>& body) noexcept;
+ferry_status guarded(const char* fn, const std::function<ferry_status()>& body) noexcept;
 // The error's status, its message kept for ferry_last_error.
 ferry_status fail(const Error& error);
 ferry_status ok();
 // INVALID_ARGUMENT: "fn: what is NULL".
 ferry_status null_argument(const char* fn, const char* what);
+// The Runtime behind `rt`, which must not be NULL.
+Runtime& runtime_of(ferry_runtime rt) noexcept;
 
 inline DeviceHandle to_cpp(ferry_handle h) { return {h.pool, h.slot, h.generation}; }
 

@@ -1,0 +1,101 @@
+// The C ABI of several devices (ferry.h, "Several devices"): device selection for
+// handles and streams, and ferry_copy_peer.
+#include <span>
+
+#include "capi/boundary.hpp"
+
+namespace ferry::capi {
+namespace {
+
+// The device whose pool resolves `h`, or stale_handle naming how many were asked.
+Result<RuntimeDevice*> owner_of(Runtime& rt, ferry_handle h) {
+  for (std::uint32_t i = 0; i < rt.device_count(); ++i) {
+    if (rt.device(i).pool().resolve(to_cpp(h)).ok()) return &rt.device(i);
+  }
+  return make_error(ErrorCode::stale_handle, "handle {pool " + std::to_string(h.pool) + ", slot " +
+                                                 std::to_string(h.slot) + "} is live in no pool of this runtime's " +
+                                                 std::to_string(rt.device_count()) + " device(s)");
+}
+
+}  // namespace
+}  // namespace ferry::capi
+
+using namespace ferry::capi;
+
+ferry_status ferry_device_count(ferry_runtime rt, uint32_t* out) {
+  return guarded("ferry_device_count", [&] {
+    if (rt == nullptr) return null_argument("ferry_device_count", "rt");
+    if (out == nullptr) return null_argument("ferry_device_count", "out");
+    *out = runtime_of(rt).device_count();
+    return ok();
+  });
+}
+
+ferry_status ferry_device_of(ferry_runtime rt, ferry_handle h, uint32_t* out) {
+  return guarded("ferry_device_of", [&] {
+    if (rt == nullptr) return null_argument("ferry_device_of", "rt");
+    if (out == nullptr) return null_argument("ferry_device_of", "out");
+    auto d = owner_of(runtime_of(rt), h);
+    if (!d.ok()) return fail(d.error());
+    *out = (*d)->index();
+    return ok();
+  });
+}
+
+ferry_status ferry_device_alloc(ferry_runtime rt, uint32_t device, uint64_t bytes, uint32_t stream, ferry_handle* out) {
+  return guarded("ferry_device_alloc", [&] {
+    if (rt == nullptr) return null_argument("ferry_device_alloc", "rt");
+    if (out == nullptr) return null_argument("ferry_device_alloc", "out");
+    auto d = runtime_of(rt).find_device(device);
+    if (!d.ok()) return fail(d.error());
+    auto h = (*d)->pool().allocate(bytes, stream);
+    if (!h.ok()) return fail(h.error());
+    *out = ferry_handle{h->pool, h->slot, h->generation};
+    return ok();
+  });
+}
+
+ferry_status ferry_device_free(ferry_runtime rt, ferry_handle h) {
+  return guarded("ferry_device_free", [&] {
+    if (rt == nullptr) return null_argument("ferry_device_free", "rt");
+    auto d = owner_of(runtime_of(rt), h);
+    if (!d.ok()) return fail(d.error());
+    return done((*d)->pool().free(to_cpp(h)));
+  });
+}
+
+ferry_status ferry_device_upload(ferry_runtime rt, uint32_t stream, ferry_handle dst, uint64_t dst_offset,
+                                 const void* src, uint64_t bytes) {
+  return guarded("ferry_device_upload", [&] {
+    if (rt == nullptr) return null_argument("ferry_device_upload", "rt");
+    if (src == nullptr) return null_argument("ferry_device_upload", "src");
+    auto d = owner_of(runtime_of(rt), dst);
+    if (!d.ok()) return fail(d.error());
+    ferry::TransferPlan plan;
+    plan.add(static_cast<const std::byte*>(src), to_cpp(dst), dst_offset, bytes);
+    return done((*d)->engine().upload(stream, plan));
+  });
+}
+
+ferry_status ferry_device_download(ferry_runtime rt, uint32_t stream, ferry_handle src, uint64_t src_offset, void* dst,
+                                   uint64_t bytes) {
+  return guarded("ferry_device_download", [&] {
+    if (rt == nullptr) return null_argument("ferry_device_download", "rt");
+    if (dst == nullptr) return null_argument("ferry_device_download", "dst");
+    auto d = owner_of(runtime_of(rt), src);
+    if (!d.ok()) return fail(d.error());
+    return done((*d)->engine().download(stream, to_cpp(src), src_offset,
+                                        std::span<std::byte>(static_cast<std::byte*>(dst), bytes)));
+  });
+}
+
+ferry_status ferry_copy_peer(ferry_runtime rt, ferry_handle dst, uint64_t dst_offset, ferry_handle src,
+                             uint64_t src_offset, uint64_t bytes, uint32_t stream, int* verified) {
+  return guarded("ferry_copy_peer", [&] {
+    if (rt == nullptr) return null_argument("ferry_copy_peer", "rt");
+    auto r = runtime_of(rt).copy_peer(to_cpp(dst), dst_offset, to_cpp(src), src_offset, bytes, stream);
+    if (!r.ok()) return fail(r.error());
+    if (verified != nullptr) *verified = r->verified ? 1 : 0;
+    return ok();
+  });
+}

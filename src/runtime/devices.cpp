@@ -1,0 +1,139 @@
+// Several devices in one Runtime (devices.hpp): the spec of each device, and the
+// figures of all of them.
+#include "ferry/devices.hpp"
+
+#include <algorithm>
+#include <set>
+#include <string>
+#include <utility>
+
+#include "ferry/runtime.hpp"
+
+namespace ferry {
+
+Result<std::vector<BackendSpec>> device_specs(const BackendSpec& backend, const DevicesOptions& devices) {
+  const auto bad = [](std::string what) { return make_error(ErrorCode::invalid_argument, std::move(what)); };
+  // A profiled backend (the sim) is told its devices by profile; a real one by ordinal.
+  const bool profiled = capabilities_of(backend.kind).profiled;
+  const std::size_t listed = profiled ? devices.profiles.size() : devices.ordinals.size();
+  const std::string listed_what = profiled ? "profiles" : "ordinals";
+  if (!profiled && !devices.faults.empty()) {
+    return bad("injected faults per device need the sim backend; the " + std::string(to_string(backend.kind)) +
+               " backend runs on real devices");
+  }
+  if (profiled ? !devices.ordinals.empty() : !devices.profiles.empty()) {
+    return bad(std::string(profiled ? "device ordinals" : "device profiles") + " do not apply to the " +
+               std::string(to_string(backend.kind)) + " backend (it takes " + listed_what + ")");
+  }
+  std::uint32_t count = devices.count;
+  if (count == 0) {
+    if (listed > 0) {
+      count = static_cast<std::uint32_t>(std::min<std::size_t>(listed, kMaxDevices + 1));
+    } else if (profiled) {
+      return bad("a device count of 0 takes the devices from the profiles listed, and none is");
+    } else {
+      count = visible_devices(backend.kind);
+      if (count == 0) {
+        return make_error(ErrorCode::unsupported, "a device count of 0 asks for every visible " +
+                                                      std::string(to_string(backend.kind)) +
+                                                      " device, and this process sees none");
+      }
+    }
+  } else if (listed > count) {
+    return bad(std::to_string(listed) + " " + listed_what + " listed for " + std::to_string(count) + " device(s)");
+  }
+  if (devices.faults.size() > count) {
+    return bad(std::to_string(devices.faults.size()) + " fault sets listed for " + std::to_string(count) +
+               " device(s)");
+  }
+  if (count > kMaxDevices) {
+    return bad(std::to_string(count) + " devices asked for; at most " + std::to_string(kMaxDevices));
+  }
+  std::vector<BackendSpec> specs(count, backend);
+  std::set<int> ordinals;
+  for (std::uint32_t i = 0; i < count; ++i) {
+    BackendSpec& s = specs[i];
+    if (profiled) {
+      if (i < devices.profiles.size()) {
+        s.profile = devices.profiles[i];
+        s.custom_profile.reset();
+        Result<void> ok = check_spec(s);
+        if (!ok.ok()) return bad("device " + std::to_string(i) + ": " + ok.error().message);
+      }
+      if (i < devices.faults.size()) s.faults = devices.faults[i];
+      // Devices of one seed would fault alike; each has its own schedule.
+      s.seed = backend.seed + i;
+    } else {
+      s.device = i < devices.ordinals.size() ? devices.ordinals[i] : backend.device + static_cast<int>(i);
+      if (s.device < 0) return bad("device " + std::to_string(i) + ": ordinal " + std::to_string(s.device) + " < 0");
+      if (!ordinals.insert(s.device).second) {
+        return bad("device ordinal " + std::to_string(s.device) + " is listed twice");
+      }
+    }
+  }
+  return specs;
+}
+
+PoolStats total_pool_stats(std::span<const PoolStats> per_device) noexcept {
+  PoolStats t;
+  for (const PoolStats& s : per_device) {
+    t.allocated_bytes += s.allocated_bytes, t.peak_allocated_bytes += s.peak_allocated_bytes;
+    t.requested_bytes += s.requested_bytes, t.peak_requested_bytes += s.peak_requested_bytes;
+    t.reserved_bytes += s.reserved_bytes, t.peak_reserved_bytes += s.peak_reserved_bytes;
+    t.active_bytes += s.active_bytes, t.peak_active_bytes += s.peak_active_bytes;
+    t.pending_free_bytes += s.pending_free_bytes;
+    t.cached_bytes += s.cached_bytes;
+    t.allocs += s.allocs, t.frees += s.frees;
+    t.internal_allocs += s.internal_allocs, t.internal_frees += s.internal_frees;
+    t.ooms += s.ooms;
+    t.reclaims += s.reclaims;
+    t.ooms_survived += s.ooms_survived;
+    t.same_stream_reuses += s.same_stream_reuses;
+    t.tight_fits += s.tight_fits;
+    t.maps += s.maps, t.unmaps += s.unmaps;
+  }
+  return t;
+}
+
+Result<RuntimeDevice*> Runtime::find_device(std::uint32_t i) noexcept {
+  if (i >= devices_.size()) {
+    return make_error(ErrorCode::invalid_argument, "no device " + std::to_string(i) + ": the runtime has " +
+                                                       std::to_string(devices_.size()) + " device(s)");
+  }
+  return devices_[i].get();
+}
+
+std::vector<PoolStats> Runtime::pool_stats() const {
+  std::vector<PoolStats> out;
+  out.reserve(devices_.size());
+  for (const auto& d : devices_) out.push_back(d->pool().stats());
+  return out;
+}
+
+PoolStats Runtime::total_pool_stats() const {
+  const std::vector<PoolStats> each = pool_stats();
+  return ferry::total_pool_stats(each);
+}
+
+std::string Runtime::memory_summary() const {
+  if (devices_.size() == 1) return ferry::memory_summary(devices_.front()->pool());
+  std::string out;
+  for (const auto& d : devices_) {
+    out += "device " + std::to_string(d->index()) + " (" + d->backend().info().device + ")\n";
+    out += ferry::memory_summary(d->pool());
+  }
+  const PoolStats t = total_pool_stats();
+  out += "all " + std::to_string(devices_.size()) + " devices (peaks: the sum of each device's)\n";
+  const auto line = [&](const char* what, std::uint64_t now, std::uint64_t peak) {
+    out += std::string(" ") + what + ": " + std::to_string(now) + " B (peak " + std::to_string(peak) + " B)\n";
+  };
+  line("allocated", t.allocated_bytes, t.peak_allocated_bytes);
+  line("requested", t.requested_bytes, t.peak_requested_bytes);
+  line("reserved", t.reserved_bytes, t.peak_reserved_bytes);
+  line("active", t.active_bytes, t.peak_active_bytes);
+  out += " allocs " + std::to_string(t.allocs) + ", frees " + std::to_string(t.frees) + ", ooms " +
+         std::to_string(t.ooms) + ", reclaims " + std::to_string(t.reclaims) + "\n";
+  return out;
+}
+
+}  // namespace ferry

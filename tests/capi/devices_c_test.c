@@ -1,0 +1,79 @@
+/* Several devices through the C ABI, from C11: the device count in the options
+ * (an older caller's shorter struct still gets one device), handles of each device,
+ * a handle of device 1 refused by device 0's calls, and ferry_copy_peer verified. */
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "ferry/ferry.h"
+
+static int failures = 0;
+#define CHECK(cond)                                                                \
+  do {                                                                             \
+    if (!(cond)) {                                                                 \
+      fprintf(stderr, "%s:%d: CHECK(%s) failed; last error: %s\n", __FILE__,       \
+              __LINE__, #cond, ferry_last_error());                                \
+      ++failures;                                                                  \
+    }                                                                              \
+  } while (0)
+#define OK(call) CHECK((call) == FERRY_OK)
+
+enum { N = 16384 };
+
+int main(void) {
+  /* A caller built before device_count existed: one device. */
+  ferry_runtime_options old;
+  OK(ferry_runtime_options_init_sized(&old, offsetof(ferry_runtime_options, device_count)));
+  old.profile = "tiny";
+  ferry_runtime one = NULL;
+  OK(ferry_runtime_create(&old, &one));
+  uint32_t count = 0;
+  OK(ferry_device_count(one, &count));
+  CHECK(count == 1);
+  ferry_runtime_destroy(one);
+
+  ferry_runtime_options o;
+  ferry_runtime_options_init(&o);
+  CHECK(o.device_count == 0);
+  o.profile = "tiny";
+  o.device_count = 2;
+  ferry_runtime rt = NULL;
+  OK(ferry_runtime_create(&o, &rt));
+  if (rt == NULL) return 1;
+  OK(ferry_device_count(rt, &count));
+  CHECK(count == 2);
+
+  ferry_handle a, b;
+  OK(ferry_device_alloc(rt, 0, N, 1, &a));
+  OK(ferry_device_alloc(rt, 1, N, 1, &b));
+  CHECK(ferry_device_alloc(rt, 2, N, 1, &b) == FERRY_ERROR_INVALID_ARGUMENT);
+  uint32_t device = 9;
+  OK(ferry_device_of(rt, b, &device));
+  CHECK(device == 1);
+
+  static unsigned char src[N], back[N];
+  for (int i = 0; i < N; ++i) src[i] = (unsigned char)(i * 7 + 3);
+  OK(ferry_device_upload(rt, 1, a, 0, src, N));
+
+  /* Device 0's own calls refuse device 1's handle, naming both devices. */
+  CHECK(ferry_free(rt, b) == FERRY_ERROR_STALE_HANDLE);
+  CHECK(strstr(ferry_last_error(), "device 1") != NULL);
+  CHECK(strstr(ferry_last_error(), "device 0") != NULL);
+
+  int verified = 0;
+  OK(ferry_copy_peer(rt, b, 0, a, 0, N, 1, &verified));
+  CHECK(verified == 1);
+  OK(ferry_device_download(rt, 1, b, 0, back, N));
+  CHECK(memcmp(src, back, N) == 0);
+  CHECK(ferry_copy_peer(rt, b, 1, a, 0, N, 1, NULL) == FERRY_ERROR_INVALID_ARGUMENT);
+
+  OK(ferry_device_free(rt, b));
+  CHECK(ferry_device_free(rt, b) == FERRY_ERROR_STALE_HANDLE);
+  CHECK(ferry_copy_peer(rt, b, 0, a, 0, N, 1, NULL) == FERRY_ERROR_STALE_HANDLE);
+  OK(ferry_device_free(rt, a));
+  OK(ferry_synchronize(rt));
+  ferry_runtime_destroy(rt);
+  if (failures == 0) printf("devices_c_test: ok\n");
+  return failures == 0 ? 0 : 1;
+}
