@@ -735,3 +735,14 @@ def test_races_without_race_check_is_unsupported():
     with ferry.Runtime(profile="tiny") as rt:
         with pytest.raises(ferry.UnsupportedError):
             rt.races()
+
+
+def test_devices_makes_a_stack_per_device_and_refuses_too_many():
+    """Runtime(devices=N) (docs/scale.md): its calls act on device 0; more than 64 is refused."""
+    with ferry.Runtime(profile="tiny", devices=2) as rt:
+        h = rt.alloc(4096)
+        rt.upload(h, bytes(range(256)) * 16)
+        assert rt.download(h) == bytes(range(256)) * 16
+        rt.free(h)
+    with pytest.raises(ferry.InvalidArgumentError, match="at most 64"):
+        ferry.Runtime(profile="tiny", devices=65)
