@@ -201,39 +201,9 @@ class Validator {
   void line(std::string_view text, std::size_t number) {
     const bool first = !seen_line_;
     seen_line_ = true;
-    if (text.size() > kMaxTraceLineBytes) {
-      return problem(number, "the line is " + std::to_string(text.size()) + " bytes, over the limit of " +
-                                 std::to_string(kMaxTraceLineBytes) + " bytes on one line");
-    }
-    // The JSON parser stops at a NUL as at the end of input: whatever follows would pass unread.
-    if (const auto nul = text.find('\0'); nul != std::string_view::npos) {
-      return problem(number, "a NUL byte at column " + std::to_string(nul + 1) + " (not valid JSON)");
-    }
     json obj;
-    try {
-      obj = json::parse(text.begin(), text.end());
-    } catch (const json::exception& e) {
-      // "[json.exception.parse_error.101] parse error at ..." -> "parse error at ..."
-      std::string what = e.what();
-      if (const auto p = what.find("] "); p != std::string::npos) what = what.substr(p + 2);
-      // The parser saw this line alone, so its "line 1, column C" is column C of line `number`.
-      if (const auto p = what.find("at line 1, column "); p != std::string::npos) what.erase(p + 3, 8);
-      return problem(number, "not valid JSON: " + what);
-    }
-    if (!obj.is_object()) {
-      return problem(number, std::string("not a JSON object (got ") + obj.type_name() + ")");
-    }
-    auto op_it = obj.find("op");
-    if (op_it == obj.end()) return problem(number, "missing field \"op\"");
-    if (!op_it->is_string()) return problem(number, "field \"op\" must be a string, got " + shown(*op_it));
-    const std::string& op_name = op_it->get_ref<const std::string&>();
-    std::optional<OpKind> kind;
-    for (const NamedValue<OpKind>& k : kOps) {
-      if (k.name == op_name) kind = k.value;
-    }
-    if (!kind) {
-      return problem(number, "unknown op " + shown(*op_it) + " (ops are " + names_in<OpKind>(kOps, ", ") + ")");
-    }
+    const std::optional<OpKind> kind = parse_op(text, number, obj);
+    if (!kind) return;
 
     TraceOp op;
     op.kind = *kind;
@@ -331,6 +301,47 @@ class Validator {
       }
     }
     trace_.ops.push_back(std::move(op));
+  }
+
+  // The line as a JSON object and its op, or nullopt with the problem noted.
+  std::optional<OpKind> parse_op(std::string_view text, std::size_t number, json& obj) {
+    if (text.size() > kMaxTraceLineBytes) {
+      problem(number, "the line is " + std::to_string(text.size()) + " bytes, over the limit of " +
+                          std::to_string(kMaxTraceLineBytes) + " bytes on one line");
+      return std::nullopt;
+    }
+    // The JSON parser stops at a NUL as at the end of input: whatever follows would pass unread.
+    if (const auto nul = text.find('\0'); nul != std::string_view::npos) {
+      problem(number, "a NUL byte at column " + std::to_string(nul + 1) + " (not valid JSON)");
+      return std::nullopt;
+    }
+    try {
+      obj = json::parse(text.begin(), text.end());
+    } catch (const json::exception& e) {
+      // "[json.exception.parse_error.101] parse error at ..." -> "parse error at ..."
+      std::string what = e.what();
+      if (const auto p = what.find("] "); p != std::string::npos) what = what.substr(p + 2);
+      // The parser saw this line alone, so its "line 1, column C" is column C of line `number`.
+      if (const auto p = what.find("at line 1, column "); p != std::string::npos) what.erase(p + 3, 8);
+      problem(number, "not valid JSON: " + what);
+      return std::nullopt;
+    }
+    if (!obj.is_object()) {
+      problem(number, std::string("not a JSON object (got ") + obj.type_name() + ")");
+      return std::nullopt;
+    }
+    auto op_it = obj.find("op");
+    if (op_it == obj.end() || !op_it->is_string()) {
+      problem(number, op_it == obj.end() ? std::string("missing field \"op\"")
+                                         : "field \"op\" must be a string, got " + shown(*op_it));
+      return std::nullopt;
+    }
+    const std::string& op_name = op_it->get_ref<const std::string&>();
+    for (const NamedValue<OpKind>& k : kOps) {
+      if (k.name == op_name) return k.value;
+    }
+    problem(number, "unknown op " + shown(*op_it) + " (ops are " + names_in<OpKind>(kOps, ", ") + ")");
+    return std::nullopt;
   }
 
   Result<Trace> finish() && {

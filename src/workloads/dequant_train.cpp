@@ -138,106 +138,14 @@ class DequantTrain final : public Workload {
     FERRY_TRY(ex.fill(kCompute, x, input_seed()));
 
     // --- forward
-    for (std::uint64_t b = 0; b < kBlocks; ++b) {
-      const std::uint64_t i = 4 * b;
-      DeviceHandle w{}, y{}, attn{}, o{}, up{}, act{}, next{};
-      FERRY_TRY(dequantized(ex, bank, w));
-      FERRY_TRY(alloc_to(ex, T * 3 * h * 2, y));
-      FERRY_TRY(ex.matmul(kCompute, {x}, {w}, y, forward(0), mm_flops(0)));
-      FERRY_TRY(lora_term(ex, y, {{y}, {lora[i]}}, 0));
-      FERRY_TRY(ex.free(w));
-      saved[i] = x;
-      FERRY_TRY(alloc_to(ex, T * h * 2, attn));
-      FERRY_TRY(ex.kernel(kCompute, {{y}}, attn, attn_flops(), (T * 3 * h + T * h) * 2));
-      FERRY_TRY(ex.free(y));
-      ex.progress("forward", i + 1, kWeights);
-
-      FERRY_TRY(dequantized(ex, bank, w));
-      FERRY_TRY(alloc_to(ex, T * h * 2, o));
-      FERRY_TRY(ex.matmul(kCompute, {attn}, {w}, o, forward(1), mm_flops(1)));
-      FERRY_TRY(lora_term(ex, o, {{o}, {lora[i + 1]}, {x}}, 1));  // + LoRA + x
-      FERRY_TRY(ex.free(w));
-      saved[i + 1] = attn;
-      ex.progress("forward", i + 2, kWeights);
-
-      FERRY_TRY(dequantized(ex, bank, w));
-      FERRY_TRY(alloc_to(ex, T * 4 * h * 2, up));
-      FERRY_TRY(ex.matmul(kCompute, {o}, {w}, up, forward(2), mm_flops(2)));
-      FERRY_TRY(lora_term(ex, up, {{up}, {lora[i + 2]}}, 2));
-      FERRY_TRY(ex.free(w));
-      saved[i + 2] = o;
-      FERRY_TRY(alloc_to(ex, T * 4 * h * 2, act));
-      FERRY_TRY(ex.kernel(kCompute, {{up}}, act, 0, 2 * T * 4 * h * 2));
-      FERRY_TRY(ex.free(up));
-      ex.progress("forward", i + 3, kWeights);
-
-      FERRY_TRY(dequantized(ex, bank, w));
-      FERRY_TRY(alloc_to(ex, T * h * 2, next));
-      FERRY_TRY(ex.matmul(kCompute, {act}, {w}, next, forward(3), mm_flops(3)));
-      FERRY_TRY(lora_term(ex, next, {{next}, {lora[i + 3]}, {o}}, 3));  // + LoRA + o
-      FERRY_TRY(ex.free(w));
-      saved[i + 3] = act;
-      x = next;
-      ex.progress("forward", i + 4, kWeights);
-    }
+    for (std::uint64_t b = 0; b < kBlocks; ++b) FERRY_TRY(forward_block(ex, bank, 4 * b, lora, saved, x));
     DeviceHandle dy{};
     FERRY_TRY(alloc_to(ex, T * h * 2, dy));
     FERRY_TRY(ex.kernel(kCompute, {{x}}, dy, 0, 2 * T * h * 2));  // loss gradient
     FERRY_TRY(ex.free(x));
 
     // --- backward
-    for (std::uint64_t bb = kBlocks; bb-- > 0;) {
-      const std::uint64_t i = 4 * bb;
-      DeviceHandle w{}, d_act{}, d_up{}, d_o1{}, d_o{}, d_attn{}, d_qkv{}, d_x1{}, next{};
-      FERRY_TRY(dequantized(ex, bank, w));
-      FERRY_TRY(alloc_to(ex, T * 4 * h * 2, d_act));
-      FERRY_TRY(ex.matmul(kCompute, {dy}, {w}, d_act, backward(3), mm_flops(3)));
-      FERRY_TRY(lora_term(ex, d_act, {{d_act}, {lora[i + 3]}}, 3));
-      FERRY_TRY(lora_grad(ex, dy, saved[i + 3], lora[i + 3], 3, dlora[i + 3]));
-      FERRY_TRY(ex.free(w));
-      FERRY_TRY(alloc_to(ex, T * 4 * h * 2, d_up));
-      FERRY_TRY(ex.kernel(kCompute, {{d_act}}, d_up, 0, 2 * T * 4 * h * 2));
-      FERRY_TRY(ex.free(d_act));
-      ex.progress("backward", kWeights - i - 3, kWeights);
-
-      FERRY_TRY(dequantized(ex, bank, w));
-      FERRY_TRY(alloc_to(ex, T * h * 2, d_o1));
-      FERRY_TRY(ex.matmul(kCompute, {d_up}, {w}, d_o1, backward(2), mm_flops(2)));
-      FERRY_TRY(lora_term(ex, d_o1, {{d_o1}, {lora[i + 2]}}, 2));
-      FERRY_TRY(lora_grad(ex, d_up, saved[i + 2], lora[i + 2], 2, dlora[i + 2]));
-      FERRY_TRY(ex.free(w));
-      FERRY_TRY(ex.free(d_up));
-      FERRY_TRY(alloc_to(ex, T * h * 2, d_o));
-      FERRY_TRY(ex.kernel(kCompute, {{d_o1}, {dy}}, d_o, 0, 3 * T * h * 2));
-      FERRY_TRY(ex.free(d_o1));
-      FERRY_TRY(ex.free(dy));
-      ex.progress("backward", kWeights - i - 2, kWeights);
-
-      FERRY_TRY(dequantized(ex, bank, w));
-      FERRY_TRY(alloc_to(ex, T * h * 2, d_attn));
-      FERRY_TRY(ex.matmul(kCompute, {d_o}, {w}, d_attn, backward(1), mm_flops(1)));
-      FERRY_TRY(lora_term(ex, d_attn, {{d_attn}, {lora[i + 1]}}, 1));
-      FERRY_TRY(lora_grad(ex, d_o, saved[i + 1], lora[i + 1], 1, dlora[i + 1]));
-      FERRY_TRY(ex.free(w));
-      FERRY_TRY(alloc_to(ex, T * 3 * h * 2, d_qkv));
-      FERRY_TRY(ex.kernel(kCompute, {{d_attn}}, d_qkv, 2 * attn_flops(), (T * h + T * 3 * h) * 2));
-      FERRY_TRY(ex.free(d_attn));
-      ex.progress("backward", kWeights - i - 1, kWeights);
-
-      FERRY_TRY(dequantized(ex, bank, w));
-      FERRY_TRY(alloc_to(ex, T * h * 2, d_x1));
-      FERRY_TRY(ex.matmul(kCompute, {d_qkv}, {w}, d_x1, backward(0), mm_flops(0)));
-      FERRY_TRY(lora_term(ex, d_x1, {{d_x1}, {lora[i]}}, 0));
-      FERRY_TRY(lora_grad(ex, d_qkv, saved[i], lora[i], 0, dlora[i]));
-      FERRY_TRY(ex.free(w));
-      FERRY_TRY(ex.free(d_qkv));
-      FERRY_TRY(alloc_to(ex, T * h * 2, next));
-      FERRY_TRY(ex.kernel(kCompute, {{d_x1}, {d_o}}, next, 0, 3 * T * h * 2));
-      FERRY_TRY(ex.free(d_x1));
-      FERRY_TRY(ex.free(d_o));
-      dy = next;
-      ex.progress("backward", kWeights - i, kWeights);
-    }
+    for (std::uint64_t bb = kBlocks; bb-- > 0;) FERRY_TRY(backward_block(ex, bank, 4 * bb, lora, saved, dlora, dy));
 
     DeviceHandle digest{};
     FERRY_TRY(alloc_to(ex, kDigestBytes, digest));
@@ -256,6 +164,111 @@ class DequantTrain final : public Workload {
     Result<std::vector<std::byte>> bytes = ex.download(kCompute, digest);
     FERRY_TRY(ex.free(digest));
     return bytes;
+  }
+
+  // Block i/4 of the forward pass: weights i..i+3, from x to the next x; keeps
+  // what the backward pass reads in saved[i..i+3].
+  Result<void> forward_block(Exec& ex, const WeightBank& bank, std::uint64_t i, const std::vector<DeviceHandle>& lora,
+                             std::vector<DeviceHandle>& saved, DeviceHandle& x) {
+    const std::uint64_t T = tokens_, h = h_;
+    DeviceHandle w{}, y{}, attn{}, o{}, up{}, act{}, next{};
+    FERRY_TRY(dequantized(ex, bank, w));
+    FERRY_TRY(alloc_to(ex, T * 3 * h * 2, y));
+    FERRY_TRY(ex.matmul(kCompute, {x}, {w}, y, forward(0), mm_flops(0)));
+    FERRY_TRY(lora_term(ex, y, {{y}, {lora[i]}}, 0));
+    FERRY_TRY(ex.free(w));
+    saved[i] = x;
+    FERRY_TRY(alloc_to(ex, T * h * 2, attn));
+    FERRY_TRY(ex.kernel(kCompute, {{y}}, attn, attn_flops(), (T * 3 * h + T * h) * 2));
+    FERRY_TRY(ex.free(y));
+    ex.progress("forward", i + 1, kWeights);
+
+    FERRY_TRY(dequantized(ex, bank, w));
+    FERRY_TRY(alloc_to(ex, T * h * 2, o));
+    FERRY_TRY(ex.matmul(kCompute, {attn}, {w}, o, forward(1), mm_flops(1)));
+    FERRY_TRY(lora_term(ex, o, {{o}, {lora[i + 1]}, {x}}, 1));  // + LoRA + x
+    FERRY_TRY(ex.free(w));
+    saved[i + 1] = attn;
+    ex.progress("forward", i + 2, kWeights);
+
+    FERRY_TRY(dequantized(ex, bank, w));
+    FERRY_TRY(alloc_to(ex, T * 4 * h * 2, up));
+    FERRY_TRY(ex.matmul(kCompute, {o}, {w}, up, forward(2), mm_flops(2)));
+    FERRY_TRY(lora_term(ex, up, {{up}, {lora[i + 2]}}, 2));
+    FERRY_TRY(ex.free(w));
+    saved[i + 2] = o;
+    FERRY_TRY(alloc_to(ex, T * 4 * h * 2, act));
+    FERRY_TRY(ex.kernel(kCompute, {{up}}, act, 0, 2 * T * 4 * h * 2));
+    FERRY_TRY(ex.free(up));
+    ex.progress("forward", i + 3, kWeights);
+
+    FERRY_TRY(dequantized(ex, bank, w));
+    FERRY_TRY(alloc_to(ex, T * h * 2, next));
+    FERRY_TRY(ex.matmul(kCompute, {act}, {w}, next, forward(3), mm_flops(3)));
+    FERRY_TRY(lora_term(ex, next, {{next}, {lora[i + 3]}, {o}}, 3));  // + LoRA + o
+    FERRY_TRY(ex.free(w));
+    saved[i + 3] = act;
+    x = next;
+    ex.progress("forward", i + 4, kWeights);
+    return {};
+  }
+
+  // Block i/4 of the backward pass: weights i+3..i, from dy to the next dy; the
+  // LoRA gradients into dlora[i..i+3].
+  Result<void> backward_block(Exec& ex, const WeightBank& bank, std::uint64_t i,
+                              const std::vector<DeviceHandle>& lora, std::vector<DeviceHandle>& saved,
+                              std::vector<DeviceHandle>& dlora, DeviceHandle& dy) {
+    const std::uint64_t T = tokens_, h = h_;
+    DeviceHandle w{}, d_act{}, d_up{}, d_o1{}, d_o{}, d_attn{}, d_qkv{}, d_x1{}, next{};
+    FERRY_TRY(dequantized(ex, bank, w));
+    FERRY_TRY(alloc_to(ex, T * 4 * h * 2, d_act));
+    FERRY_TRY(ex.matmul(kCompute, {dy}, {w}, d_act, backward(3), mm_flops(3)));
+    FERRY_TRY(lora_term(ex, d_act, {{d_act}, {lora[i + 3]}}, 3));
+    FERRY_TRY(lora_grad(ex, dy, saved[i + 3], lora[i + 3], 3, dlora[i + 3]));
+    FERRY_TRY(ex.free(w));
+    FERRY_TRY(alloc_to(ex, T * 4 * h * 2, d_up));
+    FERRY_TRY(ex.kernel(kCompute, {{d_act}}, d_up, 0, 2 * T * 4 * h * 2));
+    FERRY_TRY(ex.free(d_act));
+    ex.progress("backward", kWeights - i - 3, kWeights);
+
+    FERRY_TRY(dequantized(ex, bank, w));
+    FERRY_TRY(alloc_to(ex, T * h * 2, d_o1));
+    FERRY_TRY(ex.matmul(kCompute, {d_up}, {w}, d_o1, backward(2), mm_flops(2)));
+    FERRY_TRY(lora_term(ex, d_o1, {{d_o1}, {lora[i + 2]}}, 2));
+    FERRY_TRY(lora_grad(ex, d_up, saved[i + 2], lora[i + 2], 2, dlora[i + 2]));
+    FERRY_TRY(ex.free(w));
+    FERRY_TRY(ex.free(d_up));
+    FERRY_TRY(alloc_to(ex, T * h * 2, d_o));
+    FERRY_TRY(ex.kernel(kCompute, {{d_o1}, {dy}}, d_o, 0, 3 * T * h * 2));
+    FERRY_TRY(ex.free(d_o1));
+    FERRY_TRY(ex.free(dy));
+    ex.progress("backward", kWeights - i - 2, kWeights);
+
+    FERRY_TRY(dequantized(ex, bank, w));
+    FERRY_TRY(alloc_to(ex, T * h * 2, d_attn));
+    FERRY_TRY(ex.matmul(kCompute, {d_o}, {w}, d_attn, backward(1), mm_flops(1)));
+    FERRY_TRY(lora_term(ex, d_attn, {{d_attn}, {lora[i + 1]}}, 1));
+    FERRY_TRY(lora_grad(ex, d_o, saved[i + 1], lora[i + 1], 1, dlora[i + 1]));
+    FERRY_TRY(ex.free(w));
+    FERRY_TRY(alloc_to(ex, T * 3 * h * 2, d_qkv));
+    FERRY_TRY(ex.kernel(kCompute, {{d_attn}}, d_qkv, 2 * attn_flops(), (T * h + T * 3 * h) * 2));
+    FERRY_TRY(ex.free(d_attn));
+    ex.progress("backward", kWeights - i - 1, kWeights);
+
+    FERRY_TRY(dequantized(ex, bank, w));
+    FERRY_TRY(alloc_to(ex, T * h * 2, d_x1));
+    FERRY_TRY(ex.matmul(kCompute, {d_qkv}, {w}, d_x1, backward(0), mm_flops(0)));
+    FERRY_TRY(lora_term(ex, d_x1, {{d_x1}, {lora[i]}}, 0));
+    FERRY_TRY(lora_grad(ex, d_qkv, saved[i], lora[i], 0, dlora[i]));
+    FERRY_TRY(ex.free(w));
+    FERRY_TRY(ex.free(d_qkv));
+    FERRY_TRY(alloc_to(ex, T * h * 2, next));
+    FERRY_TRY(ex.kernel(kCompute, {{d_x1}, {d_o}}, next, 0, 3 * T * h * 2));
+    FERRY_TRY(ex.free(d_x1));
+    FERRY_TRY(ex.free(d_o));
+    dy = next;
+    ex.progress("backward", kWeights - i, kWeights);
+    return {};
   }
 
   std::uint64_t nominal_tokens() const override { return kTokens; }

@@ -123,6 +123,81 @@ Result<void> write_workload_weights(WorkloadKind kind, const WorkloadOptions& op
   return write_safetensors(path, *bank);
 }
 
+namespace {
+
+// What the report says of the run before it starts: the workload, the device, the options.
+WorkloadReport report_head(WorkloadKind kind, const WorkloadOptions& options, workloads::Env& env, const Workload& w,
+                           const WeightBank& bank) {
+  WorkloadReport r;
+  r.workload = std::string(to_string(kind));
+  r.backend = std::string(to_string(options.backend));
+  r.modeled_time = env.backend->info().modeled_time;
+  r.device = env.backend->info().device;
+  r.shape = w.shape();
+  r.weights = bank.source();
+  r.seed = options.seed;
+  r.integrity_policy = std::string(to_string(options.integrity));
+  r.eviction_policy = std::string(to_string(options.policy));
+  r.faults = describe(options.faults);
+  r.prefetch = options.prefetch;
+  r.host_exec = options.host_exec;
+  r.matmul = workloads::uses_gemm(options) ? "gemm" : "mix";
+  r.capacity = env.pool->capacity();
+  return r;
+}
+
+// What the pool, the engine, the device and the workload counted during the run.
+void record_stats(WorkloadReport& r, workloads::Env& env, const Workload& w) {
+  const PoolStats ps = env.pool->stats();
+  r.peak_live_bytes = ps.peak_requested_bytes;
+  r.peak_reserved_bytes = ps.peak_reserved_bytes;
+  r.fragmentation_ratio = r.peak_live_bytes == 0 ? 0 : double(r.peak_reserved_bytes) / double(r.peak_live_bytes);
+  r.pressure = r.capacity == 0 ? 0 : double(r.peak_live_bytes) / double(r.capacity);
+  r.ooms = ps.ooms;
+  r.ooms_survived = ps.ooms_survived;
+  r.reclaims = ps.reclaims;
+  r.prefetch_skipped = w.prefetch_skipped;
+  r.integrity = env.engine->counters();
+  const FaultCounters faults = env.backend->fault_counters();
+  r.swallowed_copies = faults.swallowed_copies;
+  r.failed_maps = faults.failed_maps;
+  r.illegal_accesses = faults.illegal_accesses;
+  if (const auto races = env.backend->race_log()) {
+    r.race_checked = true;
+    r.races = races->count;
+    r.race_list = races->kept;
+  }
+  if (w.cache_stats) {
+    r.has_cache = true;
+    r.cache = *w.cache_stats;
+    r.cache_slots = w.cache_slots;
+  }
+  r.host_executed = w.host_executed;
+}
+
+// Whether the run's digest matched the host reference's, and what went wrong if not.
+void record_verdict(WorkloadReport& r, const Result<std::vector<std::byte>>& got, std::uint64_t expected_seed,
+                    const workloads::Reference& reference) {
+  std::vector<std::byte> expected(workloads::kDigestBytes);
+  fill_with(workloads::kPattern, expected_seed, 0, expected);
+  r.expected_digest = text::hex16(content_hash(expected));
+  if (got.ok()) {
+    r.actual_digest = text::hex16(content_hash(*got));
+    r.matched = *got == expected && r.illegal_accesses == 0 && r.races == 0;
+    if (r.illegal_accesses != 0) r.error = "the device touched unmapped memory";
+    if (r.races != 0 && r.error.empty()) r.error = std::to_string(r.races) + " stream races (race.hpp)";
+  } else {
+    r.stopped_by = got.error().code;
+    r.error = std::string(to_string(got.error().code)) + ": " + got.error().message;
+  }
+  if (!reference.error().empty()) {
+    r.matched = false;
+    if (r.error.empty()) r.error = "the host reference's GEMM failed: " + reference.error();
+  }
+}
+
+}  // namespace
+
 Result<WorkloadReport> run_workload(WorkloadKind kind, const WorkloadOptions& options) {
   Result<double> scale = effective_scale(kind, options);
   if (!scale.ok()) return std::move(scale).error();
@@ -187,23 +262,9 @@ Result<WorkloadReport> run_workload(WorkloadKind kind, const WorkloadOptions& op
   env = std::move(made).value();
   if (Result<void> placed = bank.place(*env->engine, options.placement); !placed.ok()) return placed.error();
 
-  WorkloadReport r;
-  r.workload = std::string(to_string(kind));
-  r.backend = std::string(to_string(options.backend));
-  r.modeled_time = env->backend->info().modeled_time;
-  r.device = env->backend->info().device;
-  r.shape = w->shape();
-  r.weights = bank.source();
+  WorkloadReport r = report_head(kind, options, *env, *w, bank);
   r.scale = s;
-  r.seed = options.seed;
-  r.integrity_policy = std::string(to_string(options.integrity));
-  r.eviction_policy = std::string(to_string(options.policy));
-  r.faults = describe(options.faults);
-  r.prefetch = options.prefetch;
-  r.host_exec = options.host_exec;
-  r.matmul = gemm ? "gemm" : "mix";
   r.planned_peak_live = planned;
-  r.capacity = env->pool->capacity();
 
   env->pool->reset_peak_stats();  // the engine's start-up probe is not the workload's
   Exec live(options, *env);
@@ -231,48 +292,9 @@ Result<WorkloadReport> run_workload(WorkloadKind kind, const WorkloadOptions& op
       r.wall_ns == 0 || !r.completed ? 0 : double(r.tokens) / (double(r.wall_ns) / 1e9 / (s * s));
   if (!r.completed) r.stopped_at = stopped_at(live.last_progress(), *w);
 
-  const PoolStats ps = env->pool->stats();
-  r.peak_live_bytes = ps.peak_requested_bytes;
-  r.peak_reserved_bytes = ps.peak_reserved_bytes;
-  r.fragmentation_ratio = r.peak_live_bytes == 0 ? 0 : double(r.peak_reserved_bytes) / double(r.peak_live_bytes);
-  r.pressure = r.capacity == 0 ? 0 : double(r.peak_live_bytes) / double(r.capacity);
-  r.ooms = ps.ooms;
-  r.ooms_survived = ps.ooms_survived;
-  r.reclaims = ps.reclaims;
-  r.prefetch_skipped = w->prefetch_skipped;
-  r.integrity = env->engine->counters();
-  const FaultCounters faults = env->backend->fault_counters();
-  r.swallowed_copies = faults.swallowed_copies;
-  r.failed_maps = faults.failed_maps;
-  r.illegal_accesses = faults.illegal_accesses;
-  if (const auto races = env->backend->race_log()) {
-    r.race_checked = true;
-    r.races = races->count;
-    r.race_list = races->kept;
-  }
-  if (w->cache_stats) {
-    r.has_cache = true;
-    r.cache = *w->cache_stats;
-    r.cache_slots = w->cache_slots;
-  }
-  r.host_executed = w->host_executed;
+  record_stats(r, *env, *w);
 
-  std::vector<std::byte> expected(workloads::kDigestBytes);
-  fill_with(workloads::kPattern, expected_seed, 0, expected);
-  r.expected_digest = text::hex16(content_hash(expected));
-  if (got.ok()) {
-    r.actual_digest = text::hex16(content_hash(*got));
-    r.matched = *got == expected && r.illegal_accesses == 0 && r.races == 0;
-    if (r.illegal_accesses != 0) r.error = "the device touched unmapped memory";
-    if (r.races != 0 && r.error.empty()) r.error = std::to_string(r.races) + " stream races (race.hpp)";
-  } else {
-    r.stopped_by = got.error().code;
-    r.error = std::string(to_string(got.error().code)) + ": " + got.error().message;
-  }
-  if (!reference.error().empty()) {
-    r.matched = false;
-    if (r.error.empty()) r.error = "the host reference's GEMM failed: " + reference.error();
-  }
+  record_verdict(r, got, expected_seed, reference);
   const BankStats bs = bank.stats();
   r.weights_bytes = bs.data_bytes;
   r.weights_peak_host_bytes = bs.peak_resident_bytes;
