@@ -456,6 +456,8 @@ class GraphCapture final : public PoolCalls {
   std::map<HandleKey, std::shared_ptr<GraphPoolState>> owners_;
 };
 
+std::shared_ptr<PoolCalls> make_graph_capture(Runtime& rt) { return std::make_shared<GraphCapture>(rt); }
+
 }  // namespace detail
 
 Graph& Graph::operator=(Graph&& other) noexcept {
@@ -477,7 +479,6 @@ Result<void> Graph::destroy() {
     std::lock_guard lock(rt.calls_mu_);
     capture = rt.capture_;
   }
-  // A graph exists only after a capture, so the capture is there.
   return static_cast<detail::GraphCapture&>(*capture).release(*state);
 }
 
@@ -512,7 +513,6 @@ Result<void> Runtime::begin_capture(StreamId stream, CaptureOptions options) {
   std::shared_ptr<PoolCalls> capture;
   {
     std::lock_guard lock(calls_mu_);
-    if (!capture_) capture_ = std::make_shared<detail::GraphCapture>(*this);
     capture = capture_;
   }
   return static_cast<detail::GraphCapture&>(*capture).begin(stream, std::move(options.pool.state_));
@@ -526,10 +526,6 @@ Result<Graph> Runtime::end_capture(StreamId stream) {
     std::lock_guard lock(calls_mu_);
     capture = capture_;
   }
-  if (!capture) {
-    return make_error(ErrorCode::invalid_argument,
-                      "end_capture: stream " + std::to_string(stream) + " is not capturing");
-  }
   Result<std::shared_ptr<detail::GraphState>> state = static_cast<detail::GraphCapture&>(*capture).end(stream);
   if (!state.ok()) return std::move(state).error();
   return Graph(std::move(state).value());
@@ -541,7 +537,7 @@ Result<void> Runtime::refuse_if_capturing(StreamId stream, std::string_view call
     std::lock_guard lock(calls_mu_);
     capture = capture_;
   }
-  if (capture && static_cast<const detail::GraphCapture&>(*capture).capturing(stream)) {
+  if (static_cast<const detail::GraphCapture&>(*capture).capturing(stream)) {
     return detail::refused(call, stream, "an Allocation frees through the pool, past the graph; allocate through calls()");
   }
   return {};
