@@ -51,7 +51,9 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "ferry/api.hpp"
 #include "ferry/result.hpp"
@@ -81,6 +83,9 @@ class GraphPool {
   explicit operator bool() const noexcept { return state_ != nullptr; }
   // Zeros when empty. Never fails, never blocks.
   GraphPoolStats stats() const;
+  // Every pool of `rt` that a graph or a capture uses, oldest first. Never fails,
+  // never blocks.
+  static std::vector<GraphPoolStats> all(const Runtime& rt);
 
  private:
   friend class Runtime;
@@ -94,6 +99,11 @@ struct CaptureOptions {
   // to share its memory, or empty for a pool of its own.
   GraphPool pool;
 };
+
+// memory_summary's section for private pools: one line per pool of all(rt) with
+// its blocks, reserved and allocated bytes and graphs; empty when there is none.
+// Never fails, never blocks.
+std::string graph_pools_summary(const Runtime& rt);
 
 struct GraphStats {
   std::uint64_t ops = 0;            // recorded calls, replayed in order

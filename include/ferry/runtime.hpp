@@ -178,9 +178,11 @@ class Runtime {
 
   // The pool adaptor slot. calls() is what a program's calls on the pool, the
   // engine and the streams go through (pool_calls.hpp): the adaptor set last, or
-  // the direct calls, whose synchronize() is Runtime::synchronize; once a capture
-  // has begun, the graph capture in front of them (graph.hpp), which forwards
-  // every call it does not record to them. The pointer it
+  // the direct calls, whose synchronize() is Runtime::synchronize, behind the
+  // graph capture's front (graph.hpp): calls() always returns that front, which
+  // records the calls on capturing streams and forwards every other call to
+  // what sits in the slot when it runs, so a pointer taken before a capture
+  // begins is captured too. The pointer it
   // returns keeps that adaptor alive while the caller uses it, even once another
   // replaces it. Never blocks.
   std::shared_ptr<PoolCalls> calls() const;
@@ -245,9 +247,9 @@ class Runtime {
 
   mutable std::mutex calls_mu_;  // guards pool_adaptor_ and capture_ (their copy and swap, never a call's run)
   std::shared_ptr<PoolCalls> pool_adaptor_;
-  // Made by the first begin_capture; from then on what calls() returns: it
-  // records capturing streams' calls and defers frees of graph-owned blocks.
-  std::shared_ptr<PoolCalls> capture_;  // a detail::GraphCapture
+  // What calls() returns (made by create, a detail::GraphCapture): it records
+  // capturing streams' calls and defers frees of private pools' blocks.
+  std::shared_ptr<PoolCalls> capture_;
 
   mutable std::mutex fault_mu_;  // guards first_fault_
   std::optional<Error> first_fault_;

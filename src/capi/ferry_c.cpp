@@ -24,6 +24,7 @@
 #include "capi/pool_stats_c.hpp"
 #include "capi/struct_prefix.hpp"
 #include "ferry/fault_spec.hpp"
+#include "ferry/graph.hpp"
 #include "ferry/integrity.hpp"
 #include "ferry/runtime.hpp"
 #include "ferry/torch_snapshot.hpp"
@@ -506,7 +507,7 @@ ferry_status ferry_memory_summary(ferry_runtime rt, char* buf, size_t capacity, 
   return guarded("ferry_memory_summary", [&] {
     FERRY_C_CHECK(rt != nullptr, "ferry_memory_summary", "rt");
     FERRY_C_CHECK(buf != nullptr || capacity == 0, "ferry_memory_summary", "buf");
-    const std::string text = ferry::memory_summary(rt->runtime->pool());
+    const std::string text = ferry::memory_summary(rt->runtime->pool()) + ferry::graph_pools_summary(*rt->runtime);
     if (length != nullptr) *length = text.size();
     if (capacity > 0) {
       const size_t n = std::min(capacity - 1, text.size());

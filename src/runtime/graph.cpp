@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/text.hpp"
 #include "ferry/pool_calls.hpp"
 #include "ferry/runtime.hpp"
 #include "ferry/user_kernel.hpp"
@@ -106,6 +107,8 @@ class GraphCapture final : public PoolCalls {
     if (!pool) {
       pool = std::make_shared<GraphPoolState>();
       pool->runtime = &rt_;
+      std::erase_if(pools_, [](const std::weak_ptr<GraphPoolState>& p) { return p.expired(); });
+      pools_.push_back(pool);
     }
     pool->capturing = true;
     ++pool->users;
@@ -179,6 +182,20 @@ class GraphCapture final : public PoolCalls {
       if (b.held) s.allocated_bytes += b.bytes;
     }
     return s;
+  }
+
+  // Every pool in use (a graph or a capture holds it), oldest first.
+  std::vector<GraphPoolStats> all_pools() const {
+    std::vector<std::shared_ptr<GraphPoolState>> live;
+    {
+      std::lock_guard lock(mu_);
+      for (const std::weak_ptr<GraphPoolState>& p : pools_) {
+        if (std::shared_ptr<GraphPoolState> pool = p.lock(); pool && pool->users > 0) live.push_back(std::move(pool));
+      }
+    }
+    std::vector<GraphPoolStats> out;
+    for (const auto& pool : live) out.push_back(pool_stats(*pool));
+    return out;
   }
 
   // The handles the recorded blocks of `state` have now, in the order of state.blocks.
@@ -452,9 +469,12 @@ class GraphCapture final : public PoolCalls {
   Runtime& rt_;
   mutable std::mutex mu_;  // guards open_, owners_, the open states' ops and every pool's state
   std::map<StreamId, std::shared_ptr<GraphState>> open_;
+  std::vector<std::weak_ptr<GraphPoolState>> pools_;  // every pool made, for all_pools
   // Pool blocks the program holds, by their handle now: its free() of one is deferred.
   std::map<HandleKey, std::shared_ptr<GraphPoolState>> owners_;
 };
+
+std::shared_ptr<PoolCalls> make_graph_capture(Runtime& rt) { return std::make_shared<GraphCapture>(rt); }
 
 }  // namespace detail
 
@@ -477,7 +497,6 @@ Result<void> Graph::destroy() {
     std::lock_guard lock(rt.calls_mu_);
     capture = rt.capture_;
   }
-  // A graph exists only after a capture, so the capture is there.
   return static_cast<detail::GraphCapture&>(*capture).release(*state);
 }
 
@@ -506,13 +525,33 @@ GraphPoolStats GraphPool::stats() const {
   return static_cast<detail::GraphCapture&>(*capture).pool_stats(*state_);
 }
 
+std::vector<GraphPoolStats> GraphPool::all(const Runtime& rt) {
+  std::shared_ptr<PoolCalls> capture;
+  {
+    std::lock_guard lock(rt.calls_mu_);
+    capture = rt.capture_;
+  }
+  return static_cast<const detail::GraphCapture&>(*capture).all_pools();
+}
+
+std::string graph_pools_summary(const Runtime& rt) {
+  std::string out;
+  const std::vector<GraphPoolStats> pools = GraphPool::all(rt);
+  for (std::size_t i = 0; i < pools.size(); ++i) {
+    const GraphPoolStats& p = pools[i];
+    out += "graph pool " + std::to_string(i + 1) + ": " + std::to_string(p.blocks) + " block(s), reserved " +
+           text::human_bytes(p.reserved_bytes, 2) + ", allocated " + text::human_bytes(p.allocated_bytes, 2) +
+           ", " + std::to_string(p.graphs) + " graph(s)\n";
+  }
+  return out;
+}
+
 Result<void> Runtime::begin_capture(StreamId stream, CaptureOptions options) {
   FERRY_TRY(refuse_inside_user_kernel("Runtime::begin_capture"));
   FERRY_TRY(check_stream(stream, "begin_capture"));
   std::shared_ptr<PoolCalls> capture;
   {
     std::lock_guard lock(calls_mu_);
-    if (!capture_) capture_ = std::make_shared<detail::GraphCapture>(*this);
     capture = capture_;
   }
   return static_cast<detail::GraphCapture&>(*capture).begin(stream, std::move(options.pool.state_));
@@ -526,10 +565,6 @@ Result<Graph> Runtime::end_capture(StreamId stream) {
     std::lock_guard lock(calls_mu_);
     capture = capture_;
   }
-  if (!capture) {
-    return make_error(ErrorCode::invalid_argument,
-                      "end_capture: stream " + std::to_string(stream) + " is not capturing");
-  }
   Result<std::shared_ptr<detail::GraphState>> state = static_cast<detail::GraphCapture&>(*capture).end(stream);
   if (!state.ok()) return std::move(state).error();
   return Graph(std::move(state).value());
@@ -541,7 +576,7 @@ Result<void> Runtime::refuse_if_capturing(StreamId stream, std::string_view call
     std::lock_guard lock(calls_mu_);
     capture = capture_;
   }
-  if (capture && static_cast<const detail::GraphCapture&>(*capture).capturing(stream)) {
+  if (static_cast<const detail::GraphCapture&>(*capture).capturing(stream)) {
     return detail::refused(call, stream, "an Allocation frees through the pool, past the graph; allocate through calls()");
   }
   return {};

@@ -6,6 +6,11 @@
 #include "ferry/user_kernel.hpp"
 
 namespace ferry {
+namespace detail {
+// The graph capture's front of calls() (src/runtime/graph.cpp).
+std::shared_ptr<PoolCalls> make_graph_capture(Runtime& rt);
+}  // namespace detail
+
 namespace {
 
 Error prefixed(Error e, const std::string& what) {
@@ -78,6 +83,7 @@ Result<std::unique_ptr<Runtime>> Runtime::create(RuntimeOptions options) {
     if (!rt->cache_->status().ok()) return prefixed(rt->cache_->status().error(), "offload cache");
   }
   rt->direct_ = std::make_unique<RuntimeCalls>(*rt);
+  rt->capture_ = detail::make_graph_capture(*rt);
   return rt;
 }
 
@@ -141,11 +147,8 @@ Result<void> Runtime::synchronize() {
 }
 
 std::shared_ptr<PoolCalls> Runtime::calls() const {
-  {
-    std::lock_guard lock(calls_mu_);
-    if (capture_) return capture_;
-  }
-  return slot_calls();
+  std::lock_guard lock(calls_mu_);
+  return capture_;
 }
 
 std::shared_ptr<PoolCalls> Runtime::slot_calls() const {

@@ -233,6 +233,11 @@ TEST_P(GraphTest, TwoGraphsCapturedOneAfterAnotherShareAPool) {
   ASSERT_TRUE(g2.ok()) << g2.error().message;
   EXPECT_EQ(g2->pool().stats().blocks, 1u);
   EXPECT_EQ(g2->pool().stats().graphs, 2u);
+  ASSERT_EQ(GraphPool::all(*rt_).size(), 1u);
+  EXPECT_EQ(GraphPool::all(*rt_)[0].reserved_bytes, n);
+  EXPECT_NE(graph_pools_summary(*rt_).find("graph pool 1: 1 block(s), reserved 16.00 KiB, allocated 0 B, 2 graph(s)"),
+            std::string::npos)
+      << graph_pools_summary(*rt_);
 
   // Replayed one after another, each on the shared bytes.
   for (int i = 0; i < 2; ++i) {
@@ -247,6 +252,8 @@ TEST_P(GraphTest, TwoGraphsCapturedOneAfterAnotherShareAPool) {
   EXPECT_EQ(g2->pool().stats().blocks, 1u);
   ASSERT_TRUE(rt_->launch(*g2, 1).ok());
   ASSERT_TRUE(g2->destroy().ok());
+  EXPECT_TRUE(GraphPool::all(*rt_).empty());
+  EXPECT_EQ(graph_pools_summary(*rt_), "");
   ASSERT_TRUE(calls().synchronize(1).ok());
   EXPECT_EQ(rt_->pool().stats().allocated_bytes, reserved_before - n);
   EXPECT_EQ(bytes_of(out2), mix_bytes({pattern(22, n)}, n));
