@@ -1,4 +1,4 @@
-// The C ABI's boundary, shared by its files (ferry_c.cpp, graph_c.cpp, devices_c.cpp): what a
+// The C ABI's boundary, shared by its files (ferry_c.cpp, graph_c.cpp, devices_c.cpp, stats_c.cpp): what a
 // ferry_runtime is, and how an entry point reports (a status plus this thread's
 // message, nothing thrown across).
 #pragma once
@@ -40,6 +40,11 @@ ferry_status ok();
 ferry_status null_argument(const char* fn, const char* what);
 // The Runtime behind `rt`, which must not be NULL.
 Runtime& runtime_of(ferry_runtime rt) noexcept;
+
+// An entry point's check of a pointer argument: INVALID_ARGUMENT naming it when
+// NULL (null_argument is the file's own or ferry::capi's, found where it is used).
+#define FERRY_C_CHECK(cond, fn, what) \
+  if (!(cond)) return null_argument(fn, what)
 
 inline DeviceHandle to_cpp(ferry_handle h) { return {h.pool, h.slot, h.generation}; }
 
