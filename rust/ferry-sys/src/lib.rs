@@ -42,6 +42,14 @@ pub struct ferry_runtime_s {
 }
 pub type ferry_runtime = *mut ferry_runtime_s;
 
+/// The opaque graph behind a [`ferry_graph`].
+#[repr(C)]
+pub struct ferry_graph_s {
+    _private: [u8; 0],
+}
+/// A captured graph (`ferry_end_capture`), to destroy with `ferry_graph_destroy`.
+pub type ferry_graph = *mut ferry_graph_s;
+
 /// {0,0,0} is the null handle.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -230,6 +238,11 @@ extern "C" {
                                  dst: *mut c_void, bytes: u64) -> ferry_status;
     pub fn ferry_copy_peer(rt: ferry_runtime, dst: ferry_handle, dst_offset: u64, src: ferry_handle,
                            src_offset: u64, bytes: u64, stream: u32, verified: *mut c_int) -> ferry_status;
+
+    pub fn ferry_begin_capture(rt: ferry_runtime, stream: u32, share_pool_of: ferry_graph) -> ferry_status;
+    pub fn ferry_end_capture(rt: ferry_runtime, stream: u32, out: *mut ferry_graph) -> ferry_status;
+    pub fn ferry_graph_launch(rt: ferry_runtime, graph: ferry_graph, stream: u32) -> ferry_status;
+    pub fn ferry_graph_destroy(graph: ferry_graph) -> ferry_status;
 }
 
 /// Every struct of `ferry.h` that this crate declares, by its C name, with its size here.
