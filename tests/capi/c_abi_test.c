@@ -5,18 +5,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "c_check.h"
 #include "ferry/ferry.h"
 
-static int failures = 0;
-#define CHECK(cond)                                                                \
-  do {                                                                             \
-    if (!(cond)) {                                                                 \
-      fprintf(stderr, "%s:%d: CHECK(%s) failed; last error: %s\n", __FILE__,       \
-              __LINE__, #cond, ferry_last_error());                                \
-      ++failures;                                                                  \
-    }                                                                              \
-  } while (0)
-#define OK(call) CHECK((call) == FERRY_OK)
 
 static ferry_runtime make(const char* profile, const char* inject, const char* integrity, uint32_t cache_slots) {
   ferry_runtime_options o;

@@ -6,18 +6,9 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "c_check.h"
 #include "ferry/ferry.h"
 
-static int failures = 0;
-#define CHECK(cond)                                                                \
-  do {                                                                             \
-    if (!(cond)) {                                                                 \
-      fprintf(stderr, "%s:%d: CHECK(%s) failed; last error: %s\n", __FILE__,       \
-              __LINE__, #cond, ferry_last_error());                                \
-      ++failures;                                                                  \
-    }                                                                              \
-  } while (0)
-#define OK(call) CHECK((call) == FERRY_OK)
 
 enum { N = 16384 };
 
