@@ -1,6 +1,7 @@
 // Runtime::copy_peer: a copy between the blocks of two devices (devices.hpp).
 #include <string>
 
+#include "core/text.hpp"
 #include "ferry/runtime.hpp"
 #include "ferry/user_kernel.hpp"
 
@@ -8,8 +9,8 @@ namespace ferry {
 namespace {
 
 std::string range_of(const char* what, DeviceHandle h, std::uint64_t offset, std::uint64_t bytes) {
-  return std::string(what) + " {pool " + std::to_string(h.pool) + ", slot " + std::to_string(h.slot) + "} bytes [" +
-         std::to_string(offset) + ", +" + std::to_string(bytes) + ")";
+  return std::string(what) + " " + text::handle(h) + " bytes [" + std::to_string(offset) + ", +" +
+         std::to_string(bytes) + ")";
 }
 
 }  // namespace
@@ -20,11 +21,10 @@ Result<PeerCopyReceipt> Runtime::copy_peer(DeviceHandle dst, std::uint64_t dst_o
   if (bytes == 0) return make_error(ErrorCode::invalid_argument, "copy_peer of 0 bytes (sizes must be > 0)");
   // Each handle's device is the one whose pool resolves it; resolve() leases
   // nothing, the legs below lease what they enqueue.
-  const auto owner = [&](DeviceHandle h, const char* what) -> Result<std::uint32_t> {
+  const auto owner = [&](DeviceHandle h, std::uint64_t offset, const char* what) -> Result<std::uint32_t> {
     for (const auto& d : devices_) {
       Result<DeviceSpan> span = d->pool().resolve(h);
       if (!span.ok()) continue;
-      const std::uint64_t offset = what[0] == 's' ? src_offset : dst_offset;
       if (offset > span->bytes || bytes > span->bytes - offset) {
         return make_error(ErrorCode::invalid_argument, "copy_peer: " + range_of(what, h, offset, bytes) +
                                                            " lies outside its " + std::to_string(span->bytes) +
@@ -32,13 +32,13 @@ Result<PeerCopyReceipt> Runtime::copy_peer(DeviceHandle dst, std::uint64_t dst_o
       }
       return d->index();
     }
-    return make_error(ErrorCode::stale_handle, "copy_peer: " + range_of(what, h, 0, bytes) +
+    return make_error(ErrorCode::stale_handle, "copy_peer: " + range_of(what, h, offset, bytes) +
                                                    " is live in no pool of this runtime's " +
                                                    std::to_string(devices_.size()) + " device(s)");
   };
-  Result<std::uint32_t> src_owner = owner(src, "source");
+  Result<std::uint32_t> src_owner = owner(src, src_offset, "source");
   if (!src_owner.ok()) return std::move(src_owner).error();
-  Result<std::uint32_t> dst_owner = owner(dst, "destination");
+  Result<std::uint32_t> dst_owner = owner(dst, dst_offset, "destination");
   if (!dst_owner.ok()) return std::move(dst_owner).error();
   const std::uint32_t from = *src_owner, to = *dst_owner;
   RuntimeDevice& source = *devices_[from];

@@ -23,10 +23,6 @@ namespace {
 using HandleKey = std::tuple<std::uint32_t, std::uint32_t, std::uint32_t>;
 HandleKey key_of(DeviceHandle h) { return {h.pool, h.slot, h.generation}; }
 
-std::string handle_text(DeviceHandle h) {
-  return "{slot " + std::to_string(h.slot) + ", generation " + std::to_string(h.generation) + "}";
-}
-
 Error refused(std::string_view call, StreamId stream, std::string_view why) {
   return make_error(ErrorCode::invalid_argument, std::string(call) + " on capturing stream " +
                                                      std::to_string(stream) + " is refused: " + std::string(why));
@@ -609,7 +605,7 @@ Result<void> Runtime::launch(const Graph& graph, StreamId stream) {
   for (DeviceHandle h : now) {
     if (Result<DeviceSpan> span = pool().resolve(h); !span.ok()) {
       return make_error(ErrorCode::stale_handle,
-                        "launch: block " + detail::handle_text(h) +
+                        "launch: block " + text::handle(h) +
                             " of the graph was freed outside it; nothing enqueued (" + span.error().message + ")");
     }
   }
