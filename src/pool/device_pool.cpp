@@ -94,8 +94,8 @@ DevicePool::Impl::~Impl() {
     if (has_block(blocks[b]) && blocks[b].leased) in_flight.merge(leases[b].uses);
   (void)order.wait(in_flight);
   for (Region& r : regions) {
-    for (std::uint64_t g = 0; g < r.flags.size(); ++g) {
-      if (r.flags[g] & kMapped) (void)backend.unmap(r.place.base() + g * granule, granule);
+    for (std::uint64_t g = 0; g < r.map.granules(); ++g) {
+      if (r.map.mapped(g)) (void)backend.unmap(r.place.base() + g * granule, granule);
     }
     (void)backend.release_address(r.place.base(), r.place.bytes());
   }
