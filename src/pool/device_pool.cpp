@@ -111,8 +111,7 @@ Error DevicePool::Impl::stale(DeviceHandle h) const {
       if (auto it = reg.device_of.find(h.pool); it != reg.device_of.end()) other = it->second;
     }
     const std::string here = "device " + std::to_string(options.device) + "'s pool " + std::to_string(id);
-    const std::string handle =
-        "handle {pool " + std::to_string(h.pool) + ", slot " + std::to_string(h.slot) + "}";
+    const std::string handle = "handle " + text::handle(h);
     if (other && *other != options.device) {
       return make_error(ErrorCode::stale_handle, handle + " belongs to device " + std::to_string(*other) +
                                                      "'s pool, used on " + here);
