@@ -87,6 +87,10 @@ struct ReplayStep {
   // since ("" when none did): it names a pending-free block, and the part of one
   // that a same-stream reuse left. O(log allocations). Valid during the call.
   std::function<std::string_view(std::uint64_t addr)> owner_at;
+  // The private pools of the trace's graphs (graph.hpp), summed: what their
+  // blocks request, and of that what the program holds. 0 without graphs.
+  std::uint64_t graph_pool_reserved_bytes = 0;
+  std::uint64_t graph_pool_allocated_bytes = 0;
 };
 
 struct ReplayOptions {
