@@ -63,8 +63,8 @@ namespace ferry FERRY_API {
 
 class Runtime;
 namespace detail {
-struct FERRY_HIDDEN GraphState;      // src/runtime/graph.cpp
-struct FERRY_HIDDEN GraphPoolState;  // src/runtime/graph.cpp
+struct FERRY_HIDDEN GraphState;      // src/runtime/graph_capture.hpp
+struct FERRY_HIDDEN GraphPoolState;  // src/runtime/graph_capture.hpp
 }  // namespace detail
 
 // A private pool's memory: every block it holds, and those the program holds of them.

@@ -56,7 +56,7 @@
 namespace ferry FERRY_API {
 
 namespace detail {
-class FERRY_HIDDEN GraphCapture;  // src/runtime/graph.cpp
+class FERRY_HIDDEN GraphCapture;  // src/runtime/graph_capture.hpp
 }  // namespace detail
 
 struct RuntimeOptions {
@@ -238,6 +238,8 @@ class Runtime {
   // The calls in the pool adaptor slot, or the direct ones: what calls() returns
   // when no graph intercepts them.
   std::shared_ptr<PoolCalls> slot_calls() const;
+  // The graph capture's front (capture_, copied under calls_mu_). Never blocks.
+  std::shared_ptr<detail::GraphCapture> graph_capture() const;
   // invalid_argument, naming `call`, when `stream` is capturing.
   Result<void> refuse_if_capturing(StreamId stream, std::string_view call) const;
 

@@ -3,6 +3,7 @@
 #include <span>
 
 #include "capi/boundary.hpp"
+#include "core/text.hpp"
 
 namespace ferry::capi {
 namespace {
@@ -12,8 +13,7 @@ Result<RuntimeDevice*> owner_of(Runtime& rt, ferry_handle h) {
   for (std::uint32_t i = 0; i < rt.device_count(); ++i) {
     if (rt.device(i).pool().resolve(to_cpp(h)).ok()) return &rt.device(i);
   }
-  return make_error(ErrorCode::stale_handle, "handle {pool " + std::to_string(h.pool) + ", slot " +
-                                                 std::to_string(h.slot) + "} is live in no pool of this runtime's " +
+  return make_error(ErrorCode::stale_handle, "handle " + text::handle(to_cpp(h)) + " is live in no pool of this runtime's " +
                                                  std::to_string(rt.device_count()) + " device(s)");
 }
 

@@ -94,8 +94,8 @@ DevicePool::Impl::~Impl() {
     if (has_block(blocks[b]) && blocks[b].leased) in_flight.merge(leases[b].uses);
   (void)order.wait(in_flight);
   for (Region& r : regions) {
-    for (std::uint64_t g = 0; g < r.flags.size(); ++g) {
-      if (r.flags[g] & kMapped) (void)backend.unmap(r.place.base() + g * granule, granule);
+    for (std::uint64_t g = 0; g < r.map.granules(); ++g) {
+      if (r.map.mapped(g)) (void)backend.unmap(r.place.base() + g * granule, granule);
     }
     (void)backend.release_address(r.place.base(), r.place.bytes());
   }
@@ -111,8 +111,7 @@ Error DevicePool::Impl::stale(DeviceHandle h) const {
       if (auto it = reg.device_of.find(h.pool); it != reg.device_of.end()) other = it->second;
     }
     const std::string here = "device " + std::to_string(options.device) + "'s pool " + std::to_string(id);
-    const std::string handle =
-        "handle {pool " + std::to_string(h.pool) + ", slot " + std::to_string(h.slot) + "}";
+    const std::string handle = "handle " + text::handle(h);
     if (other && *other != options.device) {
       return make_error(ErrorCode::stale_handle, handle + " belongs to device " + std::to_string(*other) +
                                                      "'s pool, used on " + here);

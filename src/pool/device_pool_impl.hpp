@@ -1,10 +1,12 @@
 // DevicePool::Impl (internal): the pool's state and its hot path (allocate and
 // free), which stays in one place so the churn loop inlines it. Its parts live in
 // files of their own, each named after its job:
-//   granule_map.cpp     granule references, mapping and unmapping outside the lock
-//   pending_blocks.cpp  freed blocks whose leases are open, and the leases they pass on
 //   placement_core.hpp  where a block goes in one range: the offset allocator, live
 //                       references per granule, the granule-aware scan (pure)
+//   granule_map.hpp     per granule of a range: pending references, mapped, cached,
+//                       busy; which granules to map and unmap (pure)
+//   mapping.cpp         the driver calls the granule map decides, outside the lock
+//   pending_blocks.cpp  freed blocks whose leases are open, and the leases they pass on
 //   placement.cpp       the scan over both regions, off the hot path
 //   reclaim.cpp         the numbered reclaim ladder, and trim
 //   pool_stats.cpp      statistics, snapshots, the OOM diagnostic and validate()
@@ -24,6 +26,7 @@
 #include "core/text.hpp"
 #include "ferry/device_pool.hpp"
 #include "pool/futex_mutex.hpp"
+#include "pool/granule_map.hpp"
 #include "pool/placement_core.hpp"
 
 namespace ferry {
@@ -76,31 +79,21 @@ struct DevicePool::Impl {
   // so a generation never comes round again.
   static constexpr std::uint32_t kLastGeneration = UINT32_MAX;
 
-  // Granule flags (Region::flags).
-  static constexpr std::uint8_t kMapped = 1;  // physical memory mapped under it
-  static constexpr std::uint8_t kListed = 2;  // on Region::cached_list
-  static constexpr std::uint8_t kFresh = 4;   // mapped by the reference_granules call under way
-  // A driver call on it runs outside the pool lock: with kMapped it is being mapped
-  // (in use by that placement), without it unmapped (in use by nobody, counted
-  // neither reserved nor cached). Nobody places over a busy granule: they wait.
-  static constexpr std::uint8_t kBusy = 8;
-
   // One reserved address range, carved by its placement core; physical granules
-  // are mapped under it on demand. The per-granule arrays (the core's live
-  // references among them) cover the granules used so far (a prefix of the range)
-  // and grow with it.
-  //   granule g is in use  <=>  place.ref_at(g) > 0  or  pending_refs[g] > 0
+  // are mapped under it on demand. The core counts the live blocks touching each
+  // granule, the granule map the pending ones and what is mapped (granule_map.hpp);
+  // both cover the granules used so far (a prefix of the range) and grow with it.
+  //   granule g is in use  <=>  place.ref_at(g) > 0  or  map.pending_ref(g) > 0
   //   granule g is mapped  <=>  it is in use  or  it is cached
-  //   a cached granule (mapped, not in use) is on cached_list  (entries may be stale)
+  //   a busy granule (a driver call on it outside the lock) is counted neither
+  //   reserved nor cached while it is being unmapped; nobody places over it
   //   pending blocks are disjoint, lie in free space, and are all in pending_at
   struct Region {
-    detail::PlacementCore place;              // its free space, and the live blocks touching each granule
-    std::vector<std::uint32_t> pending_refs;  // pending blocks touching each granule (I2: stays mapped)
-    std::vector<std::uint8_t> flags;
-    std::vector<std::uint32_t> cached_list;  // granules that became cached, for trim and eviction
+    detail::PlacementCore place;  // its free space, and the live blocks touching each granule
+    detail::GranuleMap map;       // pending references (I2: stays mapped), mapped, cached, busy
     std::map<std::uint64_t, std::uint32_t> pending_at;  // pending blocks by address
     Region(std::uint64_t b, std::uint64_t n, unsigned granule_shift) : place(b, n, granule_shift) {}
-    bool in_use(std::uint64_t g) const { return place.ref_at(g) > 0 || pending_refs[g] > 0; }
+    bool in_use(std::uint64_t g) const { return map.in_use(place, g); }
   };
 
   // A granule to unmap, decided under the lock, run outside it (without_lock).
@@ -129,7 +122,7 @@ struct DevicePool::Impl {
   bool note_blocks;
 
   // Guards everything below; never held across a wait or a driver call (map and
-  // unmap run in without_lock, on granules flagged kBusy meanwhile).
+  // unmap run in without_lock, on granules the map marks busy meanwhile).
   mutable detail::FutexMutex mu;
   std::vector<Region> regions;  // [0] small, [1] large (one region without VMM)
   std::vector<Block> blocks;  // I1: indexed by slot; a slot index never moves or gets renumbered
@@ -150,8 +143,6 @@ struct DevicePool::Impl {
   // another caller finds always has a driver call running for it.
   std::vector<Unmap> queued;
   std::vector<Mapping> mapping;        // placements whose maps run now
-  std::uint64_t busy_granules = 0;     // granules flagged kBusy
-  std::uint64_t unmapping_bytes = 0;   // busy granules being unmapped: still on the device
   // Bumped at every commit of driver calls; callers that found a busy granule
   // sleep on it without the lock (await_driver).
   std::atomic<std::uint32_t> driver_epoch{0};
@@ -193,12 +184,17 @@ struct DevicePool::Impl {
   // the capacity has no room, or a map failed (nothing changed either way).
   enum class Referenced : std::uint8_t { yes, busy, no_room };
 
-  // True when a driver call of another caller runs on a granule of [first, last].
-  bool span_busy(const Region& r, std::uint64_t first, std::uint64_t last) const {
-    if (busy_granules == 0) return false;
-    for (std::uint64_t g = first; g <= last; ++g)
-      if (r.flags[g] & kBusy) return true;
-    return false;
+  // Granules with a driver call under way, and the bytes of those being
+  // unmapped (still on the device until the call returns).
+  std::uint64_t busy_granules() const {
+    std::uint64_t n = 0;
+    for (const Region& r : regions) n += r.map.busy_count();
+    return n;
+  }
+  std::uint64_t unmapping_bytes() const {
+    std::uint64_t n = 0;
+    for (const Region& r : regions) n += r.map.unmapping_count();
+    return n * granule;
   }
 
   Referenced reference_granules(Region& r, std::uint64_t addr, std::uint64_t size, std::uint64_t fresh);
@@ -213,24 +209,11 @@ struct DevicePool::Impl {
     }
   }
 
-  // Drops one live reference on granule g; unused, it becomes cached.
-  void drop_ref(Region& r, std::uint64_t g) {
-    if (r.place.drop_ref(g) == 0 && r.pending_refs[g] == 0) {
-      st.cached_bytes += granule;
-      list_cached(r, g);
-    }
-  }
-  void list_cached(Region& r, std::uint64_t g) {
-    if (r.flags[g] & kListed) return;
-    r.flags[g] |= kListed;
-    r.cached_list.push_back(static_cast<std::uint32_t>(g));
-  }
-
   bool evict_cached(std::uint64_t bytes, const Region& keep, std::uint64_t keep_first,
                     std::uint64_t keep_last);
 
-  // Drops the references of a block (live ones in refs, pending ones in
-  // pending_refs); granules nobody touches become cached, and cached memory
+  // Drops the references of a block (live ones in the core, pending ones in the
+  // map); granules nobody touches become cached, and cached memory
   // beyond the release threshold is queued for unmapping. Only called for blocks
   // whose leases have all retired, so unmapping here never races queued work (I2).
   // `pending` is a template argument so a live block's free tests only the other count.
@@ -238,29 +221,30 @@ struct DevicePool::Impl {
   [[gnu::always_inline]] void release_granules(Region& r, std::uint64_t addr, std::uint64_t size) {
     auto [first, last] = r.place.granule_span(addr, size);
     for (std::uint64_t g = first; g <= last; ++g) {
-      const bool unused = pending ? --r.pending_refs[g] == 0 && r.place.ref_at(g) == 0
-                                  : r.place.drop_ref(g) == 0 && r.pending_refs[g] == 0;
+      const bool unused = pending ? r.map.drop_pending(g) == 0 && r.place.ref_at(g) == 0
+                                  : r.place.drop_ref(g) == 0 && r.map.pending_ref(g) == 0;
       if (unused) {
         st.cached_bytes += granule;
-        list_cached(r, g);
+        r.map.list_cached(g);
       }
     }
     if (st.cached_bytes > options.release_threshold) {
       for (std::uint64_t g = first; g <= last && st.cached_bytes > options.release_threshold; ++g) {
-        if (!r.in_use(g) && (r.flags[g] & kMapped)) queue_unmap(r, g);
+        if (r.map.cached(r.place, g)) {
+          r.map.begin_unmap(g);
+          queued_unmap(r, g);
+        }
       }
     }
   }
 
-  // Cached granule g of r goes to the driver: from here it counts as neither
-  // reserved nor cached, and it stays busy until its unmap returns (commit_unmaps).
-  void queue_unmap(Region& r, std::uint64_t g) {
+  // Cached granule g of r went to the driver (the map's begin_unmap): from here
+  // it counts as neither reserved nor cached, and it stays busy until its unmap
+  // returns (commit_unmaps).
+  void queued_unmap(Region& r, std::uint64_t g) {
     queued.push_back({static_cast<std::uint8_t>(&r - regions.data()), static_cast<std::uint32_t>(g)});
-    r.flags[g] = static_cast<std::uint8_t>((r.flags[g] & ~kMapped) | kBusy);
     st.reserved_bytes -= granule;
     st.cached_bytes -= granule;
-    unmapping_bytes += granule;
-    ++busy_granules;
   }
 
   void unmap_unused(bool all);
@@ -435,7 +419,7 @@ struct DevicePool::Impl {
     // The hot path: every granule under the block is in use, so mapped already,
     // unless another caller's map of it is still running.
     auto [first, last] = r.place.granule_span(addr, size);
-    if (span_busy(r, first, last)) [[unlikely]] {
+    if (r.map.span_busy(first, last)) [[unlikely]] {
       r.place.free(a->node);
       return kRetry;
     }

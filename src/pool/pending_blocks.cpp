@@ -35,10 +35,8 @@ void DevicePool::Impl::file_leased(std::uint32_t b, std::uint64_t size) {
   blk.node = detail::OffsetAllocator::kNone;
   // Its references move from the live count to the pending one: nothing unmaps.
   auto [first, last] = r.place.granule_span(blk.addr, size);
-  for (std::uint64_t g = first; g <= last; ++g) {
-    r.place.drop_ref(g);
-    ++r.pending_refs[g];
-  }
+  for (std::uint64_t g = first; g <= last; ++g) r.place.drop_ref(g);
+  r.map.take_pending(first, last);
   blk.state = BlockState::pending;
   leases[b].pending_size = size;
   file_pending(b);
@@ -230,7 +228,7 @@ void DevicePool::Impl::split_pending(std::uint32_t from, std::uint64_t addr, std
   leases[p].pending_size = size;
   Region& r = regions[part.region];
   auto [first, last] = r.place.granule_span(addr, size);
-  for (std::uint64_t g = first; g <= last; ++g) ++r.pending_refs[g];
+  r.map.take_pending(first, last);
   file_pending(p);
 }
 

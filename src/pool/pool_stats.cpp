@@ -146,8 +146,8 @@ std::vector<SegmentInfo> DevicePool::segments() const {
         runs.push_back(DeviceRange{addr, p.granule});
       }
     };
-    for (std::uint64_t g = 0; g < r.flags.size(); ++g) {
-      if (!(r.flags[g] & Impl::kMapped)) continue;
+    for (std::uint64_t g = 0; g < r.map.granules(); ++g) {
+      if (!r.map.mapped(g)) continue;
       const std::uint64_t addr = r.place.base() + g * p.granule;
       extend(seg.mapped, addr);
       seg.mapped_bytes += p.granule;

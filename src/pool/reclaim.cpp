@@ -24,7 +24,7 @@ Result<DeviceHandle> DevicePool::Impl::survive_pressure(std::uint64_t bytes, std
   retire_pending();
   if (const std::uint32_t b = fit(size); b != kNoFit) return succeed(b);
   settle();
-  if (busy_granules * granule > unmapping_bytes) {
+  if (busy_granules() * granule > unmapping_bytes()) {
     await_driver();
     retire_pending();
     if (const std::uint32_t b = fit(size); b != kNoFit) return succeed(b);

@@ -138,82 +138,97 @@ extern const std::string_view kTimelineScript = R"JS(
   var chartBox = document.getElementById('chart');
   chartBox.insertBefore(canvas, chartBox.firstChild);
 
-  function drawChart() {
-    var dpr = window.devicePixelRatio || 1;
-    canvas.width = Math.round(CW * dpr);
-    canvas.height = Math.round(CH * dpr);
-    var g = canvas.getContext('2d');
-    g.setTransform(dpr, 0, 0, dpr, 0, 0);
-    g.clearRect(0, 0, CW, CH);
-    g.font = '11px system-ui, sans-serif';
-    g.lineWidth = 1;
-    function line(x1, y1, x2, y2, color, dash) {
-      g.beginPath();
-      g.setLineDash(dash || []);
-      g.strokeStyle = color;
-      g.moveTo(x1, y1);
-      g.lineTo(x2, y2);
-      g.stroke();
-      g.setLineDash([]);
-    }
-    function text(s, x, y, align, color) {
-      g.fillStyle = color || '#3c4550';
-      g.textAlign = align || 'left';
-      g.fillText(s, x, y);
-    }
-    // y grid
+  // A line and a label on one 2D context.
+  function pen(g) {
+    return {
+      g: g,
+      line: function (x1, y1, x2, y2, color, dash) {
+        g.beginPath();
+        g.setLineDash(dash || []);
+        g.strokeStyle = color;
+        g.moveTo(x1, y1);
+        g.lineTo(x2, y2);
+        g.stroke();
+        g.setLineDash([]);
+      },
+      text: function (s, x, y, align, color) {
+        g.fillStyle = color || '#3c4550';
+        g.textAlign = align || 'left';
+        g.fillText(s, x, y);
+      }
+    };
+  }
+
+  // Under the series: the byte grid, the x axis in the mode picked, the event strip, the
+  // capacity line and the layout moments.
+  function drawAxes(p) {
     var ys = niceBytesStep(ymax, 5);
     for (var v = 0; v <= ymax; v += ys) {
-      line(ML, Y(v), ML + PW, Y(v), '#eceff3');
-      text(bytes(v), ML - 6, Y(v) + 4, 'right');
+      p.line(ML, Y(v), ML + PW, Y(v), '#eceff3');
+      p.text(bytes(v), ML - 6, Y(v) + 4, 'right');
     }
-    // x ticks
     if (xMode === 'time' && t1 > t0) {
       var ts = niceStep(t1 - t0, 8);
       for (var t = 0; t <= t1 - t0; t += ts) {
         var x = ML + t / (t1 - t0) * PW;
-        line(x, MT + PH + EV, x, MT + PH + EV + 4, '#8a939e');
-        text(nanos(Math.round(t)), x, MT + PH + EV + 16, x > ML + PW - 24 ? 'right' : 'center');
+        p.line(x, MT + PH + EV, x, MT + PH + EV + 4, '#8a939e');
+        p.text(nanos(Math.round(t)), x, MT + PH + EV + 16, x > ML + PW - 24 ? 'right' : 'center');
       }
-      text('virtual time since the start', ML + PW / 2, CH - 4, 'center');
+      p.text('virtual time since the start', ML + PW / 2, CH - 4, 'center');
     } else {
       var os = Math.max(1, niceStep(Math.max(1, N - 1), 10));
       for (var o = 0; o <= N - 1; o += os) {
         var xo = X(o);
-        line(xo, MT + PH + EV, xo, MT + PH + EV + 4, '#8a939e');
-        text(String(o), xo, MT + PH + EV + 16, xo > ML + PW - 24 ? 'right' : 'center');
+        p.line(xo, MT + PH + EV, xo, MT + PH + EV + 4, '#8a939e');
+        p.text(String(o), xo, MT + PH + EV + 16, xo > ML + PW - 24 ? 'right' : 'center');
       }
-      text('operations (trace order)' + (B < N ? '; ' + N + ' samples in ' + B + ' columns (min to max each)' : ''),
-           ML + PW / 2, CH - 4, 'center');
+      p.text('operations (trace order)' + (B < N ? '; ' + N + ' samples in ' + B + ' columns (min to max each)' : ''),
+             ML + PW / 2, CH - 4, 'center');
     }
-    line(ML, MT + PH, ML + PW, MT + PH, '#8a939e');
-    g.fillStyle = '#f6f7f9';
-    g.fillRect(ML, MT + PH + 1, PW, EV - 1);
+    p.line(ML, MT + PH, ML + PW, MT + PH, '#8a939e');
+    p.g.fillStyle = '#f6f7f9';
+    p.g.fillRect(ML, MT + PH + 1, PW, EV - 1);
     if (showCapacity) {
-      line(ML, Y(D.capacity), ML + PW, Y(D.capacity), '#b3261e', [6, 4]);
-      text('capacity ' + bytes(D.capacity), ML + PW - 4, Y(D.capacity) - 4, 'right', '#b3261e');
+      p.line(ML, Y(D.capacity), ML + PW, Y(D.capacity), '#b3261e', [6, 4]);
+      p.text('capacity ' + bytes(D.capacity), ML + PW - 4, Y(D.capacity) - 4, 'right', '#b3261e');
     }
-    // layout moments
     D.layouts.forEach(function (l) {
       var xi = X(l.index);
-      line(xi, MT, xi, MT + PH, '#6b7480', [2, 3]);
+      p.line(xi, MT, xi, MT + PH, '#6b7480', [2, 3]);
       var nearEnd = xi > ML + PW - 60;  // labels near the right edge go to the left of their line
-      text(l.moment === 'line' ? 'line ' + l.line : l.moment === 'oom' ? 'first OOM' : l.moment,
-           nearEnd ? xi - 3 : xi + 3, MT - 8, nearEnd ? 'right' : 'left');
+      p.text(l.moment === 'line' ? 'line ' + l.line : l.moment === 'oom' ? 'first OOM' : l.moment,
+             nearEnd ? xi - 3 : xi + 3, MT - 8, nearEnd ? 'right' : 'left');
     });
-    // series, the area first
+  }
+
+  // One series as a path: each column's min-to-max span, then its last value.
+  function tracePath(g, key) {
+    var last = C[key], mn = C[key + '_min'], mx = C[key + '_max'];
+    g.beginPath();
+    g.moveTo(colX(0), Y(mx[0]));
+    for (var c = 0; c < B; c++) {
+      var xc = colX(c);
+      if (c > 0) g.lineTo(xc, Y(last[c - 1]));
+      if (mn[c] !== mx[c]) { g.lineTo(xc, Y(mx[c])); g.lineTo(xc, Y(mn[c])); }
+      g.lineTo(xc, Y(last[c]));
+    }
+    g.lineTo(ML + PW, Y(last[B - 1]));
+  }
+
+  function strokePath(g, color, dash) {
+    g.setLineDash(dash || []);
+    g.strokeStyle = color;
+    g.lineWidth = 1.6;
+    g.stroke();
+    g.setLineDash([]);
+    g.lineWidth = 1;
+  }
+
+  // The series, the areas first, then the reserved series' outline over its area.
+  function drawSeries(g) {
+    if (B === 0) return;
     SERIES.forEach(function (s) {
-      if (B === 0) return;
-      var last = C[s.key], mn = C[s.key + '_min'], mx = C[s.key + '_max'];
-      g.beginPath();
-      g.moveTo(colX(0), Y(mx[0]));
-      for (var c = 0; c < B; c++) {
-        var xc = colX(c);
-        if (c > 0) g.lineTo(xc, Y(last[c - 1]));
-        if (mn[c] !== mx[c]) { g.lineTo(xc, Y(mx[c])); g.lineTo(xc, Y(mn[c])); }
-        g.lineTo(xc, Y(last[c]));
-      }
-      g.lineTo(ML + PW, Y(last[B - 1]));
+      tracePath(g, s.key);
       if (s.area) {
         g.save();
         g.lineTo(ML + PW, Y(0));
@@ -225,32 +240,16 @@ extern const std::string_view kTimelineScript = R"JS(
         g.restore();
         return;
       }
-      g.setLineDash(s.dash ? s.dash.split(' ').map(Number) : []);
-      g.strokeStyle = s.color;
-      g.lineWidth = 1.6;
-      g.stroke();
-      g.setLineDash([]);
-      g.lineWidth = 1;
+      strokePath(g, s.color, s.dash ? s.dash.split(' ').map(Number) : []);
     });
-    // the reserved series' outline over its area
-    if (B > 0) {
-      var rs = SERIES[0], rl = C[rs.key], rn = C[rs.key + '_min'], rx = C[rs.key + '_max'];
-      g.beginPath();
-      g.moveTo(colX(0), Y(rx[0]));
-      for (var c2 = 0; c2 < B; c2++) {
-        var x2 = colX(c2);
-        if (c2 > 0) g.lineTo(x2, Y(rl[c2 - 1]));
-        if (rn[c2] !== rx[c2]) { g.lineTo(x2, Y(rx[c2])); g.lineTo(x2, Y(rn[c2])); }
-        g.lineTo(x2, Y(rl[c2]));
-      }
-      g.lineTo(ML + PW, Y(rl[B - 1]));
-      g.strokeStyle = rs.color;
-      g.lineWidth = 1.6;
-      g.stroke();
-      g.lineWidth = 1;
-    }
-    // OOMs and reclaims, as marks under the axis
-    E.reclaim.forEach(function (i) { line(X(i), MT + PH + 1, X(i), MT + PH + EV, '#8a5cc2'); });
+    tracePath(g, SERIES[0].key);
+    strokePath(g, SERIES[0].color);
+  }
+
+  // Over the series: OOMs and reclaims as marks under the axis, and the picked point.
+  function drawMarks(p) {
+    var g = p.g;
+    E.reclaim.forEach(function (i) { p.line(X(i), MT + PH + 1, X(i), MT + PH + EV, '#8a5cc2'); });
     g.fillStyle = '#b3261e';
     E.oom.forEach(function (i) {
       var xm = X(i);
@@ -261,13 +260,27 @@ extern const std::string_view kTimelineScript = R"JS(
       g.closePath();
       g.fill();
     });
-    // the keyframe whose layout is shown
     if (picked >= 0) {
       var xp = X(picked);
       g.lineWidth = 2;
-      line(xp, MT, xp, MT + PH, '#1d232b');
+      p.line(xp, MT, xp, MT + PH, '#1d232b');
       g.lineWidth = 1;
     }
+  }
+
+  function drawChart() {
+    var dpr = window.devicePixelRatio || 1;
+    canvas.width = Math.round(CW * dpr);
+    canvas.height = Math.round(CH * dpr);
+    var g = canvas.getContext('2d');
+    g.setTransform(dpr, 0, 0, dpr, 0, 0);
+    g.clearRect(0, 0, CW, CH);
+    g.font = '11px system-ui, sans-serif';
+    g.lineWidth = 1;
+    var p = pen(g);
+    drawAxes(p);
+    drawSeries(g);
+    drawMarks(p);
   }
 
   var tip = document.getElementById('tip');
@@ -417,6 +430,11 @@ extern const std::string_view kTimelineScript = R"JS(
       body.push(head + s.join(''));
     });
     document.getElementById('layout').innerHTML = body.join('');
+    drawLayoutLegend(legendStreams);
+    drawBlockTable(snap);
+  }
+
+  function drawLayoutLegend(legendStreams) {
     var streams = Object.keys(legendStreams).map(Number).sort(function (a, b) { return a - b; });
     document.getElementById('layout-legend').innerHTML =
       streams.map(function (s) { return '<span><i style="background:' + streamColor(s) + '"></i>live, stream ' + s + '</span>'; }).join('') +
@@ -424,7 +442,10 @@ extern const std::string_view kTimelineScript = R"JS(
       '<span><i style="background:' + MAPPED + '"></i>mapped, between blocks</span>' +
       '<span><i style="background:' + CACHED + '"></i>cached granule</span>' +
       '<span><i style="background:' + UNMAPPED + '"></i>reserved, unmapped</span>';
-    // the blocks as a table
+  }
+
+  // The blocks of one snapshot as a table, the first 5,000 of them.
+  function drawBlockTable(snap) {
     var rows = ['<table><tr><th>owner</th><th class="n">address</th><th class="n">bytes</th><th>state</th><th class="n">stream</th></tr>'];
     var shown = Math.min(snap.blocks.length, 5000);
     for (var i = 0; i < shown; i++) {

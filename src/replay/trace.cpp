@@ -270,37 +270,43 @@ class Validator {
       if (op.kind == OpKind::alloc && id) declare(*id, number, true);
       return problem(number, f.problem());
     }
+    if (bind_ids(op, id, inputs, operand_ids)) trace_.ops.push_back(std::move(op));
+  }
 
+  // Resolves the op's ids against the lines before it; false with the problem noted.
+  bool bind_ids(TraceOp& op, const std::optional<std::string>& id,
+                const std::optional<std::vector<std::string>>& inputs, const std::vector<std::string>& operand_ids) {
+    const std::size_t number = op.line;
     if (inputs) {
       for (const std::string& in : *inputs) {
         const std::optional<IdIndex> index = use(in, number);
-        if (!index) return;
+        if (!index) return false;
         op.inputs.push_back(*index);
       }
     }
     for (std::size_t i = 0; i < operand_ids.size(); ++i) {
       const std::optional<IdIndex> index = use(operand_ids[i], number);
-      if (!index) return;
+      if (!index) return false;
       op.operands[i].id = *index;
     }
-    if (id) {
-      if (op.kind == OpKind::alloc) {
-        const IdIndex index = intern(*id);
-        IdState& st = states_[index];
-        if (st.live && !st.may_have_failed) {
-          return problem(number, "id " + quoted_id(*id) + " is still live (allocated on line " +
-                                     std::to_string(st.alloc_line) + "); free it first");
-        }
-        declare(*id, number, op.expect.has_value());
-        op.id = index;
-      } else {
-        const std::optional<IdIndex> index = use(*id, number);
-        if (!index) return;
-        op.id = *index;
-        if (op.kind == OpKind::free) states_[*index].live = false;
+    if (!id) return true;
+    if (op.kind == OpKind::alloc) {
+      const IdIndex index = intern(*id);
+      IdState& st = states_[index];
+      if (st.live && !st.may_have_failed) {
+        problem(number, "id " + quoted_id(*id) + " is still live (allocated on line " +
+                            std::to_string(st.alloc_line) + "); free it first");
+        return false;
       }
+      declare(*id, number, op.expect.has_value());
+      op.id = index;
+      return true;
     }
-    trace_.ops.push_back(std::move(op));
+    const std::optional<IdIndex> index = use(*id, number);
+    if (!index) return false;
+    op.id = *index;
+    if (op.kind == OpKind::free) states_[*index].live = false;
+    return true;
   }
 
   // The line as a JSON object and its op, or nullopt with the problem noted.

@@ -7,7 +7,7 @@
 
 namespace ferry {
 namespace detail {
-// The graph capture's front of calls() (src/runtime/graph.cpp).
+// The graph capture's front of calls() (src/runtime/graph_capture.cpp).
 std::shared_ptr<PoolCalls> make_graph_capture(Runtime& rt);
 }  // namespace detail
 

@@ -175,6 +175,32 @@ void record_stats(WorkloadReport& r, workloads::Env& env, const Workload& w) {
   r.host_executed = w.host_executed;
 }
 
+// The run's clock and busy figures, and its throughput at full scale.
+void record_timing(WorkloadReport& r, workloads::Env& env, const Exec& live, const Workload& w, double s,
+                   std::uint64_t wall_ns, bool completed) {
+  r.wall_ns = wall_ns;
+  r.transfer_busy_ns = env.meter->transfer_ns();
+  r.compute_busy_ns = env.meter->compute_ns();
+  r.host_busy_ns = live.host_busy_ns();
+  r.overlap_efficiency =
+      r.wall_ns == 0 ? 0 : double(std::max(r.transfer_busy_ns, r.compute_busy_ns)) / double(r.wall_ns);
+  r.tokens = w.nominal_tokens();
+  r.units = w.units();
+  r.unit_name = w.unit_name();
+  r.completed = completed;
+  // A run that stopped part-way did not process its tokens: it has no throughput.
+  r.tokens_per_s =
+      r.wall_ns == 0 || !r.completed ? 0 : double(r.tokens) / (double(r.wall_ns) / 1e9 / (s * s));
+  if (!r.completed) r.stopped_at = stopped_at(live.last_progress(), w);
+}
+
+void record_bank(WorkloadReport& r, const WeightBank& bank) {
+  const BankStats bs = bank.stats();
+  r.weights_bytes = bs.data_bytes;
+  r.weights_peak_host_bytes = bs.peak_resident_bytes;
+  r.weights_storage = bank.from_file() ? "file" : bank.lazy() ? "lazy" : "resident";
+}
+
 // Whether the run's digest matched the host reference's, and what went wrong if not.
 void record_verdict(WorkloadReport& r, const Result<std::vector<std::byte>>& got, std::uint64_t expected_seed,
                     const workloads::Reference& reference) {
@@ -277,28 +303,10 @@ Result<WorkloadReport> run_workload(WorkloadKind kind, const WorkloadOptions& op
   if (Result<void> sync = env->backend->synchronize(); !sync.ok() && got.ok()) got = sync.error();
   const std::uint64_t t1 = env->backend->now_ns();
 
-  r.wall_ns = t1 - t0;
-  r.transfer_busy_ns = env->meter->transfer_ns();
-  r.compute_busy_ns = env->meter->compute_ns();
-  r.host_busy_ns = live.host_busy_ns();
-  r.overlap_efficiency =
-      r.wall_ns == 0 ? 0 : double(std::max(r.transfer_busy_ns, r.compute_busy_ns)) / double(r.wall_ns);
-  r.tokens = w->nominal_tokens();
-  r.units = w->units();
-  r.unit_name = w->unit_name();
-  r.completed = got.ok();
-  // A run that stopped part-way did not process its tokens: it has no throughput.
-  r.tokens_per_s =
-      r.wall_ns == 0 || !r.completed ? 0 : double(r.tokens) / (double(r.wall_ns) / 1e9 / (s * s));
-  if (!r.completed) r.stopped_at = stopped_at(live.last_progress(), *w);
-
+  record_timing(r, *env, live, *w, s, t1 - t0, got.ok());
   record_stats(r, *env, *w);
-
   record_verdict(r, got, expected_seed, reference);
-  const BankStats bs = bank.stats();
-  r.weights_bytes = bs.data_bytes;
-  r.weights_peak_host_bytes = bs.peak_resident_bytes;
-  r.weights_storage = bank.from_file() ? "file" : bank.lazy() ? "lazy" : "resident";
+  record_bank(r, bank);
   if (Result<void> un = bank.unplace(); !un.ok() && r.error.empty()) {
     r.error = "unplacing the weight bank: " + un.error().message;
     r.matched = false;

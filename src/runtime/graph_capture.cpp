@@ -1,0 +1,397 @@
+#include "runtime/graph_capture.hpp"
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "ferry/user_kernel.hpp"
+
+namespace ferry::detail {
+namespace {
+
+template <class T>
+Result<void> as_void(Result<T> r) {
+  if (!r.ok()) return std::move(r).error();
+  return {};
+}
+
+}  // namespace
+
+Error refused(std::string_view call, StreamId stream, std::string_view why) {
+  return make_error(ErrorCode::invalid_argument, std::string(call) + " on capturing stream " +
+                                                     std::to_string(stream) + " is refused: " + std::string(why));
+}
+
+Result<void> GraphCapture::begin(StreamId stream, std::shared_ptr<GraphPoolState> pool) {
+  std::lock_guard lock(mu_);
+  if (open_.count(stream) != 0) {
+    return make_error(ErrorCode::invalid_argument,
+                      "begin_capture: stream " + std::to_string(stream) + " is capturing already");
+  }
+  if (pool && pool->runtime != &rt_) {
+    return make_error(ErrorCode::invalid_argument, "begin_capture: the pool belongs to another Runtime");
+  }
+  if (pool && pool->capturing) {
+    return make_error(ErrorCode::invalid_argument,
+                      "begin_capture: the pool is in use by another capture (captures share a pool one "
+                      "after another)");
+  }
+  if (!pool) {
+    pool = std::make_shared<GraphPoolState>();
+    pool->runtime = &rt_;
+    std::erase_if(pools_, [](const std::weak_ptr<GraphPoolState>& p) { return p.expired(); });
+    pools_.push_back(pool);
+  }
+  pool->capturing = true;
+  ++pool->users;
+  auto state = std::make_shared<GraphState>();
+  state->runtime = &rt_;
+  state->captured_on = stream;
+  state->pool = std::move(pool);
+  open_.emplace(stream, std::move(state));
+  return {};
+}
+
+Result<std::shared_ptr<GraphState>> GraphCapture::end(StreamId stream) {
+  std::shared_ptr<GraphState> state;
+  {
+    std::lock_guard lock(mu_);
+    auto it = open_.find(stream);
+    if (it == open_.end()) {
+      return make_error(ErrorCode::invalid_argument,
+                        "end_capture: stream " + std::to_string(stream) + " is not capturing");
+    }
+    state = std::move(it->second);
+    open_.erase(it);
+    state->pool->capturing = false;
+  }
+  if (state->spoiled) {
+    Error why = *state->spoiled;
+    (void)release(*state);
+    why.message = "capture on stream " + std::to_string(stream) + " spoiled: " + why.message;
+    return why;
+  }
+  return state;
+}
+
+bool GraphCapture::capturing(StreamId stream) const {
+  std::lock_guard lock(mu_);
+  return open_.count(stream) != 0;
+}
+
+Result<void> GraphCapture::release(GraphState& state) {
+  std::vector<DeviceHandle> to_free;
+  {
+    std::lock_guard lock(mu_);
+    GraphPoolState& pool = *state.pool;
+    if (--pool.users == 0) {
+      for (const GraphPoolState::Block& b : pool.blocks) {
+        if (b.held) owners_.erase(key_of(b.current));
+        else to_free.push_back(b.current);
+      }
+      pool.blocks.clear();
+      pool.alias.clear();
+    }
+  }
+  const std::shared_ptr<PoolCalls> calls = rt_.slot_calls();
+  Result<void> first;
+  for (DeviceHandle h : to_free) {
+    Result<void> r = calls->free(h);
+    if (!r.ok() && first.ok()) first = std::move(r);
+  }
+  return first;
+}
+
+GraphPoolStats GraphCapture::pool_stats(const GraphPoolState& pool) const {
+  GraphPoolStats s;
+  std::lock_guard lock(mu_);
+  s.blocks = pool.blocks.size();
+  s.graphs = pool.users;
+  for (const GraphPoolState::Block& b : pool.blocks) {
+    s.reserved_bytes += b.bytes;
+    if (b.held) s.allocated_bytes += b.bytes;
+  }
+  return s;
+}
+
+std::vector<GraphPoolStats> GraphCapture::all_pools() const {
+  std::vector<std::shared_ptr<GraphPoolState>> live;
+  {
+    std::lock_guard lock(mu_);
+    for (const std::weak_ptr<GraphPoolState>& p : pools_) {
+      if (std::shared_ptr<GraphPoolState> pool = p.lock(); pool && pool->users > 0) live.push_back(std::move(pool));
+    }
+  }
+  std::vector<GraphPoolStats> out;
+  for (const auto& pool : live) out.push_back(pool_stats(*pool));
+  return out;
+}
+
+std::vector<DeviceHandle> GraphCapture::current_blocks(const GraphState& state) const {
+  std::vector<DeviceHandle> now = state.blocks;
+  std::lock_guard lock(mu_);
+  for (DeviceHandle& h : now) {
+    if (auto it = state.pool->alias.find(key_of(h)); it != state.pool->alias.end()) {
+      h = state.pool->blocks[it->second].current;
+    }
+  }
+  return now;
+}
+
+GraphStats GraphCapture::stats(const GraphState& state) const {
+  GraphStats s;
+  s.ops = state.ops.size();
+  s.blocks = state.blocks.size();
+  s.launches = state.launches.load(std::memory_order_relaxed);
+  return s;
+}
+
+
+Result<DeviceHandle> GraphCapture::allocate(std::uint64_t bytes, StreamId stream, std::string_view tag) {
+  std::shared_ptr<GraphState> state = open_on(stream);
+  if (!state) return rt_.slot_calls()->allocate(bytes, stream, tag);
+  // The pool rounds to 256; a request that does not fit now runs the reclaim
+  // ladder, whose last rung waits for in-flight frees: a host wait.
+  const std::uint64_t rounded = bytes > UINT64_MAX - 255 ? UINT64_MAX : (bytes + 255) / 256 * 256;
+  const std::uint64_t fits = rt_.pool().largest_free_extent();
+  if (bytes != 0 && rounded > fits) {
+    return spoil(*state, refused("allocate(" + std::to_string(bytes) + " bytes)", stream,
+                                 "it does not fit now (largest free extent " + std::to_string(fits) +
+                                     " bytes) and the reclaim ladder would wait for in-flight frees"));
+  }
+  {
+    std::lock_guard lock(mu_);
+    GraphPoolState& pool = *state->pool;
+    for (std::size_t i = 0; i < pool.blocks.size(); ++i) {
+      GraphPoolState::Block& b = pool.blocks[i];
+      // The same size only: the ops recorded over the block's old handle keep
+      // their ranges when they follow it.
+      if (b.held || b.bytes != bytes) continue;
+      Result<DeviceHandle> again = rt_.pool().reissue(b.current, bytes);
+      if (!again.ok()) continue;  // its slot at its last generation: allocate anew
+      b.current = *again;
+      b.held = true;
+      pool.alias[key_of(*again)] = i;
+      owners_[key_of(*again)] = state->pool;
+      return again;
+    }
+  }
+  Result<DeviceHandle> h = rt_.slot_calls()->allocate(bytes, stream, tag);
+  if (!h.ok()) return h;
+  std::lock_guard lock(mu_);
+  GraphPoolState& pool = *state->pool;
+  pool.alias[key_of(*h)] = pool.blocks.size();
+  pool.blocks.push_back({*h, bytes, true});
+  owners_[key_of(*h)] = state->pool;
+  return h;
+}
+
+Result<void> GraphCapture::free(DeviceHandle handle) {
+  {
+    std::lock_guard lock(mu_);
+    auto it = owners_.find(key_of(handle));
+    if (it != owners_.end()) {
+      // Graphs' ops were recorded with this block's address: it stays the
+      // pool's, reused by none but its captures, until its last graph goes.
+      GraphPoolState& pool = *it->second;
+      const std::size_t i = pool.alias.at(key_of(handle));
+      GraphPoolState::Block& b = pool.blocks[i];
+      // I1: the program's handle goes stale now, as at any free; the pool keeps
+      // the block under a handle only it knows (at a slot's last generation it
+      // keeps the old one).
+      if (Result<DeviceHandle> again = rt_.pool().reissue(handle, b.bytes); again.ok()) {
+        b.current = *again;
+        pool.alias[key_of(*again)] = i;
+      }
+      b.held = false;
+      owners_.erase(it);
+      return {};
+    }
+  }
+  return rt_.slot_calls()->free(handle);
+}
+
+Result<void> GraphCapture::trim() { return rt_.slot_calls()->trim(); }
+
+Result<Ticket> GraphCapture::fill(StreamId stream, DeviceHandle dst, std::uint64_t seed) {
+  std::shared_ptr<GraphState> state = open_on(stream);
+  if (!state) return rt_.slot_calls()->fill(stream, dst, seed);
+  return record(*state, "fill", {dst}, [=](PoolCalls& c, StreamId s, const Remap& now) { return as_void(c.fill(s, now(dst), seed)); });
+}
+
+Result<Ticket> GraphCapture::compute(StreamId stream, std::span<const DeviceHandle> inputs, DeviceHandle output,
+                                     double flops, std::uint64_t mem_bytes) {
+  std::shared_ptr<GraphState> state = open_on(stream);
+  if (!state) return rt_.slot_calls()->compute(stream, inputs, output, flops, mem_bytes);
+  std::vector<DeviceHandle> in(inputs.begin(), inputs.end());
+  std::vector<DeviceHandle> touched = in;
+  touched.push_back(output);
+  return record(*state, "compute", touched, [=](PoolCalls& c, StreamId s, const Remap& now) {
+    std::vector<DeviceHandle> in_now = in;
+    for (DeviceHandle& h : in_now) h = now(h);
+    return as_void(c.compute(s, in_now, now(output), flops, mem_bytes));
+  });
+}
+
+Result<Ticket> GraphCapture::copy_to_host(StreamId stream, DeviceHandle src, std::span<std::byte> dst) {
+  std::shared_ptr<GraphState> state = open_on(stream);
+  if (!state) return rt_.slot_calls()->copy_to_host(stream, src, dst);
+  return record(*state, "copy_to_host", {src},
+                [=](PoolCalls& c, StreamId s, const Remap& now) { return as_void(c.copy_to_host(s, now(src), dst)); });
+}
+
+Result<Ticket> GraphCapture::user(StreamId stream, std::span<const Operand> operands, UserKernel kernel,
+                                  UserCost cost, std::string tag) {
+  std::shared_ptr<GraphState> state = open_on(stream);
+  if (!state) return rt_.slot_calls()->user(stream, operands, std::move(kernel), cost, std::move(tag));
+  if (!kernel) return spoil(*state, refused("user op", stream, "its kernel is empty"));
+  std::vector<Operand> ops(operands.begin(), operands.end());
+  std::vector<DeviceHandle> touched;
+  for (const Operand& o : ops) touched.push_back(o.handle);
+  return record(*state, tag.empty() ? std::string("user op") : "user op " + tag, touched,
+                [ops, kernel = std::move(kernel), cost, tag](PoolCalls& c, StreamId s, const Remap& now) {
+                  std::vector<Operand> ops_now = ops;
+                  for (Operand& o : ops_now) o.handle = now(o.handle);
+                  return as_void(c.user(s, ops_now, kernel, cost, tag));
+                });
+}
+
+Result<Ticket> GraphCapture::record_use(StreamId stream, std::span<const DeviceHandle> handles) {
+  std::shared_ptr<GraphState> state = open_on(stream);
+  if (!state) return rt_.slot_calls()->record_use(stream, handles);
+  std::vector<DeviceHandle> hs(handles.begin(), handles.end());
+  return record(*state, "record_use", hs, [hs](PoolCalls& c, StreamId s, const Remap& now) {
+    std::vector<DeviceHandle> hs_now = hs;
+    for (DeviceHandle& h : hs_now) h = now(h);
+    return as_void(c.record_use(s, hs_now));
+  });
+}
+
+Result<TransferReceipt> GraphCapture::upload(StreamId stream, const TransferPlan& plan) {
+  std::shared_ptr<GraphState> state = open_on(stream);
+  if (!state) return rt_.slot_calls()->upload(stream, plan);
+  const IntegrityPolicy policy = rt_.engine().policy();
+  if (policy != IntegrityPolicy::off) {
+    return spoil(*state, refused("upload", stream,
+                                 std::string("the integrity policy is ") + std::string(to_string(policy)) +
+                                     ": its compare of device and host bytes needs the host"));
+  }
+  std::vector<DeviceHandle> touched;
+  for (const TransferRange& r : plan.ranges()) touched.push_back(r.dst);
+  FERRY_TRY(record(*state, "upload", touched,
+                   [plan](PoolCalls& c, StreamId s, const Remap& now) {
+                     TransferPlan plan_now;
+                     for (const TransferRange& r : plan.ranges()) {
+                       if (r.host != nullptr) plan_now.add(r.host, now(r.dst), r.dst_offset, r.bytes);
+                       else plan_now.add(r.block, r.block_offset, now(r.dst), r.dst_offset, r.bytes);
+                     }
+                     return as_void(c.upload(s, plan_now));
+                   }));
+  return recorded_receipt(stream);
+}
+
+Result<TransferReceipt> GraphCapture::download(StreamId stream, DeviceHandle src, std::uint64_t src_offset,
+                                               std::span<std::byte> dst) {
+  std::shared_ptr<GraphState> state = open_on(stream);
+  if (!state) return rt_.slot_calls()->download(stream, src, src_offset, dst);
+  return spoil(*state, refused("download", stream,
+                               "it waits on the host for the copy (record copy_to_host instead)"));
+}
+
+Result<TransferReceipt> GraphCapture::copy_on_device(StreamId stream, DeviceHandle dst, std::uint64_t dst_offset,
+                                                     DeviceHandle src, std::uint64_t src_offset,
+                                                     std::uint64_t bytes) {
+  std::shared_ptr<GraphState> state = open_on(stream);
+  if (!state) return rt_.slot_calls()->copy_on_device(stream, dst, dst_offset, src, src_offset, bytes);
+  if (rt_.engine().policy() == IntegrityPolicy::verify) {
+    return spoil(*state, refused("copy_on_device", stream,
+                                 "the integrity policy is verify: its hash compare waits on the host"));
+  }
+  FERRY_TRY(record(*state, "copy_on_device", {dst, src}, [=](PoolCalls& c, StreamId s, const Remap& now) {
+    return as_void(c.copy_on_device(s, now(dst), dst_offset, now(src), src_offset, bytes));
+  }));
+  return recorded_receipt(stream);
+}
+
+Result<void> GraphCapture::hold(StreamId stream) {
+  if (std::shared_ptr<GraphState> state = open_on(stream)) {
+    return spoil(*state, refused("hold", stream, "a graph is replayed whole; a held part would run apart from it"));
+  }
+  return rt_.slot_calls()->hold(stream);
+}
+
+Result<void> GraphCapture::release(StreamId stream) {
+  if (std::shared_ptr<GraphState> state = open_on(stream)) {
+    return spoil(*state, refused("release", stream, "a graph is replayed whole; nothing of it is held"));
+  }
+  return rt_.slot_calls()->release(stream);
+}
+
+Result<void> GraphCapture::wait(StreamId stream, StreamId for_stream) {
+  if (stream != for_stream) {
+    for (StreamId s : {stream, for_stream}) {
+      if (std::shared_ptr<GraphState> state = open_on(s)) {
+        return spoil(*state, refused("wait(" + std::to_string(stream) + " for " + std::to_string(for_stream) + ")",
+                                     s, "a capture records one stream; a wait across streams would join another"));
+      }
+    }
+  }
+  return rt_.slot_calls()->wait(stream, for_stream);
+}
+
+Result<void> GraphCapture::synchronize(StreamId stream) {
+  if (std::shared_ptr<GraphState> state = open_on(stream)) {
+    return spoil(*state, refused("synchronize(stream)", stream, "a host wait: nothing recorded has run"));
+  }
+  return rt_.slot_calls()->synchronize(stream);
+}
+
+Result<void> GraphCapture::synchronize() {
+  std::vector<std::shared_ptr<GraphState>> open;
+  {
+    std::lock_guard lock(mu_);
+    for (auto& [s, state] : open_) open.push_back(state);
+  }
+  if (!open.empty()) {
+    Error e = refused("synchronize()", open.front()->captured_on, "a host wait for every stream while one captures");
+    for (auto& state : open) (void)spoil(*state, e);
+    return e;
+  }
+  return rt_.slot_calls()->synchronize();
+}
+
+std::shared_ptr<GraphState> GraphCapture::open_on(StreamId stream) const {
+  std::lock_guard lock(mu_);
+  auto it = open_.find(stream);
+  return it == open_.end() ? nullptr : it->second;
+}
+
+Error GraphCapture::spoil(GraphState& state, Error e) {
+  std::lock_guard lock(mu_);
+  if (!state.spoiled) state.spoiled = e;
+  return e;
+}
+
+Result<Ticket> GraphCapture::record(GraphState& state, std::string what, std::vector<DeviceHandle> touched, Replay run) {
+  for (DeviceHandle h : touched) {
+    if (Result<DeviceSpan> span = rt_.pool().resolve(h); !span.ok()) {
+      return spoil(state, make_error(ErrorCode::stale_handle, what + " on capturing stream " +
+                                                                  std::to_string(state.captured_on) + ": " +
+                                                                  span.error().message));
+    }
+  }
+  std::lock_guard lock(mu_);
+  for (DeviceHandle h : touched) state.touch(h);
+  state.ops.push_back({std::move(what), std::move(run)});
+  return Ticket{0};
+}
+
+TransferReceipt GraphCapture::recorded_receipt(StreamId stream) {
+  TransferReceipt r;
+  r.done = StreamPoint{stream, 0};
+  return r;
+}
+
+std::shared_ptr<PoolCalls> make_graph_capture(Runtime& rt) { return std::make_shared<GraphCapture>(rt); }
+
+}  // namespace ferry::detail

@@ -1,0 +1,129 @@
+// The graph capture's front (graph.hpp): what Runtime::calls() returns. It
+// records the calls made on capturing streams, keeps each graph's private pool
+// and defers the program's frees of that pool's blocks; every other call goes
+// to the calls in the Runtime's pool adaptor slot.
+#pragma once
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <tuple>
+#include <vector>
+
+#include "ferry/graph.hpp"
+#include "ferry/pool_calls.hpp"
+#include "ferry/runtime.hpp"
+
+namespace ferry::detail {
+
+using HandleKey = std::tuple<std::uint32_t, std::uint32_t, std::uint32_t>;
+inline HandleKey key_of(DeviceHandle h) { return {h.pool, h.slot, h.generation}; }
+
+// invalid_argument: `call` on capturing stream `stream` is refused, and why.
+Error refused(std::string_view call, StreamId stream, std::string_view why);
+
+// The handle a block has now, for one the capture recorded (a pool block may have
+// been reissued since).
+using Remap = std::function<DeviceHandle(DeviceHandle)>;
+// What a replay enqueues for one recorded call, on the stream the graph is launched on.
+using Replay = std::function<Result<void>(PoolCalls&, StreamId, const Remap&)>;
+
+struct RecordedOp {
+  std::string what;
+  Replay run;
+};
+
+// A private pool: blocks allocated on its capturing streams, kept until its last
+// graph goes. Guarded by the GraphCapture's mutex.
+struct GraphPoolState {
+  struct Block {
+    DeviceHandle current;    // its handle now (reissued when reused)
+    std::uint64_t bytes = 0;  // as requested
+    bool held = false;        // the program holds `current`; else freed, the pool's to reuse
+  };
+  Runtime* runtime = nullptr;
+  std::vector<Block> blocks;
+  std::map<HandleKey, std::size_t> alias;  // every handle a block has had -> its index
+  std::uint64_t users = 0;                 // graphs and open captures
+  bool capturing = false;
+};
+
+struct GraphState {
+  Runtime* runtime = nullptr;
+  StreamId captured_on = 0;
+  std::shared_ptr<GraphPoolState> pool;
+  std::vector<RecordedOp> ops;
+  std::vector<DeviceHandle> blocks;  // every block an op touches, each once, as recorded
+  std::optional<Error> spoiled;      // the first refused call of the capture
+  std::atomic<std::uint64_t> launches{0};
+
+  void touch(DeviceHandle h) {
+    if (std::find(blocks.begin(), blocks.end(), h) == blocks.end()) blocks.push_back(h);
+  }
+};
+
+class GraphCapture final : public PoolCalls {
+ public:
+  explicit GraphCapture(Runtime& rt) noexcept : rt_(rt) {}
+
+  DevicePool& pool() noexcept override { return rt_.pool(); }
+  TransferEngine& engine() noexcept override { return rt_.engine(); }
+
+  Result<void> begin(StreamId stream, std::shared_ptr<GraphPoolState> pool);
+  Result<std::shared_ptr<GraphState>> end(StreamId stream);
+  bool capturing(StreamId stream) const;
+  // One user of the pool fewer; the last one frees the blocks the program freed
+  // and hands the others back to the program.
+  Result<void> release(GraphState& state);
+  GraphPoolStats pool_stats(const GraphPoolState& pool) const;
+  // Every pool in use (a graph or a capture holds it), oldest first.
+  std::vector<GraphPoolStats> all_pools() const;
+  // The handles the recorded blocks of `state` have now, in the order of state.blocks.
+  std::vector<DeviceHandle> current_blocks(const GraphState& state) const;
+  GraphStats stats(const GraphState& state) const;
+
+  Result<DeviceHandle> allocate(std::uint64_t bytes, StreamId stream, std::string_view tag) override;
+  Result<void> free(DeviceHandle handle) override;
+  Result<void> trim() override;
+  Result<Ticket> fill(StreamId stream, DeviceHandle dst, std::uint64_t seed) override;
+  Result<Ticket> compute(StreamId stream, std::span<const DeviceHandle> inputs, DeviceHandle output, double flops,
+                         std::uint64_t mem_bytes) override;
+  Result<Ticket> copy_to_host(StreamId stream, DeviceHandle src, std::span<std::byte> dst) override;
+  Result<Ticket> user(StreamId stream, std::span<const Operand> operands, UserKernel kernel, UserCost cost,
+                      std::string tag) override;
+  Result<Ticket> record_use(StreamId stream, std::span<const DeviceHandle> handles) override;
+  Result<TransferReceipt> upload(StreamId stream, const TransferPlan& plan) override;
+  Result<TransferReceipt> download(StreamId stream, DeviceHandle src, std::uint64_t src_offset,
+                                   std::span<std::byte> dst) override;
+  Result<TransferReceipt> copy_on_device(StreamId stream, DeviceHandle dst, std::uint64_t dst_offset,
+                                         DeviceHandle src, std::uint64_t src_offset, std::uint64_t bytes) override;
+  Result<void> hold(StreamId stream) override;
+  Result<void> release(StreamId stream) override;
+  Result<void> wait(StreamId stream, StreamId for_stream) override;
+  Result<void> synchronize(StreamId stream) override;
+  Result<void> synchronize() override;
+
+ private:
+  std::shared_ptr<GraphState> open_on(StreamId stream) const;
+  Error spoil(GraphState& state, Error e);
+  // Ticket 0: nothing was enqueued (graph.hpp).
+  Result<Ticket> record(GraphState& state, std::string what, std::vector<DeviceHandle> touched, Replay run);
+  static TransferReceipt recorded_receipt(StreamId stream);
+
+  Runtime& rt_;
+  mutable std::mutex mu_;  // guards open_, owners_, the open states' ops and every pool's state
+  std::map<StreamId, std::shared_ptr<GraphState>> open_;
+  std::vector<std::weak_ptr<GraphPoolState>> pools_;  // every pool made, for all_pools
+  // Pool blocks the program holds, by their handle now: its free() of one is deferred.
+  std::map<HandleKey, std::shared_ptr<GraphPoolState>> owners_;
+};
+
+}  // namespace ferry::detail
