@@ -394,7 +394,10 @@ FERRY_C_API ferry_status ferry_import_torch_snapshot(const void* FERRY_NULLABLE 
  * spoils the capture. Blocks allocated on the capturing stream are the graph's
  * private pool: a ferry_free of one is deferred until the pool's last graph is
  * destroyed, and a later same-size ferry_alloc of a capture of the same pool
- * reuses it. A graph must be destroyed before its runtime. */
+ * reuses it. A graph must be destroyed before its runtime. A captured
+ * ferry_upload reads the caller's bytes again at every replay (the call keeps
+ * the pointer, not a copy): they must stay valid and unchanged while the graph
+ * lives; a captured ferry_launch's callback and user data likewise. */
 typedef struct ferry_graph_s* ferry_graph;
 /* Starts recording `stream`. share_pool_of: nullable; a graph whose private pool
  * the capture allocates from (PyTorch's pool=), or NULL for a pool of its own.

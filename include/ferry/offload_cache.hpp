@@ -45,6 +45,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -95,6 +96,8 @@ struct CacheStats {
   std::uint64_t uploads = 0;          // demand + prefetch uploads
   std::uint64_t bytes_uploaded = 0;
   std::uint64_t waited_uploads = 0;   // acquires that had to finish an in-flight prefetch
+  std::uint64_t fills = 0;            // misses a SlotFill filled (acquire_filled), not an upload
+  std::uint64_t bytes_filled = 0;
   double hit_rate() const noexcept {
     const std::uint64_t n = hits + misses;
     return n == 0 ? 0.0 : static_cast<double>(hits) / static_cast<double>(n);
@@ -145,6 +148,16 @@ class OffloadCache {
   // stays pinned. Blocks (bounded).
   Result<CacheRef> acquire(CacheKey key, StreamId use_stream);
 
+  // Writes an entry's bytes, laid out as its pieces, into `slot` from somewhere
+  // other than its host pieces (another device's copy of it: multi_device_cache.hpp),
+  // enqueued on `stream`; returns a point after which they are there. It runs
+  // without the cache's lock.
+  using SlotFill = std::function<Result<StreamPoint>(DeviceHandle slot, StreamId stream)>;
+  // As acquire(), but a miss fills the slot with `fill` on upload_stream instead
+  // of uploading the host pieces (counted in fills, not uploads); a resident or
+  // in-flight entry is served as acquire() serves it and `fill` is not called.
+  // Errors: as acquire(), and fill's (the entry is dropped, nothing pinned).
+  Result<CacheRef> acquire_filled(CacheKey key, StreamId use_stream, const SlotFill& fill);
   // As acquire() when `key` is resident or in flight; otherwise counts a miss and
   // returns nullopt without fetching (the caller handles the miss, e.g. on the
   // host). Errors: as acquire(), minus out_of_memory from fetching.

@@ -217,6 +217,12 @@ struct OffloadCache::Impl {
     return p;
   }
 
+  Result<StreamPoint> upload(const Entry& e, DeviceHandle slot) {
+    Result<TransferReceipt> up = engine.upload(options.upload_stream, plan_for(e, slot));
+    if (!up.ok()) return std::move(up).error();
+    return up->done;
+  }
+
   // The entry failed to load: give its slot back.
   void abandon(CacheKey key, DeviceHandle slot) {
     if (slot != DeviceHandle{}) (void)pool.free(slot);
@@ -258,8 +264,10 @@ struct OffloadCache::Impl {
     if (e.pins > 0) --e.pins;
   }
 
-  // acquire() and acquire_if_resident(): `fetch` says whether a miss fetches.
-  Result<std::optional<CacheRef>> acquire(CacheKey key, StreamId use_stream, bool fetch) {
+  // acquire(), acquire_filled() and acquire_if_resident(): `fetch` says whether a
+  // miss fetches, `fill` (when set) how.
+  Result<std::optional<CacheRef>> acquire(CacheKey key, StreamId use_stream, bool fetch,
+                                          const OffloadCache::SlotFill* fill = nullptr) {
     FERRY_TRY(status);
     FERRY_TRY(check_stream(use_stream, "acquire " + key_text(key)));
     std::unique_lock lock(mu);
@@ -330,7 +338,7 @@ struct OffloadCache::Impl {
             counted = true;
           }
           if (!fetch) return std::optional<CacheRef>();
-          FERRY_TRY(fetch_locked(key, e, lock));
+          FERRY_TRY(fetch_locked(key, e, lock, fill));
           continue;
         }
       }
@@ -340,7 +348,8 @@ struct OffloadCache::Impl {
   // acquire()'s miss: claims a slot (evicting), then allocates and fills it
   // without the lock. On success the lock is held again and the entry resident;
   // on an error the lock may be released.
-  Result<void> fetch_locked(CacheKey key, Entry& e, std::unique_lock<std::mutex>& lock) {
+  Result<void> fetch_locked(CacheKey key, Entry& e, std::unique_lock<std::mutex>& lock,
+                            const OffloadCache::SlotFill* fill) {
     fix_slot_bytes_locked();
     Evicted evicted;
     if (!claim_slot_locked(key, /*for_prefetch=*/false, &evicted)) {
@@ -359,20 +368,25 @@ struct OffloadCache::Impl {
       err.message = "acquire " + key_text(key) + ": slot of " + std::to_string(bytes) + " bytes: " + err.message;
       return err;
     }
-    Result<TransferReceipt> up = engine.upload(options.upload_stream, plan_for(e, *slot));
-    if (!up.ok()) {
+    Result<StreamPoint> done = fill != nullptr ? (*fill)(*slot, options.upload_stream) : upload(e, *slot);
+    if (!done.ok()) {
       abandon(key, *slot);
-      Error err = std::move(up).error();
+      Error err = std::move(done).error();
       err.message = "acquire " + key_text(key) + ": " + err.message;
       return err;
     }
     lock.lock();
     e.slot = *slot;
-    e.ready = up->done;
+    e.ready = *done;
     e.state = State::resident;
     e.fresh_prefetch = false;
-    ++st.uploads;
-    st.bytes_uploaded += e.bytes;
+    if (fill != nullptr) {
+      ++st.fills;
+      st.bytes_filled += e.bytes;
+    } else {
+      ++st.uploads;
+      st.bytes_uploaded += e.bytes;
+    }
     changed.notify_all();
     return {};
   }
@@ -458,6 +472,13 @@ void OffloadCache::set_access_plan(std::vector<CacheKey> plan) {
 
 Result<CacheRef> OffloadCache::acquire(CacheKey key, StreamId use_stream) {
   Result<std::optional<CacheRef>> r = impl_->acquire(key, use_stream, /*fetch=*/true);
+  check(*this);
+  if (!r.ok()) return std::move(r).error();
+  return std::move(**r);
+}
+
+Result<CacheRef> OffloadCache::acquire_filled(CacheKey key, StreamId use_stream, const SlotFill& fill) {
+  Result<std::optional<CacheRef>> r = impl_->acquire(key, use_stream, /*fetch=*/true, &fill);
   check(*this);
   if (!r.ok()) return std::move(r).error();
   return std::move(**r);
