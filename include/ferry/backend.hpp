@@ -34,6 +34,8 @@ std::string_view to_string(BackendKind kind) noexcept;
 Result<BackendKind> parse_backend_kind(std::string_view text);
 std::span<const NamedValue<BackendKind>> backend_kinds() noexcept;
 
+class Backend;
+
 struct DeviceRange {
   std::uint64_t addr = 0;
   std::uint64_t bytes = 0;
@@ -58,6 +60,20 @@ struct CopyToHostOp {  // device -> host
 struct CopyOnDeviceOp {  // device -> device, same length
   DeviceRange dst;
   std::uint64_t src_addr = 0;
+};
+// The link between two devices of one Runtime (devices.hpp): none (copies go
+// through pinned host memory), PCIe peer-to-peer, or an NVLink-class link.
+enum class PeerLink : std::uint8_t { none, pcie, nvlink };
+// device -> device across devices: this stream's device copies dst.bytes from
+// src_addr on `peer` (another device's backend, which must outlive the op) over
+// `link` (pcie or nvlink). The source is not an operand of this device: whoever
+// enqueues it orders the source's writes before it and keeps the source (I2)
+// until the op completed. A backend without DeviceInfo::peer_copy refuses it.
+struct PeerCopyOp {
+  DeviceRange dst;
+  Backend* peer = nullptr;
+  std::uint64_t src_addr = 0;
+  PeerLink link = PeerLink::pcie;
 };
 struct BatchCopyToDeviceOp {  // many host->device copies as one operation (one ticket)
   std::vector<CopyToDeviceOp> copies;
@@ -107,7 +123,7 @@ struct NopOp {};
 // A program's kernels, real matrix products among them (gemm.hpp), are UserOps:
 // the core knows no kernel of its own beyond the content model's.
 using Op = std::variant<FillOp, CopyToDeviceOp, CopyToHostOp, CopyOnDeviceOp, BatchCopyToDeviceOp, ComputeOp,
-                        HashOp, WaitOp, NativeWaitOp, UserOp, NopOp>;
+                        HashOp, WaitOp, NativeWaitOp, UserOp, NopOp, PeerCopyOp>;
 
 struct DeviceInfo {
   BackendKind backend = BackendKind::sim;
@@ -133,6 +149,7 @@ struct DeviceInfo {
   bool race_checking = false;      // BackendSpec::race_check is honoured (every operation and byte seen)
   bool fault_injection = false;    // BackendSpec::faults are injected
   bool lazy_host_ranges = false;   // a registered host range may stay unbacked until read (no driver pins it)
+  bool peer_copy = false;          // PeerCopyOp runs (the sim: from another sim device of the process)
   bool profiled = false;           // the device is a DeviceProfile the spec names (spec_profile): its capacity,
                                    // granule and latencies are known before it opens, and a run may scale them
 };
@@ -150,6 +167,8 @@ struct FaultCounters {
   std::uint64_t batch_fallbacks = 0;
   // Sim: map() calls that the injected fail-map fault failed.
   std::uint64_t failed_maps = 0;
+  // Sim: peer copies that the injected peer-noop fault swallowed.
+  std::uint64_t swallowed_peer_copies = 0;
 };
 
 struct HostMemoryStats {

@@ -11,6 +11,8 @@
 //                       user op's figures default to its shape's: gemm.hpp)
 //   host <-> device     link latency + bytes / link bandwidth (pinned or pageable),
 //                       one latency per batch
+//   peer copy           NVLink-class link: peer latency + bytes / peer bandwidth;
+//                       PCIe: link latency + bytes / pinned link bandwidth
 //   waits, nop          0
 //
 // A profile figure of 0 models that resource as instantaneous. Durations round

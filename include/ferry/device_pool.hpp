@@ -66,6 +66,9 @@ struct PoolOptions {
   // Which of a Runtime's devices the pool serves (RuntimeOptions::devices): named
   // in the stale_handle answer to another device's handle. Runtime sets it.
   std::uint32_t device = 0;
+  // How many devices that Runtime has: with more than one, the out_of_memory
+  // diagnostic names the device ("out of memory on device 1: ..."). Runtime sets it.
+  std::uint32_t device_count = 1;
 };
 
 struct PoolStats {

@@ -22,6 +22,11 @@ struct DeviceProfile {
   double kernel_latency_ns = 0;        // per kernel launch
   double flops_per_s = 0;              // bf16 dense
   std::uint32_t copy_engines = 0;      // DMA engines; the sim still runs one copy per link direction at a time
+  // An NVLink-class link to a peer device (a bridge or a switch), per direction;
+  // 0: the device has none, and its peer copies run over PCIe at h2d_bytes_per_s
+  // and link_latency_ns. Which pairs are linked is DevicesOptions::links's.
+  double peer_bytes_per_s = 0;
+  double peer_latency_ns = 0;          // per peer copy over that link
 };
 
 // Presets: "h200", "rtx4090", "rtx3090", "tiny". Unknown name: nullopt.

@@ -14,6 +14,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "ferry/api.hpp"
@@ -31,6 +32,12 @@ namespace ferry FERRY_API {
 // At most this many devices in one Runtime.
 inline constexpr std::uint32_t kMaxDevices = 64;
 
+// How two devices reach each other (sim: the model; backend.hpp's PeerLink).
+struct PeerLinkSpec {
+  std::uint32_t a = 0, b = 0;  // the two devices, in either order
+  PeerLink link = PeerLink::pcie;
+};
+
 struct DevicesOptions {
   // How many devices. 1 (the default): RuntimeOptions::backend alone, as before
   // there were several. 0: as many as `profiles` (sim) or `ordinals` (cuda) list,
@@ -45,20 +52,33 @@ struct DevicesOptions {
   // sim: device i's injected faults when i < faults.size(); else backend.faults
   // (report 000's pinned fault on one device's path only, say).
   std::vector<SimFaults> faults;
+  // sim: the links between pairs of devices. A pair not listed has none: its
+  // peer copies go through pinned host memory. nvlink needs both devices'
+  // profiles to have one (DeviceProfile::peer_bytes_per_s > 0). cuda asks the
+  // driver instead (not done: its peer copies all go through the host).
+  std::vector<PeerLinkSpec> links;
 };
+
+// The link `devices` lists between devices a and b; none when it lists none.
+PeerLink link_between(const DevicesOptions& devices, std::uint32_t a, std::uint32_t b) noexcept;
+// "none", "pcie", "nvlink".
+std::string_view to_string(PeerLink link) noexcept;
 
 // What Runtime::copy_peer did.
 struct PeerCopyReceipt {
   std::uint32_t src_device = 0, dst_device = 0;
   std::uint64_t bytes = 0;
-  // true: one device-to-device copy (both blocks on one device); false: through
-  // pinned host memory (a download from the source's device, an upload to the
-  // destination's).
+  // true: one device-to-device copy (both blocks on one device, or a peer copy
+  // over the pair's link); false: through pinned host memory (a download from the
+  // source's device, an upload to the destination's).
   bool direct = false;
+  PeerLink link = PeerLink::none;  // the pair's link (none on one device)
   // verify: the source's device hash matched the host copy and the destination's
   // device hash matched it too, so destination == source.
   bool verified = false;
-  std::uint32_t recovered = 0;  // legs that needed another path (I5)
+  // Legs that needed another path (I5); a direct copy caught wrong and redone
+  // through the host counts one.
+  std::uint32_t recovered = 0;
   // A point on the destination's device after which the copy has completed there.
   StreamPoint done{};
 };
@@ -66,7 +86,9 @@ struct PeerCopyReceipt {
 // The backend spec of each device `devices` selects over `backend` (what
 // Runtime::create builds). Errors: invalid_argument (no device, more than
 // kMaxDevices, an ordinal below 0 or listed twice, more profiles or ordinals than
-// a nonzero count, a profile name check_spec refuses), unsupported (count 0 on
+// a nonzero count, a profile name check_spec refuses; a link naming a device
+// beyond the count, one device twice or a pair twice, a link of kind none or
+// unknown, nvlink between profiles without one, links on cuda), unsupported (count 0 on
 // cuda with no ordinals listed and no device visible). Blocks while a driver
 // initializes (count 0 on cuda).
 Result<std::vector<BackendSpec>> device_specs(const BackendSpec& backend, const DevicesOptions& devices);

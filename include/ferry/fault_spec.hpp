@@ -4,6 +4,8 @@
 //
 //   pinned-noop[:P]   report 000: pinned buffers go stale with probability P in [0,1]
 //                     (default 1); copies out of a stale buffer silently do nothing
+//   peer-noop[:P]     each copy from a peer device silently does nothing with
+//                     probability P in [0,1] (default 1): report 000's fault on a peer link
 //   batch-broken      the batched copy applies only the first copy of each batch
 //   batch-missing     the backend has no batched copy
 //   fail-map:N        the N-th (1-based, N >= 1) device map() call fails
@@ -32,6 +34,9 @@ struct SimFaults {
   // delay between pinning and its first copy); from then on copies out of it
   // leave the destination unchanged and still report success.
   double pinned_noop = 0.0;
+  // Each PeerCopyOp leaves its destination unchanged with this probability and
+  // still reports success (drawn per stream and ticket).
+  double peer_noop = 0.0;
   // The batched copy silently applies only the first copy of each batch.
   bool batch_broken = false;
   // The batched copy is absent (DeviceInfo::batched_copy = false).

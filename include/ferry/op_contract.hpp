@@ -47,7 +47,10 @@ std::string_view op_name(const Op& op) noexcept;
 //     with no kernel or an operand with an unknown access mark;
 //   * a WaitOp for a point its stream has not handed out yet (which also rules
 //     out cycles), where `submitted(s)` is stream s's last ticket.
-// And unsupported for a BatchCopyToDeviceOp on a device without batched copy.
+//   * a PeerCopyOp with no peer, a link that is neither pcie nor nvlink, or a
+//     source range that starts at 0 or wraps.
+// And unsupported for a BatchCopyToDeviceOp on a device without batched copy,
+// and for a PeerCopyOp on a device without peer copy.
 Result<void> check_op(StreamId stream, const Op& op, const DeviceInfo& info,
                       const std::function<Ticket(StreamId)>& submitted);
 
@@ -62,6 +65,7 @@ enum class Engine : std::uint8_t {
   compute,   // fill, compute, user, hash, device-to-device copy
   copy_h2d,  // a copy engine and the host->device direction of the link
   copy_d2h,  // a copy engine and the device->host direction of the link
+  copy_peer, // a copy engine and a peer link, not the host link
 };
 
 // A device range an op reads or writes. `role` names it in messages ("dst",
@@ -208,6 +212,19 @@ struct OpDescription<UserOp> {
   template <class Fn>
   static void host(const UserOp&, Fn&&) {}
   static OpFigures figures(const UserOp& o) { return {o.flops, o.mem_bytes}; }
+};
+template <>
+struct OpDescription<PeerCopyOp> {
+  static constexpr std::string_view name = "copy_peer";
+  static constexpr Engine engine = Engine::copy_peer;
+  // Only the destination is this device's; the source is the peer's memory.
+  template <class Fn>
+  static void device(const PeerCopyOp& o, Fn&& fn) {
+    fn(DeviceOperand{o.dst.addr, o.dst.bytes, "dst", Access::write});
+  }
+  template <class Fn>
+  static void host(const PeerCopyOp&, Fn&&) {}
+  static OpFigures figures(const PeerCopyOp&) { return {}; }
 };
 template <>
 struct OpDescription<NopOp> {

@@ -143,7 +143,13 @@ class Runtime {
 
   // Copies bytes [src_offset, src_offset + bytes) of `src` to [dst_offset, ...) of
   // `dst`, whichever devices' pools the handles name (devices.hpp). On one device:
-  // the engine's copy_on_device. Across two: through a pinned block of the
+  // the engine's copy_on_device. Across two linked devices (DevicesOptions::links)
+  // whose destination `stream` is not held: direct, once the source's earlier work
+  // on its `stream` completed, the destination's device pulling over the link
+  // (PeerCopyOp); under probe and verify both sides are hashed on their devices (a
+  // link has no pinned unit for probe's canary), and a mismatch is redone through
+  // the host (I5). Returns once the direct copy completed. Otherwise (no link, a
+  // held destination stream, a mismatch): through a pinned block of the
   // destination's arena, downloaded from the source on the source device's `stream`
   // and uploaded on the destination device's `stream`, each leg under its engine's
   // integrity policy (verify: device hash of the source == host bytes == device

@@ -45,6 +45,13 @@ std::uint64_t modeled_ns(const Op& op, const DeviceProfile& profile, const Pinne
       for_each_host_range(op, [&](const HostOperand& h) { ns += host_link_ns(h.ptr, h.bytes); });
       return to_ns(ns);
     }
+    case Engine::copy_peer: {  // the pair's link: NVLink-class at the profile's peer figures, else PCIe
+      const auto& peer = std::get<PeerCopyOp>(op);
+      if (peer.link == PeerLink::nvlink) {
+        return to_ns(profile.peer_latency_ns + transfer_ns(peer.dst.bytes, profile.peer_bytes_per_s));
+      }
+      return to_ns(link + transfer_ns(peer.dst.bytes, profile.h2d_bytes_per_s));
+    }
     case Engine::compute:
       break;
   }

@@ -34,6 +34,8 @@ DeviceProfile h200() {
   p.kernel_latency_ns = 4000;
   p.flops_per_s = 790e12;           // dense BF16, ~80% of the 989 TFLOP/s peak
   p.copy_engines = 2;
+  p.peer_bytes_per_s = 370e9;       // NVLink 4, 450 GB/s per direction; ~80% sustained
+  p.peer_latency_ns = 2500;
   return p;
 }
 
@@ -64,6 +66,8 @@ DeviceProfile rtx3090() {
   p.kernel_latency_ns = 4000;
   p.flops_per_s = 71e12;            // dense BF16 with FP32 accumulate
   p.copy_engines = 2;
+  p.peer_bytes_per_s = 50e9;        // NVLink 3 bridge, 56.25 GB/s per direction
+  p.peer_latency_ns = 2000;
   return p;
 }
 
@@ -81,6 +85,8 @@ DeviceProfile tiny() {
   p.kernel_latency_ns = 2000;
   p.flops_per_s = 10e12;
   p.copy_engines = 1;
+  p.peer_bytes_per_s = 40e9;
+  p.peer_latency_ns = 1000;
   return p;
 }
 

@@ -9,7 +9,7 @@ namespace ferry {
 namespace {
 
 constexpr std::string_view kGrammar =
-    "expected pinned-noop[:P] (0<=P<=1), batch-broken, batch-missing, fail-map:N (N>=1), "
+    "expected pinned-noop[:P] (0<=P<=1), peer-noop[:P] (0<=P<=1), batch-broken, batch-missing, fail-map:N (N>=1), "
     "delay:NS or none, comma-separated";
 
 // Faults are quoted as on the command line: 'pinned-noop'.
@@ -57,14 +57,14 @@ Result<void> apply_item(std::string_view item, SimFaults& faults) {
   const bool has_arg = colon != std::string_view::npos;
   const std::string_view arg = has_arg ? item.substr(colon + 1) : std::string_view{};
 
-  if (name == "pinned-noop") {
+  if (name == "pinned-noop" || name == "peer-noop") {
     double p = 1.0;
     if (has_arg) {
       auto parsed = parse_probability(item, arg);
       if (!parsed.ok()) return std::move(parsed).error();
       p = *parsed;
     }
-    faults.pinned_noop = p;
+    (name == "pinned-noop" ? faults.pinned_noop : faults.peer_noop) = p;
     return {};
   }
   if (name == "batch-broken" || name == "batch-missing" || name == "none") {
@@ -139,16 +139,19 @@ std::string describe(const SimFaults& faults) {
     if (!out.empty()) out += ',';
     out += item;
   };
-  if (faults.pinned_noop > 0) {
-    if (faults.pinned_noop >= 1.0) {
-      add("pinned-noop");
-    } else {
-      // Shortest fixed-notation text that reads back as the same double.
-      char buf[400];
-      auto r = std::to_chars(buf, buf + sizeof buf, faults.pinned_noop, std::chars_format::fixed);
-      add("pinned-noop:" + std::string(buf, r.ptr));
+  const auto probability = [&](std::string_view name, double p) {
+    if (!(p > 0)) return;
+    if (p >= 1.0) {
+      add(std::string(name));
+      return;
     }
-  }
+    // Shortest fixed-notation text that reads back as the same double.
+    char buf[400];
+    auto r = std::to_chars(buf, buf + sizeof buf, p, std::chars_format::fixed);
+    add(std::string(name) + ":" + std::string(buf, r.ptr));
+  };
+  probability("pinned-noop", faults.pinned_noop);
+  probability("peer-noop", faults.peer_noop);
   if (faults.batch_broken) add("batch-broken");
   if (faults.batch_missing) add("batch-missing");
   if (faults.fail_map_call != 0) add("fail-map:" + std::to_string(faults.fail_map_call));

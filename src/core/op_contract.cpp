@@ -21,6 +21,21 @@ bool ranges_overlap(const DeviceRange& x, const DeviceRange& y) {
   return x.bytes > 0 && y.bytes > 0 && x.addr < y.addr + y.bytes && y.addr < x.addr + x.bytes;
 }
 
+// A PeerCopyOp's own fields; `where` names the enqueue.
+template <class Where>
+Result<void> check_peer(const PeerCopyOp& p, const DeviceInfo& info, const Where& where) {
+  const auto bad = [&](const std::string& why) { return make_error(ErrorCode::invalid_argument, where() + why); };
+  if (!info.peer_copy) {
+    return make_error(ErrorCode::unsupported, where() + "this device has no peer copy (DeviceInfo::peer_copy is false)");
+  }
+  if (p.peer == nullptr) return bad("the peer device is null");
+  if (p.link != PeerLink::pcie && p.link != PeerLink::nvlink) return bad("the link is neither pcie nor nvlink");
+  if (!device_range_ok(p.src_addr, p.dst.bytes)) {
+    return bad("peer src " + text::range(p.src_addr, p.dst.bytes) + " starts at address 0 or wraps around");
+  }
+  return {};
+}
+
 }  // namespace
 
 std::string_view op_name(const Op& op) noexcept {
@@ -83,6 +98,7 @@ Result<void> check_op(StreamId stream, const Op& op, const DeviceInfo& info,
             return {};
           },
           [](const NopOp&) { return Result<void>(); },
+          [&](const PeerCopyOp& p) { return check_peer(p, info, where); },
       },
       op));
   Result<void> ranges;
@@ -117,6 +133,7 @@ Result<void> check_op(StreamId stream, const Op& op, const DeviceInfo& info,
           [](const NativeWaitOp&) { return Result<void>(); },
           [&](const UserOp& u) { return flops(u.flops); },
           [](const NopOp&) { return Result<void>(); },
+          [](const PeerCopyOp&) { return Result<void>(); },
       },
       op));
   Result<void> host_ranges;

@@ -278,6 +278,10 @@ Result<void> CudaBackend::issue_op(StreamId s, Stream& st, Op& op, Ticket ticket
             return {};
           },
           [&](const NopOp&) -> Result<void> { return {}; },
+          [&](const PeerCopyOp&) -> Result<void> {
+            // check_op refuses it first: DeviceInfo::peer_copy is false here (docs/scale.md).
+            return make_error(ErrorCode::unsupported, "no peer copy on cuda yet");
+          },
       },
       op);
   if (!r.ok()) {

@@ -38,7 +38,11 @@ std::string DevicePool::Impl::diagnostic(std::uint64_t bytes, StreamId stream) c
                 bytes_str(held + size - capacity)
           : "fragmentation: " + bytes_str(capacity - held) +
                 " are not held by any block, but no free extent can take the request";
-  return "out of memory: request of " + bytes_str(bytes) + " (" + std::to_string(bytes) +
+  const std::string on =
+      options.device_count > 1 ? " on device " + std::to_string(options.device) + " of " +
+                                     std::to_string(options.device_count)
+                               : std::string();
+  return "out of memory" + on + ": request of " + bytes_str(bytes) + " (" + std::to_string(bytes) +
          " B) on stream " + std::to_string(stream) + "; capacity " + bytes_str(capacity) +
          ", reserved " + bytes_str(st.reserved_bytes) + ", live " + bytes_str(st.allocated_bytes) +
          ", pending-free " + bytes_str(st.pending_free_bytes) + ", cached " +

@@ -1,4 +1,9 @@
-// Runtime::copy_peer: a copy between the blocks of two devices (devices.hpp).
+// Runtime::copy_peer: a copy between the blocks of two devices (devices.hpp):
+// direct over the pair's link when it has one, through the destination's pinned
+// arena when it has none (or the direct copy arrived wrong, I5).
+#include <array>
+#include <memory>
+#include <optional>
 #include <string>
 
 #include "core/text.hpp"
@@ -11,6 +16,85 @@ namespace {
 std::string range_of(const char* what, DeviceHandle h, std::uint64_t offset, std::uint64_t bytes) {
   return std::string(what) + " " + text::handle(h) + " bytes [" + std::to_string(offset) + ", +" +
          std::to_string(bytes) + ")";
+}
+
+// What one direct copy did: under verify and probe the hash of what arrived on
+// the destination's device and of the source on its own.
+struct DirectTry {
+  StreamPoint done{};
+  bool compared = false;
+  std::uint64_t arrived = 0, expected = 0;
+};
+
+struct PeerSides {
+  RuntimeDevice& source;
+  RuntimeDevice& target;
+  DeviceHandle dst, src;
+  std::uint64_t dst_offset, src_offset, bytes;
+  StreamId stream;
+};
+
+// Hashes [offset, +bytes) of `h` on `dev`'s `stream` into *out, behind the
+// stream's earlier work, and returns the hash's point.
+Result<StreamPoint> submit_hash(RuntimeDevice& dev, StreamId stream, DeviceHandle h, std::uint64_t offset,
+                                std::uint64_t bytes, std::uint64_t* out) {
+  FERRY_TRY(dev.pool().make_ready(h, stream));
+  Result<Ticket> t = dev.order().submit(stream, [&](Ticket ticket) -> Result<Op> {
+    Result<DeviceSpan> span = dev.pool().lease(h, StreamPoint{stream, ticket});
+    if (!span.ok()) return std::move(span).error();
+    return Op{HashOp{DeviceRange{span->addr + offset, bytes}, out}};
+  });
+  if (!t.ok()) return std::move(t).error();
+  return StreamPoint{stream, *t};
+}
+
+// The source's earlier work on the stream completes first (the peer reads it
+// from another device, whose streams order nothing on this one); then the
+// destination's device pulls the bytes over `link`, leasing its block. Returns
+// once the copy (and its hashes) completed, so the source is read only while
+// this runs and a free of it afterwards is safe.
+Result<DirectTry> direct_copy(const PeerSides& s, PeerLink link, bool hashed) {
+  auto hashes = std::make_shared<std::array<std::uint64_t, 2>>();  // source, destination
+  DirectTry out;
+  // On an error after a hash was enqueued the device may still write *hashes:
+  // drain it before they go.
+  const auto drained = [&](Error e) -> Result<DirectTry> {
+    (void)s.source.backend().synchronize();
+    (void)s.target.backend().synchronize();
+    return e;
+  };
+  FERRY_TRY(s.source.pool().make_ready(s.src, s.stream));
+  const Ticket tail = s.source.backend().submitted(s.stream);
+  std::optional<StreamPoint> source_ready;
+  if (hashed) {
+    Result<StreamPoint> h = submit_hash(s.source, s.stream, s.src, s.src_offset, s.bytes, hashes->data());
+    if (!h.ok()) return std::move(h).error();
+    source_ready = *h;
+  } else if (tail > 0) {
+    source_ready = StreamPoint{s.stream, tail};
+  }
+  if (source_ready) {
+    if (Result<void> w = s.source.order().wait_for_result(*source_ready); !w.ok()) return drained(std::move(w).error());
+  }
+  FERRY_TRY(s.target.pool().make_ready(s.dst, s.stream));
+  Result<Ticket> c = s.target.order().submit(s.stream, [&](Ticket ticket) -> Result<Op> {
+    Result<DeviceSpan> from = s.source.pool().resolve(s.src);
+    if (!from.ok()) return std::move(from).error();
+    Result<DeviceSpan> to = s.target.pool().lease(s.dst, StreamPoint{s.stream, ticket});
+    if (!to.ok()) return std::move(to).error();
+    return Op{PeerCopyOp{DeviceRange{to->addr + s.dst_offset, s.bytes}, &s.source.backend(),
+                         from->addr + s.src_offset, link}};
+  });
+  if (!c.ok()) return std::move(c).error();
+  out.done = StreamPoint{s.stream, *c};
+  if (hashed) {
+    Result<StreamPoint> h = submit_hash(s.target, s.stream, s.dst, s.dst_offset, s.bytes, hashes->data() + 1);
+    if (!h.ok()) return drained(std::move(h).error());
+    out.done = *h;
+  }
+  if (Result<void> w = s.target.order().wait_for_result(out.done); !w.ok()) return drained(std::move(w).error());
+  if (hashed) out.compared = true, out.expected = (*hashes)[0], out.arrived = (*hashes)[1];
+  return out;
 }
 
 }  // namespace
@@ -51,6 +135,28 @@ Result<PeerCopyReceipt> Runtime::copy_peer(DeviceHandle dst, std::uint64_t dst_o
     out.direct = true, out.verified = r->verified, out.recovered = r->recovered, out.done = r->done;
     return out;
   }
+  out.link = link_between(options_.devices, from, to);
+  // A held destination stream goes through the host: a pull held there would
+  // read the source when dispatched, after the program may have freed it.
+  std::string direct_failed;
+  if (out.link != PeerLink::none && !target.backend().held(stream) && target.backend().info().peer_copy) {
+    const bool hashed = target.engine().policy() != IntegrityPolicy::off;
+    Result<DirectTry> d = direct_copy(PeerSides{source, target, dst, src, dst_offset, src_offset, bytes, stream},
+                                      out.link, hashed);
+    if (!d.ok()) {
+      Error e = std::move(d).error();
+      e.message = "copy_peer: device " + std::to_string(from) + " to device " + std::to_string(to) + " over " +
+                  std::string(to_string(out.link)) + ": " + e.message;
+      return e;
+    }
+    if (!d->compared || d->arrived == d->expected) {
+      out.direct = true, out.verified = d->compared, out.done = d->done;
+      return out;
+    }
+    // I5: a direct copy caught wrong is redone through another path.
+    direct_failed = "the direct copy over " + std::string(to_string(out.link)) + " arrived with destination hash " +
+                    text::hex16(d->arrived) + " != source hash " + text::hex16(d->expected) + "; ";
+  }
   // Staged in the destination's arena: its upload leg then reads pinned memory
   // that device's integrity probe and retries already know.
   Result<HostBlock> staged = target.arena().allocate(bytes);
@@ -60,7 +166,7 @@ Result<PeerCopyReceipt> Runtime::copy_peer(DeviceHandle dst, std::uint64_t dst_o
   if (!down.ok()) {
     (void)target.arena().free(staging);
     Error e = std::move(down).error();
-    e.message = "copy_peer: device " + std::to_string(from) + " to host: " + e.message;
+    e.message = "copy_peer: " + direct_failed + "device " + std::to_string(from) + " to host: " + e.message;
     return e;
   }
   Result<TransferReceipt> up = target.engine().upload(stream, TransferPlan().add(staging, 0, dst, dst_offset, bytes));
@@ -68,11 +174,11 @@ Result<PeerCopyReceipt> Runtime::copy_peer(DeviceHandle dst, std::uint64_t dst_o
   (void)target.arena().free(staging);
   if (!up.ok()) {
     Error e = std::move(up).error();
-    e.message = "copy_peer: host to device " + std::to_string(to) + ": " + e.message;
+    e.message = "copy_peer: " + direct_failed + "host to device " + std::to_string(to) + ": " + e.message;
     return e;
   }
   out.verified = down->verified && up->verified;
-  out.recovered = down->recovered + up->recovered;
+  out.recovered = down->recovered + up->recovered + (direct_failed.empty() ? 0 : 1);
   out.done = up->done;
   return out;
 }

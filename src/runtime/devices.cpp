@@ -10,6 +10,51 @@
 #include "ferry/runtime.hpp"
 
 namespace ferry {
+namespace {
+
+Result<void> check_links(const std::vector<BackendSpec>& specs, const DevicesOptions& devices, bool profiled) {
+  const auto bad = [](std::string what) { return make_error(ErrorCode::invalid_argument, std::move(what)); };
+  if (!profiled && !devices.links.empty()) {
+    return bad("links between devices are the sim's model; a real backend's come from its driver");
+  }
+  std::set<std::pair<std::uint32_t, std::uint32_t>> pairs;
+  for (const PeerLinkSpec& l : devices.links) {
+    const std::string name = "link " + std::to_string(l.a) + "-" + std::to_string(l.b);
+    if (l.a >= specs.size() || l.b >= specs.size()) {
+      return bad(name + " names a device beyond the " + std::to_string(specs.size()) + " asked for");
+    }
+    if (l.a == l.b) return bad(name + " joins a device to itself");
+    if (!pairs.insert(std::minmax(l.a, l.b)).second) return bad(name + " is listed twice");
+    if (l.link != PeerLink::pcie && l.link != PeerLink::nvlink) return bad(name + ": the kind is neither pcie nor nvlink");
+    if (l.link != PeerLink::nvlink) continue;
+    for (const std::uint32_t d : {l.a, l.b}) {
+      Result<DeviceProfile> p = spec_profile(specs[d]);
+      if (!p.ok()) return bad(name + ": device " + std::to_string(d) + ": " + p.error().message);
+      if (!(p->peer_bytes_per_s > 0)) {
+        return bad(name + " is nvlink, but device " + std::to_string(d) + "'s profile " + p->name + " has none");
+      }
+    }
+  }
+  return {};
+}
+
+}  // namespace
+
+PeerLink link_between(const DevicesOptions& devices, std::uint32_t a, std::uint32_t b) noexcept {
+  for (const PeerLinkSpec& l : devices.links) {
+    if ((l.a == a && l.b == b) || (l.a == b && l.b == a)) return l.link;
+  }
+  return PeerLink::none;
+}
+
+std::string_view to_string(PeerLink link) noexcept {
+  switch (link) {
+    case PeerLink::none: return "none";
+    case PeerLink::pcie: return "pcie";
+    case PeerLink::nvlink: return "nvlink";
+  }
+  return "unknown";
+}
 
 Result<std::vector<BackendSpec>> device_specs(const BackendSpec& backend, const DevicesOptions& devices) {
   const auto bad = [](std::string what) { return make_error(ErrorCode::invalid_argument, std::move(what)); };
@@ -71,6 +116,7 @@ Result<std::vector<BackendSpec>> device_specs(const BackendSpec& backend, const 
       }
     }
   }
+  FERRY_TRY(check_links(specs, devices, profiled));
   return specs;
 }
 

@@ -69,6 +69,7 @@ Result<std::unique_ptr<Runtime>> Runtime::create(RuntimeOptions options) {
   if (!specs.ok()) return prefixed(std::move(specs).error(), "runtime devices");
   // On any early return the destructor takes down what was built so far.
   std::unique_ptr<Runtime> rt(new Runtime(std::move(options)));
+  rt->options_.pool.device_count = static_cast<std::uint32_t>(specs->size());
   const RuntimeOptions& o = rt->options_;
   for (std::uint32_t i = 0; i < specs->size(); ++i) {
     Result<void> built = rt->build_device((*specs)[i], i);

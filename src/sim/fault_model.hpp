@@ -55,6 +55,13 @@ class FaultModel {
     return max == UINT64_MAX ? bits : bits % (max + 1);
   }
 
+  // peer-noop: whether the peer copy at (stream, ticket) is swallowed.
+  bool swallows_peer_copy(StreamId stream, Ticket ticket) const {
+    const double p = faults_.peer_noop;
+    if (!(p > 0)) return false;  // also NaN
+    return unit(kTagPeerNoop, (std::uint64_t{stream} << 48) ^ ticket) < p;
+  }
+
   // map() call number `call` (1-based) is the injected failure.
   bool fails_map_call(std::uint64_t call) const noexcept {
     return faults_.fail_map_call != 0 && call == faults_.fail_map_call;
@@ -64,6 +71,7 @@ class FaultModel {
   static constexpr std::uint64_t kTagStaleChoice = 1;
   static constexpr std::uint64_t kTagStaleDelay = 2;
   static constexpr std::uint64_t kTagDelay = 3;
+  static constexpr std::uint64_t kTagPeerNoop = 4;
 
   std::uint64_t draw(std::uint64_t tag, std::uint64_t index) const noexcept {
     return splitmix64(key_ ^ splitmix64(tag ^ splitmix64(index)));

@@ -37,8 +37,24 @@ Result<void> SimGpu::prepare_storage(const Op& op) {
           [](const WaitOp&) -> Result<void> { return {}; },
           [](const NativeWaitOp&) -> Result<void> { return {}; },
           [](const NopOp&) -> Result<void> { return {}; },
+          [&](const PeerCopyOp& p) { return memory_.prepare_write(p.dst.addr, p.dst.bytes); },
       },
       op);
+}
+
+Result<void> SimGpu::read_peer(const PeerCopyOp& op, std::vector<std::byte>& out) const {
+  auto* peer = dynamic_cast<const SimBackend*>(&op.peer->innermost());
+  if (peer == nullptr || peer == this) {
+    return make_error(ErrorCode::invalid_argument, "copy_peer into " + text::range(op.dst.addr, op.dst.bytes) +
+                                                       ": the peer is not another sim device");
+  }
+  try {
+    out.resize(op.dst.bytes);
+  } catch (const std::bad_alloc&) {
+    return make_error(ErrorCode::out_of_memory, "copy_peer into " + text::range(op.dst.addr, op.dst.bytes) +
+                                                    ": no host memory to model the peer's bytes");
+  }
+  return peer->peek(op.src_addr, out);
 }
 
 // --- Effects at completion --------------------------------------------------
@@ -114,6 +130,13 @@ void SimGpu::apply(StreamId stream, const PendingOp& pending) {
           [](const WaitOp&) -> Result<void> { return {}; },
           [](const NativeWaitOp&) -> Result<void> { return {}; },  // issue() made it a WaitOp
           [](const NopOp&) -> Result<void> { return {}; },
+          [&](const PeerCopyOp& p) -> Result<void> {
+            if (faults_.swallows_peer_copy(stream, pending.ticket)) {
+              ++swallowed_peer_copies_;  // peer-noop: success, destination unchanged
+              return {};
+            }
+            return memory_.write(p.dst.addr, pending.peer_bytes);
+          },
       },
       pending.op);
   // An op that could not finish (a failed user kernel, no host memory for the

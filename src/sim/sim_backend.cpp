@@ -28,6 +28,7 @@ DeviceInfo sim_capabilities(DeviceInfo info) noexcept {
   info.race_checking = true;
   info.fault_injection = true;
   info.lazy_host_ranges = true;
+  info.peer_copy = true;
   info.profiled = true;
   return info;
 }
@@ -144,6 +145,13 @@ Result<void> SimGpu::check_healthy() const {
 }
 
 Result<void> SimGpu::admit(StreamId stream, const Op& op) {
+  if (const auto* p = std::get_if<PeerCopyOp>(&op)) {
+    const auto* peer = dynamic_cast<const SimBackend*>(&p->peer->innermost());
+    if (peer == nullptr || peer == this) {
+      return make_error(ErrorCode::invalid_argument, "enqueue(copy_peer) on stream " + std::to_string(stream) +
+                                                         ": the peer is not another sim device");
+    }
+  }
   std::lock_guard lock(mutex_);
   FERRY_TRY(check_healthy());
   // As on cuda, memory must be mapped when its op is enqueued; memory unmapped
@@ -170,6 +178,10 @@ Result<void> SimGpu::admit(StreamId stream, const Op& op) {
 }
 
 Result<Ticket> SimGpu::issue(StreamId stream, Op op) {
+  // Before mutex_: the peer's own lock is a leaf, so two devices copying from
+  // each other on two threads cannot deadlock.
+  std::vector<std::byte> peer_bytes;
+  if (const auto* p = std::get_if<PeerCopyOp>(&op)) FERRY_TRY(read_peer(*p, peer_bytes));
   std::lock_guard lock(mutex_);
   FERRY_TRY(check_healthy());
   if (const auto* w = std::get_if<NativeWaitOp>(&op)) {
@@ -188,6 +200,7 @@ Result<Ticket> SimGpu::issue(StreamId stream, Op op) {
   pending.engine = engine_of(op);
   pending.issued_ns = now_;
   pending.op = std::move(op);
+  pending.peer_bytes = std::move(peer_bytes);
   st.ops.push_back(std::move(pending));
   active_ |= std::uint64_t{1} << stream;
   start_ready_ops();
@@ -340,6 +353,7 @@ void SimGpu::complete_ops_at(std::uint64_t t) {
       copy_[op.unit].reset();
       link_[link_index(op.engine)].reset();
     }
+    if (op.engine == Engine::copy_peer) copy_[op.unit].reset();
     st.ops.pop_front();
     st.completed += 1;
     st.last_completion_ns = t;
@@ -490,7 +504,7 @@ void SimGpu::note_block_checked(std::uint64_t addr, std::uint64_t bytes, const D
 
 FaultCounters SimGpu::fault_counters() const {
   std::lock_guard lock(mutex_);
-  return {illegal_accesses_, swallowed_copies_, 0, failed_maps_};
+  return {illegal_accesses_, swallowed_copies_, 0, failed_maps_, swallowed_peer_copies_};
 }
 
 Result<void> SimGpu::peek(std::uint64_t addr, std::span<std::byte> out) const {

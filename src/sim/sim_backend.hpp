@@ -21,6 +21,11 @@
 // alternates "start whatever is ready now" and "jump to the next completion and
 // apply its bytes", so an operation's bytes change exactly at its completion.
 //
+// Peer copies (PeerCopyOp) need a copy engine and the pair's link, not the host
+// link. The source's bytes are read from the peer sim when the op is issued
+// (the caller ordered the source's writes before it and keeps the source until
+// it completed) and land in the destination at completion, like any copy's.
+//
 // Durations come from the one cost model (cost_model.hpp).
 //
 // Between calls every issued op that can start at now_ has started
@@ -116,6 +121,7 @@ class SimGpu final : public HoldingBackend<SimBackend> {
     bool started = false;
     std::uint32_t unit = kNoUnit;  // index into compute_/copy_ owners while started
     std::uint64_t finish_ns = 0;
+    std::vector<std::byte> peer_bytes;  // a PeerCopyOp's source, read from the peer at issue
   };
 
   // completed <= submitted; ops.size() == submitted - completed;
@@ -153,6 +159,8 @@ class SimGpu final : public HoldingBackend<SimBackend> {
   // model's refusal is the enqueue's out_of_memory. Changes no byte.
   Result<void> prepare_storage(const Op& op);
   bool swallowed(const CopyToDeviceOp& copy) const;
+  // A PeerCopyOp's source bytes, read from the peer sim (no lock of this one held).
+  Result<void> read_peer(const PeerCopyOp& op, std::vector<std::byte>& out) const;
   std::optional<StreamPoint> host_pointer_user(const std::byte* begin, std::uint64_t bytes) const;
   // note_block's work when a race checker is on: out of line, so a pool allocation
   // without one pays only the test.
@@ -178,6 +186,7 @@ class SimGpu final : public HoldingBackend<SimBackend> {
   std::uint64_t map_calls_ = 0;
   std::uint64_t illegal_accesses_ = 0;
   std::uint64_t swallowed_copies_ = 0;
+  std::uint64_t swallowed_peer_copies_ = 0;
   std::uint64_t failed_maps_ = 0;
   std::map<const void*, std::unique_ptr<StreamPoint>> events_;  // export_event's, by token
   std::unique_ptr<RaceChecker> races_;  // null unless SimOptions::race_check

@@ -370,6 +370,25 @@ TEST(Devices, APeerCopyOnOneDeviceIsDirectAndBadArgumentsAreRefused) {
   ASSERT_TRUE(p1.free(*b).ok());
 }
 
+// The out_of_memory diagnostic says which device ran out; one device's pool
+// says nothing of devices (its text is as before there were several).
+TEST(Devices, AnOutOfMemoryNamesItsDevice) {
+  auto rt = make(two_sim_devices());
+  ASSERT_TRUE(rt);
+  auto big = rt->device(1).pool().allocate(rt->device(1).pool().capacity() + 1, 0);
+  ASSERT_FALSE(big.ok());
+  EXPECT_EQ(big.error().code, ErrorCode::out_of_memory);
+  EXPECT_NE(big.error().message.find("out of memory on device 1 of 2: request of"), std::string::npos)
+      << big.error().message;
+  RuntimeOptions one;
+  one.backend.profile = "tiny";
+  auto single = make(one);
+  ASSERT_TRUE(single);
+  auto alone = single->pool().allocate(single->pool().capacity() + 1, 0);
+  ASSERT_FALSE(alone.ok());
+  EXPECT_EQ(alone.error().message.rfind("out of memory: request of", 0), 0u) << alone.error().message;
+}
+
 
 // --- cuda: every visible device, or skip -------------------------------------------
 
