@@ -109,6 +109,7 @@ struct HostArena::Impl {
   std::optional<HostRangeInfo> locate(const std::byte* ptr, std::uint64_t bytes) const;
   ArenaStats snapshot() const;
   bool validate_chunk(PinnedUnitId id, std::string* why) const;
+  bool validate_pending(std::uint64_t count, std::string* why) const;
 };
 
 }  // namespace ferry

@@ -74,23 +74,8 @@ bool HostArena::validate_locked(std::string* why) const {
     return fail("in_use/pending/requested totals disagree with the chunks");
   }
   if (chunks != m.st.chunks) return fail("chunk count disagrees");
-  // Every pending block is filed once, under its own entry, by its open leases.
-  if (pending_blocks != m.pending.size()) return fail("pending blocks and the pending list disagree");
-  bool filed = true;
-  m.pending.for_each([&](const Impl::BlockKey& k) {
-    if (k.first >= m.units.size()) {
-      filed = false;
-      return;
-    }
-    const Unit& u = m.units[k.first];
-    auto it = u.blocks.find(k.second);
-    filed &= it != u.blocks.end() && it->second.pending && !it->second.uses.empty();
-  });
-  if (!filed) return fail("the pending list names a block that is not pending");
   std::string inner;
-  if (!m.pending.validate([&](const Impl::BlockKey& k) -> const UseSet& { return m.block_at(k).uses; },
-                          [&](const Impl::BlockKey& k) { return m.block_at(k).pending_id; }, &inner))
-    return fail("pending blocks: " + inner);
+  if (!m.validate_pending(pending_blocks, &inner)) return fail("pending blocks: " + inner);
   if (m.st.reserved_bytes > options_.budget_bytes) return fail("reserved exceeds the budget");
   if (m.st.pinned_allocs - m.st.pinned_frees != chunks) {
     return fail("pinned_allocs - pinned_frees != chunks held");
@@ -111,6 +96,31 @@ bool HostArena::validate_locked(std::string* why) const {
   }
   if (registered != m.st.registered_bytes) return fail("registered_bytes disagrees with the regions");
   return true;
+}
+
+// Every one of the chunks' `count` pending blocks is filed once, under its own
+// entry, by its open leases.
+bool HostArena::Impl::validate_pending(std::uint64_t count, std::string* why) const {
+  if (count != pending.size()) {
+    if (why != nullptr) *why = "pending blocks and the pending list disagree";
+    return false;
+  }
+  bool filed = true;
+  pending.for_each([&](const BlockKey& k) {
+    if (k.first >= units.size()) {
+      filed = false;
+      return;
+    }
+    const Unit& u = units[k.first];
+    auto it = u.blocks.find(k.second);
+    filed &= it != u.blocks.end() && it->second.pending && !it->second.uses.empty();
+  });
+  if (!filed) {
+    if (why != nullptr) *why = "the pending list names a block that is not pending";
+    return false;
+  }
+  return pending.validate([&](const BlockKey& k) -> const UseSet& { return block_at(k).uses; },
+                          [&](const BlockKey& k) { return block_at(k).pending_id; }, why);
 }
 
 }  // namespace ferry
