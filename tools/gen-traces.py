@@ -28,6 +28,7 @@ CAPACITY = {
     "oom-expected": 32 * MiB,
     "dequant-pattern": 128 * MiB,
     "mixed-random": 128 * MiB,
+    "decode-graph": 64 * MiB,
 }
 
 
@@ -271,6 +272,72 @@ def mixed_random(seed=3, ops=1500, max_bytes=24 * MiB):
     return t
 
 
+def decode_graph(tokens=4):
+    """Graph capture (include/ferry/graph.hpp): a decode step captured once on
+    stream 1 and replayed per token, and a second step for another batch size
+    sharing its private pool; a block freed inside a capture reused by the next
+    allocation of that pool; a capture spoiled by a host wait; a replay refused
+    (stale_handle) once a block it reads was freed outside it."""
+    t = Trace()
+    for i in range(4):
+        t.alloc(f"w{i}", 8 * MiB, 0)
+        t.fill(f"w{i}", 0, 400 + i)
+    t.alloc("kv", 4 * MiB, 0)
+    t.fill("kv", 0, 500)
+    t.alloc("logits", 1 * MiB, 0)
+    t.alloc("logits_b2", 1 * MiB, 0)
+    t.op(op="wait", stream=1, **{"for": 0})
+
+    t.op(op="capture", phase="begin", graph="decode", stream=1)
+    t.alloc("act", 2 * MiB, 1)
+    t.compute(["w0", "kv"], "act", 1)
+    t.alloc("tmp", 1 * MiB, 1)
+    t.compute(["act", "w1"], "tmp", 1)
+    t.free("tmp")
+    t.alloc("tmp2", 1 * MiB, 1)  # tmp's block, under a new handle
+    t.compute(["act", "w2"], "tmp2", 1)
+    t.compute(["tmp2", "w3"], "logits", 1)
+    t.op(op="user", stream=1, operands=[{"id": "kv", "access": "read_write"}, {"id": "act", "access": "read"}],
+         tag="kv-append")
+    t.free("tmp2")
+    t.op(op="capture", phase="end", graph="decode", stream=1)
+
+    t.op(op="capture", phase="begin", graph="decode_b2", stream=1, pool="decode")
+    t.alloc("act_b2", 2 * MiB, 1)
+    t.compute(["w0", "kv"], "act_b2", 1)
+    t.alloc("tmp_b2", 1 * MiB, 1)  # the shared pool's freed block
+    t.compute(["act_b2", "w1"], "tmp_b2", 1)
+    t.compute(["tmp_b2", "w3"], "logits_b2", 1)
+    t.free("tmp_b2")
+    t.op(op="capture", phase="end", graph="decode_b2", stream=1)
+
+    for k in range(tokens):
+        t.op(op="replay", graph="decode", stream=1)
+        t.op(op="replay", graph="decode_b2", stream=1)
+        t.check("logits")
+        t.check("logits_b2")
+    t.check("kv")
+
+    t.op(op="capture", phase="begin", graph="spoiled", stream=2)
+    t.alloc("scratch", 1 * MiB, 2)
+    t.fill("scratch", 2, 600)
+    t.op(op="sync", stream=2, expect="invalid_argument")
+    t.op(op="capture", phase="end", graph="spoiled", stream=2, expect="invalid_argument")
+    t.free("scratch")
+
+    t.free("w3")
+    t.op(op="replay", graph="decode", stream=1, expect="stale_handle")
+    t.op(op="capture", phase="destroy", graph="decode")
+    t.op(op="capture", phase="destroy", graph="decode_b2")
+    for i in range(3):
+        t.check(f"w{i}")
+    t.check("kv")
+    t.check("logits")
+    for id in ("act", "act_b2", "logits", "logits_b2", "kv", "w0", "w1", "w2"):
+        t.free(id)
+    return t
+
+
 def byte_size(text):
     """A byte count: digits, optionally followed by KiB, MiB or GiB."""
     units = {"": 1, "B": 1, "KiB": KiB, "MiB": MiB, "GiB": 1 << 30}
@@ -307,6 +374,7 @@ def main(argv=None):
         "oom-expected": oom_expected,
         "dequant-pattern": lambda: dequant_pattern(*([] if args.seed is None else [args.seed])),
         "mixed-random": lambda: mixed_random(3 if args.seed is None else args.seed, args.ops, args.max_bytes),
+        "decode-graph": decode_graph,
     }
     os.makedirs(args.out, exist_ok=True)
     for name, make in makers.items():

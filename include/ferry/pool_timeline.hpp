@@ -45,6 +45,8 @@ struct PoolSample {
   std::uint64_t pending_free_bytes = 0;
   std::uint64_t cached_bytes = 0;     // mapped, touched by no block
   std::uint64_t ooms = 0, reclaims = 0;  // running totals
+  // The graphs' private pools (ReplayStep), inside the live bytes above.
+  std::uint64_t graph_pool_reserved_bytes = 0, graph_pool_allocated_bytes = 0;
   friend bool operator==(const PoolSample&, const PoolSample&) = default;
 };
 
@@ -94,7 +96,8 @@ Result<PoolTimeline> observe_replay_text(std::string_view text, std::string_view
 // One JSON object: {"trace", "backend", "device", "capacity", "granule", "seed",
 // "note", "report": {report_json's object}, "samples": {"index": [...], "line":
 // [...], "op": [...], "now_ns": [...], "requested_bytes": [...], ...} (columns of
-// equal length), "layouts": [{"moment", "title", "index", "line", "op",
+// equal length; "graph_pool_reserved_bytes" and "graph_pool_allocated_bytes" only
+// when a graph's private pool held a block), "layouts": [{"moment", "title", "index", "line", "op",
 // "now_ns", "snapshot": {snapshot_json's object}}], "keyframes": [as layouts]}.
 std::string timeline_json(const PoolTimeline& timeline);
 

@@ -2,7 +2,7 @@
 // (docs/spec.md §3), with a host reference model of every buffer's bytes.
 //
 // A trace is JSON Lines, one operation per line: alloc, free, fill, upload,
-// compute, hold, release, sync, trim, check. Blank lines are ignored; fields a
+// compute, hold, release, sync, trim, check, wait, user, capture, replay. Blank lines are ignored; fields a
 // trace does not need are ignored too (a recorder may add metadata). The whole
 // trace is validated before anything runs; the first problems are returned as
 // one `invalid_argument` error whose lines read "FILE:LINE: what is wrong".
@@ -31,7 +31,18 @@
 //     dispatches what its stream holds up to it. An upload returned as
 //     `transfer_corrupt` is an error like any other (expectable); the id's
 //     bytes are unknown after it, so later checks of it compare nothing.
-//   * At the end every stream is synchronized and every live id freed.
+//   * `capture` / `replay` (graph.hpp): a capture's ops on its stream go through
+//     Runtime::calls(), which records them (fill, compute, user; an alloc there
+//     comes from the graph's private pool, a free of such a block is deferred)
+//     or refuses them (hold, release, sync and wait with that stream; the
+//     capture is spoiled and its `end` returns the refusal). The replay records
+//     no upload in a capture (invalid_argument). `replay` orders its stream, as
+//     for any op, after other streams' unfinished work on the graph's ids, then
+//     Runtime::launch; the reference applies the recorded ops, in order, at the
+//     launch. Under --strict nothing is ordered, so a launch that races another
+//     stream's op is reported as a race naming the `replay` line.
+//   * At the end open captures are ended, every graph destroyed, every stream
+//     synchronized and every live id freed.
 //
 // Thread safety: replay functions are reentrant; each call builds its own
 // backend, pool, host arena and transfer engine. They block for as long as the replay runs.
@@ -76,6 +87,10 @@ struct ReplayStep {
   // since ("" when none did): it names a pending-free block, and the part of one
   // that a same-stream reuse left. O(log allocations). Valid during the call.
   std::function<std::string_view(std::uint64_t addr)> owner_at;
+  // The private pools of the trace's graphs (graph.hpp), summed: what their
+  // blocks request, and of that what the program holds. 0 without graphs.
+  std::uint64_t graph_pool_reserved_bytes = 0;
+  std::uint64_t graph_pool_allocated_bytes = 0;
 };
 
 struct ReplayOptions {

@@ -48,6 +48,11 @@
 // remembered, so a double free is recorded as a free that expects
 // stale_handle), or a stream outside 0..kMaxStreams-1.
 // Work enqueued on pool() or upstream directly is not recorded.
+// Graph capture (graph.hpp): the recorder sits in the slot, behind the capture
+// front, so the calls a capture records are not written when made; each
+// launch's ops reach it and are written as plain lines (the trace unrolls the
+// graph), and allocations on a capturing stream as allocs. It writes no
+// `capture` / `replay` lines yet (docs/spec.md §3 has them; the replay runs them).
 //
 // Replaying: `ferry replay FILE` with the same device profile runs at the
 // recorded capacity (the meta line's), so that pressure (and any out_of_memory

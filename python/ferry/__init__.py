@@ -31,7 +31,7 @@ from . import _lib
 __version__ = "0.1.0"
 
 __all__ = [
-    "Runtime", "Handle", "LaunchContext", "CacheSlot", "Error", "OutOfMemoryError", "StaleHandleError",
+    "Runtime", "Graph", "Handle", "LaunchContext", "CacheSlot", "Error", "OutOfMemoryError", "StaleHandleError",
     "InvalidArgumentError", "TransferCorruptError", "BackendError", "UnsupportedError", "FerryTimeoutError",
     "library_version", "status_name",
 ]
@@ -210,6 +210,72 @@ def _refuse_inside_callable(what):
 
 # ---- The runtime ------------------------------------------------------------------
 
+class Graph:
+    """ferry_graph: a stream's calls captured once (Runtime.begin_capture /
+    end_capture) and replayed by launch(); the blocks allocated in the capture are
+    its private pool's until its pool's last graph is destroyed. A context manager:
+    leaving the `with` destroys it; so does dropping it, and Runtime.close() destroys
+    the graphs still alive first. Thread safety: as the runtime's, but one Graph
+    must not be destroyed while another thread launches it."""
+
+    def __init__(self, runtime, ptr, keys):
+        self._runtime = runtime
+        self._ptr = ptr
+        self._keys = keys  # the launch callables it replays
+
+    def _live(self):
+        if not self._ptr:
+            raise _invalid("the ferry.Graph is destroyed")
+        return self._ptr
+
+    def launch(self, stream=0):
+        """ferry_graph_launch: the recorded calls again, in order, on `stream`; every
+        block the graph touches is leased until this replay completes.
+        StaleHandleError (a block it touches was freed outside it: nothing is
+        enqueued), InvalidArgumentError (destroyed, a bad or capturing stream).
+        Never blocks."""
+        rt = self._runtime
+        rt._check(rt._lib.ferry_graph_launch(rt._live(), self._live(), _int(stream, "launch: stream", 32)))
+
+    def destroy(self):
+        """ferry_graph_destroy; idempotent. When it was its pool's last graph, the
+        pool frees the blocks the program freed, stream-ordered after the last
+        replay. StaleHandleError (the graph is gone all the same)."""
+        _refuse_inside_callable("Graph.destroy")
+        ptr, self._ptr = self._ptr, None
+        if not ptr:
+            return
+        rt = self._runtime
+        status = rt._lib.ferry_graph_destroy(ptr)
+        for key in self._keys:
+            rt._graph_callables.pop(key, None)
+        rt._graphs.discard(self)
+        rt._check(status)
+
+    def _destroy_quietly(self):
+        try:
+            self.destroy()
+        except Error:
+            pass
+
+    @property
+    def destroyed(self):
+        return not self._ptr
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.destroy()
+        return False
+
+    def __del__(self):
+        try:
+            self.destroy()
+        except Exception:  # inside a callable, or interpreter teardown
+            pass
+
+
 class Runtime:
     """ferry_runtime: backend, stream order, device pool, pinned arena, transfer
     engine and (cache_slots > 0) an offload cache. A context manager: leaving the
@@ -260,6 +326,11 @@ class Runtime:
         # cache_define's pieces: ferry reads them while the runtime lives.
         self._cache_buffers = []
         self._cache_pieces = {}
+        # Graph capture: the launch keys each capturing stream recorded, and the
+        # callables of every live graph (run at each replay, never popped).
+        self._capturing = {}
+        self._graph_callables = {}
+        self._graphs = weakref.WeakSet()
 
     # -- lifetime
     def close(self):
@@ -267,6 +338,9 @@ class Runtime:
         Idempotent. Handles of this runtime are dead afterwards. InvalidArgumentError
         from inside a launch callable (nothing is closed)."""
         _refuse_inside_callable("close")
+        # A graph must go before its runtime (ferry.h).
+        for graph in list(getattr(self, "_graphs", ())):
+            graph._destroy_quietly()
         rt, self._rt = self._rt, None
         if rt:
             self._lib.ferry_runtime_destroy(rt)
@@ -391,6 +465,10 @@ class Runtime:
         dst = _handle(h, "upload")
         stream = _int(stream, "upload: stream", 32)
         offset = _int(offset, "upload: offset", 64)
+        if stream in self._capturing:
+            # A recorded upload reads its host bytes at every replay; `data` is lent for this call only.
+            raise _invalid("upload on capturing stream %d is refused: the graph would read `data` at each replay, "
+                           "after this call returns" % stream)
         with _lib.Buffer(data) as buf:
             upload = self._lib.ferry_upload if self._devices == 1 else self._lib.ferry_device_upload
             self._check(upload(rt, stream, dst, offset, buf.address, buf.nbytes))
@@ -457,18 +535,24 @@ class Runtime:
                 array[i].bytes = _int(op[3], what + ": nbytes", 64)
             writable.append(access != _lib.READ)
         key = next(self._keys)
-        self._pending[key] = (fn, writable)
+        if stream in self._capturing:
+            # Recorded, not run: the callable runs at each replay of the graph.
+            self._graph_callables[key] = (fn, writable)
+            self._capturing[stream].append(key)
+        else:
+            self._pending[key] = (fn, writable)
         try:
             self._check(self._lib.ferry_launch(rt, stream, array, len(operands), self._trampoline, key, flops,
                                                mem_bytes))
         except BaseException:
             self._pending.pop(key, None)
+            self._graph_callables.pop(key, None)
             raise
 
     def _run_callable(self, ctx_ptr, key):
         # Called by ferry (any thread, the GIL taken by ctypes). Nothing may escape:
         # an exception through ctypes would read as success.
-        entry = self._pending.pop(key, None)
+        entry = self._pending.pop(key, None) or self._graph_callables.get(key)
         if entry is None:  # ferry called back twice, or for a launch it refused: our bug
             return BackendError.status
         fn, writable = entry
@@ -663,6 +747,36 @@ class Runtime:
         return _lib.as_dict(out)
 
     # -- trace recording
+    # -- graph capture (include/ferry/graph.hpp)
+    def begin_capture(self, stream=0, pool=None):
+        """Records the calls on `stream` (alloc, free, launch, record_use) until
+        end_capture; a launch's callable then runs at each replay. upload there is
+        refused (its bytes are lent for the call only). pool: a Graph whose private pool the capture shares (PyTorch's
+        pool=), or None. InvalidArgumentError (a bad or capturing stream, a pool in
+        use by another capture, a destroyed graph). Never blocks."""
+        stream = _int(stream, "begin_capture: stream", 32)
+        if pool is not None and not isinstance(pool, Graph):
+            raise _invalid("begin_capture: pool %r is not a ferry.Graph" % (pool,))
+        share = pool._live() if pool is not None else None
+        self._check(self._lib.ferry_begin_capture(self._live(), stream, share))
+        self._capturing[stream] = []
+
+    def end_capture(self, stream=0):
+        """The Graph of what `stream` recorded. InvalidArgumentError (not capturing;
+        the capture's first refused call, which spoiled it: a download, synchronize,
+        hold, a verified upload, ...). Never blocks."""
+        stream = _int(stream, "end_capture: stream", 32)
+        out = ctypes.c_void_p()
+        status = self._lib.ferry_end_capture(self._live(), stream, ctypes.byref(out))
+        keys = self._capturing.pop(stream, [])
+        if status != _lib.OK:
+            for key in keys:
+                self._graph_callables.pop(key, None)
+            self._check(status)
+        graph = Graph(self, out, keys)
+        self._graphs.add(graph)
+        return graph
+
     def trace_start(self, path):
         """Records the pool calls to `path` (a str or path object) in the replay format
         (`ferry replay PATH`). InvalidArgumentError (None, already recording, a path

@@ -238,6 +238,10 @@ _PROTOTYPES = {
                                   ctypes.POINTER(ctypes.c_uint64)]),
     "ferry_trace_start": (_status, [_rt, ctypes.c_char_p]),
     "ferry_trace_stop": (_status, [_rt]),
+    "ferry_begin_capture": (_status, [_rt, _u32, _p]),
+    "ferry_end_capture": (_status, [_rt, _u32, ctypes.POINTER(_p)]),
+    "ferry_graph_launch": (_status, [_rt, _p, _u32]),
+    "ferry_graph_destroy": (_status, [_p]),
 }
 
 _lock = threading.Lock()

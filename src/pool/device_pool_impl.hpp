@@ -5,8 +5,10 @@
 //                       references per granule, the granule-aware scan (pure)
 //   granule_map.hpp     per granule of a range: pending references, mapped, cached,
 //                       busy; which granules to map and unmap (pure)
+//   pending_blocks.hpp  freed blocks whose leases are open, per-stream retirement
+//                       (pure; the host arena's pending blocks too)
 //   mapping.cpp         the driver calls the granule map decides, outside the lock
-//   pending_blocks.cpp  freed blocks whose leases are open, and the leases they pass on
+//   leases.cpp          filing freed blocks, the leases a new block inherits (I2, I3)
 //   placement.cpp       the scan over both regions, off the hot path
 //   reclaim.cpp         the numbered reclaim ladder, and trim
 //   pool_stats.cpp      statistics, snapshots, the OOM diagnostic and validate()
@@ -27,6 +29,7 @@
 #include "ferry/device_pool.hpp"
 #include "pool/futex_mutex.hpp"
 #include "pool/granule_map.hpp"
+#include "pool/pending_blocks.hpp"
 #include "pool/placement_core.hpp"
 
 namespace ferry {
@@ -54,7 +57,7 @@ struct DevicePool::Impl {
     std::uint64_t requested = 0;  // as asked (live blocks)
     std::uint32_t node = detail::OffsetAllocator::kNone;
     std::uint32_t generation = 1;       // never 0, so {pool,slot,0} never resolves
-    std::uint32_t heap_pos = kNoBlock;  // index in pending_on[s], or in pending_multi
+    std::uint32_t pending_id = kNoBlock;  // its entry in `pending`, while pending
     std::uint8_t region = 0;
     BlockState state = BlockState::spare;
     std::uint8_t stream = 0;
@@ -68,7 +71,6 @@ struct DevicePool::Impl {
 
   struct Leases {
     UseSet uses;              // leases of enqueued work on this block (I2)
-    Ticket pending_key = 0;   // its one lease's ticket, while pending on one stream
     // Set when the block was reused on its stream while older work there still
     // touches it: other streams must wait for this point before using it (I3).
     StreamPoint ready_after{};
@@ -129,13 +131,8 @@ struct DevicePool::Impl {
   std::vector<Leases> leases;  // parallel to blocks
   std::vector<std::uint32_t> spare;  // the spare records
   // Freed blocks whose leases have not retired (their ranges are free space
-  // already). pending_on[s]: every open lease is on stream s; a min-heap by that
-  // lease's ticket, so retiring them looks only at the ones that completed.
-  std::array<std::vector<std::uint32_t>, kMaxStreams> pending_on;
-  std::vector<std::uint32_t> pending_multi;  // leases on several streams
-  std::uint64_t pending_streams = 0;  // bit s set  <=>  !pending_on[s].empty()
-  std::uint64_t multi_streams = 0;    // streams the leases of pending_multi name (a superset)
-  std::array<Ticket, kMaxStreams> multi_seen{};  // completion seen at pending_multi's last sweep
+  // already), by record index; retiring them looks only at the ones that completed.
+  detail::PendingBlocks<std::uint32_t> pending;
   std::uint64_t retired_slots = 0;  // records in state retired
   PoolStats st;
   // Unmaps decided and not started. Empty whenever the lock is free: whoever
@@ -357,27 +354,14 @@ struct DevicePool::Impl {
 
   void retire_block(std::uint32_t b);
 
-  void remove_multi(std::uint32_t b);
-
-  // --- the per-stream heaps of pending blocks ----------------------------------
-
-  bool earlier(std::uint32_t a, std::uint32_t b) const;
-  void heap_put(std::vector<std::uint32_t>& h, std::size_t i, std::uint32_t b);
-  void sift_up(std::vector<std::uint32_t>& h, std::size_t i);
-  void sift_down(std::vector<std::uint32_t>& h, std::size_t i);
-  void push_pending(StreamId s, std::uint32_t b);
-  void remove_pending(StreamId s, std::uint32_t b);
-
   // Releases the granules of pending blocks whose leases retired. Looks only at
-  // the blocks whose lease completed (heap tops) and, when a stream advanced, at
-  // the blocks leased on several streams: O(work retired), not O(pending).
+  // the blocks whose lease completed and, when a stream advanced, at the blocks
+  // leased on several streams: O(work retired), not O(pending).
   void retire_pending() {
-    if (pending_streams == 0 && pending_multi.empty()) return;  // the hot path
+    if (pending.empty()) return;  // the hot path
     retire_completed();
   }
   [[gnu::noinline]] void retire_completed();
-
-  void sweep_multi();
 
   // --- placement over freed ranges ---------------------------------------------
 

@@ -34,9 +34,7 @@ Result<DeviceHandle> DevicePool::Impl::survive_pressure(std::uint64_t bytes, std
   // 4. Wait (bounded) for in-flight frees, then retry.
   for (int round = 0; round < 2; ++round) {
     UseSet in_flight;
-    for (std::uint32_t b : pending_multi) in_flight.merge(leases[b].uses);
-    for (auto& list : pending_on)
-      for (std::uint32_t b : list) in_flight.merge(leases[b].uses);
+    pending.for_each([&](std::uint32_t b) { in_flight.merge(leases[b].uses); });
     if (in_flight.empty()) break;
     settle();
     Result<void> waited;  // waiting holds no lock another caller needs

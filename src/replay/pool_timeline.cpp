@@ -15,6 +15,12 @@ namespace {
 
 using observe::Json;
 
+// A graph's private pool held a block at some step (its figures are shown then).
+bool graph_pools_used(const PoolTimeline& t) {
+  return std::any_of(t.samples.begin(), t.samples.end(),
+                     [](const PoolSample& s) { return s.graph_pool_reserved_bytes > 0; });
+}
+
 PoolSample sample_of(const ReplayStep& step) {
   const PoolStats st = step.pool->stats();
   PoolSample s;
@@ -29,6 +35,8 @@ PoolSample sample_of(const ReplayStep& step) {
   s.cached_bytes = st.cached_bytes;
   s.ooms = st.ooms;
   s.reclaims = st.reclaims;
+  s.graph_pool_reserved_bytes = step.graph_pool_reserved_bytes;
+  s.graph_pool_allocated_bytes = step.graph_pool_allocated_bytes;
   return s;
 }
 
@@ -247,6 +255,12 @@ std::string timeline_json(const PoolTimeline& t) {
     samples["ooms"].push_back(s.ooms);
     samples["reclaims"].push_back(s.reclaims);
   }
+  if (graph_pools_used(t)) {
+    for (const PoolSample& s : t.samples) {
+      samples["graph_pool_reserved_bytes"].push_back(s.graph_pool_reserved_bytes);
+      samples["graph_pool_allocated_bytes"].push_back(s.graph_pool_allocated_bytes);
+    }
+  }
   Json j = timeline_head(t);
   j["samples"] = std::move(samples);
   add_layouts(j, t);
@@ -350,6 +364,30 @@ std::string timeline_page_json(const PoolTimeline& t) {
     chart["torch_reserved_bytes"] = std::move(last);
     chart["torch_reserved_bytes_min"] = std::move(lo);
     chart["torch_reserved_bytes_max"] = std::move(hi);
+  }
+  // The graphs' private pools, when the trace has any that held a block.
+  if (graph_pools_used(t)) {
+    for (const bool reserved : {true, false}) {
+      const std::string key = reserved ? "graph_pool_reserved_bytes" : "graph_pool_allocated_bytes";
+      const auto of = [&](const PoolSample& s) {
+        return reserved ? s.graph_pool_reserved_bytes : s.graph_pool_allocated_bytes;
+      };
+      Json last = Json::array(), lo = Json::array(), hi = Json::array();
+      for (std::size_t c = 0; c < columns; ++c) {
+        const std::size_t from = c * n / columns, to = (c + 1) * n / columns;
+        std::uint64_t min = of(t.samples[from]), max = min;
+        for (std::size_t i = from + 1; i < to; ++i) {
+          min = std::min(min, of(t.samples[i]));
+          max = std::max(max, of(t.samples[i]));
+        }
+        last.push_back(of(t.samples[to - 1]));
+        lo.push_back(min);
+        hi.push_back(max);
+      }
+      chart[key] = std::move(last);
+      chart[key + "_min"] = std::move(lo);
+      chart[key + "_max"] = std::move(hi);
+    }
   }
   // The steps where an OOM or a reclaim happened: the first kMaxEvents of each.
   Json oom = Json::array(), reclaim = Json::array();

@@ -38,6 +38,7 @@ namespace ferry::replay_runner {
 constexpr std::uint64_t kCheckPiece = std::uint64_t{64} << 20;
 
 void Replayer::execute(const TraceOp& op) {
+  if (captured(op)) return;
   switch (op.kind) {
     case OpKind::alloc: return alloc(op);
     case OpKind::free: return free(op);
@@ -63,6 +64,8 @@ void Replayer::execute(const TraceOp& op) {
       if (!outcome(op, order_.order_after(op.stream, point))) return;
       return expect_success(op);
     }
+    case OpKind::capture: return capture(op);
+    case OpKind::replay: return replay(op);
     case OpKind::meta: return;  // never among ops: parse_trace keeps it in Trace
   }
 }
@@ -73,7 +76,9 @@ void Replayer::alloc(const TraceOp& op) {
   // handle behind under the same id (the validator rejects the rest).
   if (b.allocated) (void)pool_->free(b.handle);
   b = Buffer{};
-  Result<DeviceHandle> h = pool_->allocate(op.bytes, op.stream);
+  // On a capturing stream, from the graph's private pool.
+  Result<DeviceHandle> h =
+      recording(op.stream) ? runtime_.calls()->allocate(op.bytes, op.stream, "") : pool_->allocate(op.bytes, op.stream);
   if (!h.ok()) {
     b.failed = true;
     record(op, std::move(h).error());
@@ -94,7 +99,8 @@ void Replayer::free(const TraceOp& op) {
   Buffer& b = buffers_[op.id];
   if (skip(b)) return;
   b.allocated = false;
-  if (!outcome(op, pool_->free(b.handle))) return;
+  // With graphs, a free of a private pool's block is deferred by the capture front.
+  if (!outcome(op, trace_.graphs.empty() ? pool_->free(b.handle) : runtime_.calls()->free(b.handle))) return;
   expect_success(op);
 }
 
@@ -177,35 +183,45 @@ void Replayer::user(const TraceOp& op) {
     if (buffers_[o.id].failed) return skipped();
   }
   std::vector<Operand> operands;
-  std::vector<ExpectedBytes*> inputs;
-  bool whole_inputs = true;
   for (const replay::TraceOperand& o : op.operands) {
     Buffer& b = buffers_[o.id];
-    const bool whole = o.offset == 0 && (o.bytes == kRestOfBlock || o.bytes == b.expected.size());
     if (writes(o.access)) {
       if (!outcome(op, order_after_writers_and_readers(op.stream, b))) return;
     } else if (!outcome(op, order_after_writer(op.stream, b))) {
       return;
     }
-    if (reads(o.access)) {
-      inputs.push_back(&b.expected);
-      whole_inputs = whole_inputs && whole;
-    }
     operands.push_back({b.handle, o.access, o.offset, o.bytes});
   }
-  const bool modeled = backend_.info().host_visible;
-  const auto stand_in = [](const KernelLaunch& launch) -> Result<void> {
-    std::uint64_t acc = kMixStart, k = 0;
-    for (const KernelArg& a : launch.args) {
-      if (reads(a.access)) acc = mix_step(acc, k++, content_hash(a.in));
-    }
-    for (const KernelArg& a : launch.args) {
-      if (writes(a.access)) fill_pattern(acc, 0, a.out);  // empty on a real device
-    }
-    return {};
-  };
   // The references of the outputs are computed before they change (an operand
   // may be read and written).
+  std::vector<ExpectedBytes> results = user_results(op);
+  Result<Ticket> t = enqueue_user(*pool_, op.stream, operands, stand_in_kernel, {}, op.tag);
+  if (!outcome(op, t)) return;
+  user_wrote(op, {op.stream, *t}, std::move(results));
+  expect_success(op);
+}
+
+Result<void> stand_in_kernel(const KernelLaunch& launch) {
+  std::uint64_t acc = kMixStart, k = 0;
+  for (const KernelArg& a : launch.args) {
+    if (reads(a.access)) acc = mix_step(acc, k++, content_hash(a.in));
+  }
+  for (const KernelArg& a : launch.args) {
+    if (writes(a.access)) fill_pattern(acc, 0, a.out);  // empty on a real device
+  }
+  return {};
+}
+
+std::vector<ExpectedBytes> Replayer::user_results(const TraceOp& op) {
+  const bool modeled = backend_.info().host_visible;
+  std::vector<ExpectedBytes*> inputs;
+  bool whole_inputs = true;
+  for (const replay::TraceOperand& o : op.operands) {
+    Buffer& b = buffers_[o.id];
+    if (!reads(o.access)) continue;
+    inputs.push_back(&b.expected);
+    whole_inputs = whole_inputs && o.offset == 0 && (o.bytes == kRestOfBlock || o.bytes == b.expected.size());
+  }
   std::vector<ExpectedBytes> results;
   for (const replay::TraceOperand& o : op.operands) {
     const Buffer& b = buffers_[o.id];
@@ -214,19 +230,20 @@ void Replayer::user(const TraceOp& op) {
     results.push_back(modeled && whole && whole_inputs ? ExpectedBytes::mixed(inputs, b.expected.size())
                                                        : ExpectedBytes::unknown(b.expected.size()));
   }
-  Result<Ticket> t = enqueue_user(*pool_, op.stream, operands, stand_in, {}, op.tag);
-  if (!outcome(op, t)) return;
+  return results;
+}
+
+void Replayer::user_wrote(const TraceOp& op, StreamPoint point, std::vector<ExpectedBytes> results) {
   std::size_t out = 0;
   for (const replay::TraceOperand& o : op.operands) {
     Buffer& b = buffers_[o.id];
     if (writes(o.access)) {
-      wrote(b, {op.stream, *t}, std::move(results[out++]));
-      if (reads(o.access)) b.reads.add({op.stream, *t});
+      wrote(b, point, std::move(results[out++]));
+      if (reads(o.access)) b.reads.add(point);
     } else {
-      b.reads.add({op.stream, *t});
+      b.reads.add(point);
     }
   }
-  expect_success(op);
 }
 
 void Replayer::sync(const TraceOp& op) {

@@ -144,6 +144,7 @@ void Replayer::fill_integrity() {
 }
 
 void Replayer::finish() {
+  close_graphs();
   for (StreamId s = 0; s < kMaxStreams; ++s) {
     if (backend_.held(s)) backend_.set_hold(s, false);
   }

@@ -53,6 +53,13 @@ void Replayer::run(const std::function<void(const ReplayStep&)>& on_step) {
     step.line = line;
     step.op = name;
     step.now_ns = backend_.now_ns();
+    if (!graphs_.empty()) {
+      step.graph_pool_reserved_bytes = step.graph_pool_allocated_bytes = 0;
+      for (const GraphPoolStats& p : GraphPool::all(runtime_)) {
+        step.graph_pool_reserved_bytes += p.reserved_bytes;
+        step.graph_pool_allocated_bytes += p.allocated_bytes;
+      }
+    }
     try {
       on_step(step);
     } catch (const std::exception& e) {

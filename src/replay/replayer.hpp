@@ -4,6 +4,7 @@
 //   replayer.cpp         the run: every op in order, an observer after each, the report's totals
 //   replay_ops.cpp       what each trace op does, and the cross-stream waits a program would write
 //   replay_outcomes.cpp  errors, problems, races and integrity into the report; the end of a run
+//   replay_graphs.cpp    capture and replay ops: graphs captured and launched through the Runtime
 // runner.cpp makes the Runtime and holds the entry points (replay_trace_text / _file).
 #pragma once
 
@@ -17,9 +18,11 @@
 #include <utility>
 #include <vector>
 
+#include "ferry/graph.hpp"
 #include "ferry/replay.hpp"
 #include "ferry/runtime.hpp"
 #include "ferry/stream_order.hpp"
+#include "ferry/user_kernel.hpp"
 #include "replay/reference.hpp"
 #include "replay/trace.hpp"
 
@@ -43,6 +46,9 @@ struct Buffer {
   UseSet reads;
 };
 
+// The kernel a `user` op's replay runs in place of the program's (replay.hpp).
+Result<void> stand_in_kernel(const KernelLaunch& launch);
+
 class Replayer {
   struct WorkRun {
     Ticket first;        // the first ticket of the run
@@ -52,9 +58,9 @@ class Replayer {
  public:
   // `runtime` must outlive the Replayer.
   Replayer(const Trace& trace, Runtime& runtime, ReplayReport& report, bool strict)
-      : trace_(trace), backend_(runtime.backend()), order_(runtime.order()), report_(report), strict_(strict),
+      : trace_(trace), runtime_(runtime), backend_(runtime.backend()), order_(runtime.order()), report_(report), strict_(strict),
         pool_(&runtime.pool()), arena_(&runtime.arena()), engine_(&runtime.engine()), buffers_(trace.ids.size()),
-        racing_(backend_.race_log() != nullptr) {
+        racing_(backend_.race_log() != nullptr), graphs_(trace.graphs.size()) {
     pool_->reset_peak_stats();  // the engine's start-up probe is not the trace's
   }
 
@@ -93,6 +99,33 @@ class Replayer {
   void user(const TraceOp& op);
 
   void sync(const TraceOp& op);
+
+  // --- graphs (replay_graphs.cpp) ------------------------------------------------
+
+  // What a graph of the trace is: the Graph, and the ops its capture recorded.
+  struct GraphRun {
+    Graph graph;
+    std::vector<const TraceOp*> ops;
+  };
+
+  void capture(const TraceOp& op);
+
+  // Launches the graph, ordered (unless strict) after the ops of other streams
+  // that its buffers wait for, then applies its recorded ops to the reference.
+  void replay(const TraceOp& op);
+
+  // The stream is capturing: `op` goes through Runtime::calls(), which records
+  // it or refuses it (as the program's call would be). True when it was taken.
+  bool captured(const TraceOp& op);
+
+  bool recording(StreamId stream) const { return capturing_[stream].has_value(); }
+
+  // Ends the captures still open and destroys every graph (before the end's frees).
+  void close_graphs();
+
+  // The references a user op leaves in the ids it writes, in operand order.
+  std::vector<ExpectedBytes> user_results(const TraceOp& op);
+  void user_wrote(const TraceOp& op, StreamPoint point, std::vector<ExpectedBytes> results);
 
   void check(const TraceOp& op);
 
@@ -137,6 +170,7 @@ class Replayer {
   void finish();
 
   const Trace& trace_;
+  Runtime& runtime_;
   Backend& backend_;
   StreamOrder& order_;
   ReplayReport& report_;
@@ -150,6 +184,8 @@ class Replayer {
   std::deque<std::vector<std::byte>> copy_targets_;
   const bool racing_;  // the backend checks races: keep what names their sides
   std::array<std::vector<WorkRun>, kMaxStreams> work_;
+  std::vector<GraphRun> graphs_;  // by Trace::graphs index
+  std::array<std::optional<IdIndex>, kMaxStreams> capturing_;  // the graph each stream records
   // For an observer: which id's allocation last covered each byte, as disjoint
   // ranges start -> (end, id), so a pending-free block (or the part of one that
   // a same-stream reuse left) is still named after its id was freed.

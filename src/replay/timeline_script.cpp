@@ -22,6 +22,11 @@ extern const std::string_view kTimelineScript = R"JS(
   if (C.torch_reserved_bytes) {
     SERIES.push({ key: 'torch_reserved_bytes', name: 'PyTorch reserved (its segments)', color: '#222222', dash: '2 3' });
   }
+  // The private pools of the trace's graphs (graph.hpp): blocks kept for them, inside the live bytes.
+  if (C.graph_pool_reserved_bytes) {
+    SERIES.push({ key: 'graph_pool_reserved_bytes', name: 'graph pools (kept for graphs)', color: '#c2185b', dash: '6 2' });
+    SERIES.push({ key: 'graph_pool_allocated_bytes', name: 'graph pools, held by the program', color: '#f06292', dash: '1 2' });
+  }
   var UNMAPPED = '#f1f2f4', MAPPED = '#cfd6df', CACHED = '#dccff2';
 
   function steps(n) { return n + (n === 1 ? ' step' : ' steps'); }

@@ -15,7 +15,7 @@ namespace {
 
 using nlohmann::json;
 
-constexpr std::array<NamedValue<OpKind>, 13> kOps{{
+constexpr std::array<NamedValue<OpKind>, 15> kOps{{
     {OpKind::alloc, "alloc"},
     {OpKind::free, "free"},
     {OpKind::fill, "fill"},
@@ -28,6 +28,8 @@ constexpr std::array<NamedValue<OpKind>, 13> kOps{{
     {OpKind::check, "check"},
     {OpKind::wait, "wait"},
     {OpKind::user, "user"},
+    {OpKind::capture, "capture"},
+    {OpKind::replay, "replay"},
     {OpKind::meta, "meta"},
 }};
 
@@ -255,6 +257,10 @@ class Validator {
         op.operands = f.operands("operands", operand_ids).value_or(std::vector<TraceOperand>{});
         if (f.has("tag")) op.tag = f.text("tag").value_or("");
         break;
+      case OpKind::capture:
+      case OpKind::replay:
+        if (!graph_fields(f, op, number)) return;
+        break;
       case OpKind::meta: {
         if (!first) return problem(number, "a meta op may only be the trace's first line");
         const std::optional<std::uint64_t> capacity = f.u64("capacity");
@@ -370,6 +376,53 @@ class Validator {
     // A parser message may quote a whole token; keep each line readable.
     if (what.size() > 200) what = what.substr(0, 197) + "...";
     problems_.push_back(trace_.name + ":" + std::to_string(number) + ": " + what);
+  }
+
+  // A capture's phase, graph, stream and pool, or a replay's graph and stream;
+  // false with the problem noted.
+  bool graph_fields(FieldReader& f, TraceOp& op, std::size_t number) {
+    std::optional<std::string> graph = f.id("graph");
+    if (op.kind == OpKind::capture) {
+      const std::optional<std::string> phase = f.text("phase");
+      if (phase == "begin") op.phase = CapturePhase::begin;
+      else if (phase == "end") op.phase = CapturePhase::end;
+      else if (phase == "destroy") op.phase = CapturePhase::destroy;
+      else if (phase) {
+        problem(number, "field \"phase\" must be \"begin\", \"end\" or \"destroy\"");
+        return false;
+      }
+    }
+    if (op.kind == OpKind::replay || op.phase != CapturePhase::destroy) op.stream = f.stream("stream").value_or(0);
+    std::optional<std::string> pool;
+    if (op.kind == OpKind::capture && op.phase == CapturePhase::begin && f.has("pool")) pool = f.id("pool");
+    if (f.failed()) {
+      problem(number, f.problem());
+      return false;
+    }
+    const auto known = [&](const std::string& name) -> std::optional<IdIndex> {
+      for (IdIndex i = 0; i < trace_.graphs.size(); ++i) {
+        if (trace_.graphs[i] == name) return i;
+      }
+      return std::nullopt;
+    };
+    if (pool) {
+      op.pool = known(*pool);
+      if (!op.pool) {
+        problem(number, "graph " + quoted_id(*pool) + " was not captured by an earlier line");
+        return false;
+      }
+    }
+    std::optional<IdIndex> index = known(*graph);
+    if (!index && op.kind == OpKind::capture && op.phase == CapturePhase::begin) {
+      index = static_cast<IdIndex>(trace_.graphs.size());
+      trace_.graphs.push_back(*graph);
+    }
+    if (!index) {
+      problem(number, "graph " + quoted_id(*graph) + " was not captured by an earlier line");
+      return false;
+    }
+    op.graph = *index;
+    return true;
   }
 
   IdIndex intern(const std::string& id) {

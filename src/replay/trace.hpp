@@ -20,7 +20,13 @@
 namespace ferry::replay {
 
 // meta is the optional first line (its fields go to Trace, never into ops).
-enum class OpKind : std::uint8_t { alloc, free, fill, upload, compute, hold, release, sync, trim, check, wait, user, meta };
+enum class OpKind : std::uint8_t {
+  alloc, free, fill, upload, compute, hold, release, sync, trim, check, wait, user, capture, replay, meta
+};
+
+// A `capture` op's step in its graph's life (graph.hpp): begin recording a
+// stream, end it (the graph is made), destroy the graph.
+enum class CapturePhase : std::uint8_t { begin, end, destroy };
 
 std::string_view to_string(OpKind kind) noexcept;
 
@@ -44,8 +50,12 @@ struct TraceOp {
   std::string tag;                  // user: the program's name for its kernel (may be empty)
   std::uint64_t bytes = 0;          // alloc
   std::uint64_t seed = 0;           // fill, upload
-  StreamId stream = 0;              // alloc, fill, upload, compute, hold, release, sync, wait, user
+  StreamId stream = 0;              // alloc, fill, upload, compute, hold, release, sync, wait, user,
+                                    // capture begin and end, replay
   StreamId waits_for = 0;           // wait: the stream whose work so far `stream` waits for
+  IdIndex graph = 0;                // capture, replay: index into Trace::graphs
+  CapturePhase phase = CapturePhase::begin;  // capture
+  std::optional<IdIndex> pool;      // capture begin: the graph whose private pool it shares
   bool all_streams = false;         // sync without a stream
   std::optional<ErrorCode> expect;  // the error the trace says this op returns
 };
@@ -53,6 +63,7 @@ struct TraceOp {
 struct Trace {
   std::string name;
   std::vector<std::string> ids;  // IdIndex -> the id as written
+  std::vector<std::string> graphs;  // capture and replay ops' graph names, as written
   std::vector<TraceOp> ops;
   std::optional<std::uint64_t> capacity;  // a first-line meta op's: the capacity the trace was made for
 };

@@ -144,19 +144,9 @@ void HostArena::Impl::withdraw_free(Unit& u) {
 // Pending blocks whose transfers completed rejoin the free space; retired chunks
 // nothing uses any more are handed back in *release (freed after unlocking).
 void HostArena::Impl::reclaim(StreamOrder& order, std::vector<std::byte*>* release) {
-  std::size_t keep = 0;
-  for (std::size_t i = 0; i < pending.size(); ++i) {
-    const auto [id, off] = pending[i];
-    Unit& u = units[id];
-    auto it = u.blocks.find(off);
-    if (it == u.blocks.end() || !it->second.pending) continue;  // already gone
-    if (it->second.uses.retire(order)) {
-      drop_block(id, it);
-    } else {
-      pending[keep++] = pending[i];
-    }
-  }
-  pending.resize(keep);
+  pending.retire(
+      order, [&](const BlockKey& k) -> UseSet& { return block_at(k).uses; },
+      [&](const BlockKey& k) { drop_block(k.first, units[k.first].blocks.find(k.second)); });
   std::size_t rkeep = 0;
   for (std::size_t i = 0; i < retired_chunks.size(); ++i) {
     const PinnedUnitId id = retired_chunks[i];
@@ -324,7 +314,7 @@ Result<HostBlock> HostArena::allocate(std::uint64_t bytes, std::uint64_t alignme
     }
     if (options_.wait_for_pending && !waited && !m.pending.empty()) {
       UseSet uses;
-      for (const auto& [id, off] : m.pending) uses.merge(m.units[id].blocks.at(off).uses);
+      m.pending.for_each([&](const Impl::BlockKey& k) { uses.merge(m.block_at(k).uses); });
       ++m.st.waits;
       waited = true;
       lock.unlock();
@@ -387,7 +377,7 @@ Result<void> HostArena::free(const HostBlock& block) {
       m.st.requested_bytes -= b.requested;
       m.st.pending_bytes += b.extent;
       ++m.st.pending_frees;
-      m.pending.emplace_back(block.chunk, block.offset);
+      b.pending_id = m.pending.file({block.chunk, block.offset}, b.uses);
     }
     if (u.retired && u.blocks.empty()) m.reclaim(order_, &release);
     check();

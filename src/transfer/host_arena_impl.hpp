@@ -4,7 +4,8 @@
 //   host_arena_regions.cpp  registered regions, locate, leases, canaries, retire
 //   host_arena_validate.cpp validate()
 // A chunk's free space is the pool's placement core (pool/placement_core.hpp),
-// without granules: the arena places by aligned best fit over its chunks.
+// without granules: the arena places by aligned best fit over its chunks. Its
+// pending blocks are filed as the pool's are (pool/pending_blocks.hpp).
 #pragma once
 
 #include <cstddef>
@@ -19,6 +20,7 @@
 
 #include "core/text.hpp"
 #include "ferry/host_arena.hpp"
+#include "pool/pending_blocks.hpp"
 #include "pool/placement_core.hpp"
 
 namespace ferry {
@@ -33,6 +35,7 @@ struct ArenaBlock {
   std::uint64_t serial = 0;
   std::uint32_t node = PlacementCore::kNone;  // its node in the chunk's free space
   bool pending = false;
+  std::uint32_t pending_id = 0;  // its entry in HostArena::Impl::pending, while pending
   UseSet uses;
 };
 
@@ -79,7 +82,9 @@ struct HostArena::Impl {
   std::map<std::uintptr_t, PinnedUnitId> by_addr;      // live units by start address
   std::map<RegionId, Region> regions;
   RegionId next_region = 1;
-  std::vector<std::pair<PinnedUnitId, std::uint64_t>> pending;  // pending blocks
+  // Pending blocks by (chunk, offset): freed while a transfer still reads them (I6).
+  using BlockKey = std::pair<PinnedUnitId, std::uint64_t>;
+  detail::PendingBlocks<BlockKey> pending;
   std::vector<PinnedUnitId> retired_chunks;             // retired, not yet released
   std::uint64_t next_serial = 1;
   std::uint64_t reserving = 0;  // budget promised to allocate_pinned calls in flight
@@ -93,6 +98,8 @@ struct HostArena::Impl {
   void drop_block(PinnedUnitId id, std::map<std::uint64_t, LiveBlock>::iterator it);
   void withdraw_free(Unit& u);
   void reclaim(StreamOrder& order, std::vector<std::byte*>* release);
+  LiveBlock& block_at(const BlockKey& k) { return units[k.first].blocks.at(k.second); }
+  const LiveBlock& block_at(const BlockKey& k) const { return units[k.first].blocks.at(k.second); }
   bool release_if_idle(PinnedUnitId id, StreamOrder& order, std::vector<std::byte*>* release);
   void release_idle(StreamOrder& order, std::vector<std::byte*>* release);
   std::uint64_t idle_bytes() const;

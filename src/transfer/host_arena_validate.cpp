@@ -24,7 +24,7 @@ bool HostArena::validate_locked(std::string* why) const {
     return false;
   };
   std::uint64_t reserved = 0, in_use = 0, requested = 0, pending = 0;
-  std::uint64_t chunks = 0;
+  std::uint64_t chunks = 0, pending_blocks = 0;
   for (PinnedUnitId id = 0; id < m.units.size(); ++id) {
     const Unit& u = m.units[id];
     if (u.kind != Unit::Kind::chunk || u.released) continue;
@@ -48,6 +48,7 @@ bool HostArena::validate_locked(std::string* why) const {
           space.offset_of(b.node) * detail::PlacementCore::kAlign != off || u.space->bytes_of(b.node) != b.extent)
         return fail(at + " disagrees with its node");
       (b.pending ? pend : live) += b.extent;
+      pending_blocks += b.pending ? 1 : 0;
       if (!b.pending) req += b.requested;
     }
     std::uint64_t used = 0;  // the canary, the blocks, the dead extents
@@ -73,6 +74,23 @@ bool HostArena::validate_locked(std::string* why) const {
     return fail("in_use/pending/requested totals disagree with the chunks");
   }
   if (chunks != m.st.chunks) return fail("chunk count disagrees");
+  // Every pending block is filed once, under its own entry, by its open leases.
+  if (pending_blocks != m.pending.size()) return fail("pending blocks and the pending list disagree");
+  bool filed = true;
+  m.pending.for_each([&](const Impl::BlockKey& k) {
+    if (k.first >= m.units.size()) {
+      filed = false;
+      return;
+    }
+    const Unit& u = m.units[k.first];
+    auto it = u.blocks.find(k.second);
+    filed &= it != u.blocks.end() && it->second.pending && !it->second.uses.empty();
+  });
+  if (!filed) return fail("the pending list names a block that is not pending");
+  std::string inner;
+  if (!m.pending.validate([&](const Impl::BlockKey& k) -> const UseSet& { return m.block_at(k).uses; },
+                          [&](const Impl::BlockKey& k) { return m.block_at(k).pending_id; }, &inner))
+    return fail("pending blocks: " + inner);
   if (m.st.reserved_bytes > options_.budget_bytes) return fail("reserved exceeds the budget");
   if (m.st.pinned_allocs - m.st.pinned_frees != chunks) {
     return fail("pinned_allocs - pinned_frees != chunks held");

@@ -83,7 +83,8 @@ INSTANTIATE_TEST_SUITE_P(Traces, CommittedTrace,
                          ::testing::Combine(::testing::Values(TraceCase{"report003.jsonl", 64 * kMiB},
                                                               TraceCase{"oom-expected.jsonl", 32 * kMiB},
                                                               TraceCase{"dequant-pattern.jsonl", 128 * kMiB},
-                                                              TraceCase{"mixed-random.jsonl", 128 * kMiB}),
+                                                              TraceCase{"mixed-random.jsonl", 128 * kMiB},
+                                                              TraceCase{"decode-graph.jsonl", 64 * kMiB}),
                                             FERRY_BACKEND_NAMES),
                          [](const auto& p) {
                            std::string n = std::get<0>(p.param).file;

@@ -44,6 +44,9 @@ use std::time::Duration;
 
 use ferry_sys as sys;
 
+mod graph;
+pub use graph::Graph;
+
 /// The version of the loaded library ("MAJOR.MINOR.PATCH", CMakeLists.txt's project(VERSION)).
 ///
 /// ```
@@ -338,6 +341,8 @@ struct Shared {
     launch_errors: Mutex<Vec<Error>>,
     // cache_define's pieces: ferry reads them while the runtime lives.
     cache_pieces: Mutex<HashMap<u64, Vec<Vec<u8>>>>,
+    // Streams this crate began a capture on (graph.rs): launch and upload refuse them.
+    capturing: Mutex<HashSet<u32>>,
 }
 
 const KEPT_LAUNCH_ERRORS: usize = 16;
@@ -496,10 +501,11 @@ impl Runtime {
 
     /// Host -> device: `src` into `dst` at `offset`, under the integrity policy
     /// (verify: returns once the device hash matched). Errors: `InvalidArgument`
-    /// (empty, outside the block, bad stream), `StaleHandle`, `TransferCorrupt`,
-    /// `Timeout`, `Backend`. Blocks.
+    /// (empty, outside the block, bad stream, a stream this runtime captures),
+    /// `StaleHandle`, `TransferCorrupt`, `Timeout`, `Backend`. Blocks.
     pub fn upload(&self, stream: u32, dst: &Allocation<'_>, offset: u64, src: &[u8]) -> Result<()> {
         let rt = self.rt("upload")?;
+        self.refuse_if_capturing("upload", stream, "a graph reads `src` at every replay, after this borrow ends")?;
         self.same_runtime(dst)?;
         self.check(unsafe {
             let data = src.as_ptr() as *const c_void;
@@ -539,7 +545,8 @@ impl Runtime {
     /// panic in it, becomes the op's error: a sticky fault of `stream` that every
     /// later wait ([`Runtime::synchronize`], a download) reports with `f`'s message.
     /// Errors, before anything is enqueued: `StaleHandle`, `InvalidArgument` (range
-    /// outside a block, bad stream). Never blocks.
+    /// outside a block, bad stream, a stream this runtime captures: see [`Graph`]).
+    /// Never blocks.
     ///
     /// ```
     /// let rt = ferry::Runtime::builder().profile("tiny").build()?;
@@ -563,6 +570,7 @@ impl Runtime {
         F: FnOnce(&mut LaunchContext<'_>) -> Result<()> + Send + 'static,
     {
         let rt = self.rt("launch")?;
+        self.refuse_if_capturing("launch", stream, "the closure is FnOnce and a graph runs it at every replay")?;
         for o in operands {
             if let Some(owner) = o.owner {
                 if !ptr::eq(owner, self) {

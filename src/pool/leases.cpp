@@ -1,6 +1,6 @@
-// DevicePool: pending blocks and their leases. A freed block whose work has not
-// completed stays pending (its granules mapped, I2) until its leases retire; a block
-// placed over it inherits them (I3).
+// DevicePool: leases. A freed block whose work has not completed stays pending
+// (its granules mapped, I2; filed in pending_blocks.hpp) until its leases retire;
+// a block placed over it inherits them (I3).
 #include "core/testing_hooks.hpp"
 #include "pool/device_pool_impl.hpp"
 
@@ -8,9 +8,8 @@ namespace ferry {
 
 void DevicePool::Impl::drop_marked(std::uint32_t b) {
   Block& blk = blocks[b];
-  blk.heap_pos = kNoBlock;
+  blk.pending_id = kNoBlock;
   leases[b].uses.clear();  // keeps its capacity: steady state allocates nothing
-  leases[b].pending_key = 0;
   leases[b].ready_after = {};
   leases[b].pending_size = 0;
   blk.leased = blk.ready_set = false;
@@ -45,16 +44,9 @@ void DevicePool::Impl::file_leased(std::uint32_t b, std::uint64_t size) {
 // Enters pending block b in the address index and the retirement lists.
 void DevicePool::Impl::file_pending(std::uint32_t b) {
   Block& blk = blocks[b];
-  const UseSet& uses = leases[b].uses;
   st.pending_free_bytes += leases[b].pending_size;
   regions[blk.region].pending_at.emplace(blk.addr, b);
-  if (auto s = uses.single_stream()) {
-    push_pending(*s, b);
-    return;
-  }
-  blk.heap_pos = static_cast<std::uint32_t>(pending_multi.size());
-  pending_multi.push_back(b);
-  for (const StreamPoint& p : uses.points()) multi_streams |= std::uint64_t{1} << p.stream;
+  blk.pending_id = pending.file(b, leases[b].uses);
 }
 
 // Takes pending block b out of the retirement lists and the address index; the
@@ -62,12 +54,8 @@ void DevicePool::Impl::file_pending(std::uint32_t b) {
 void DevicePool::Impl::unfile_pending(std::uint32_t b) {
   st.pending_free_bytes -= leases[b].pending_size;
   regions[blocks[b].region].pending_at.erase(blocks[b].addr);
-  const auto points = leases[b].uses.points();
-  if (points.size() == 1) {
-    remove_pending(points[0].stream, b);
-  } else {
-    remove_multi(b);
-  }
+  pending.remove(blocks[b].pending_id);
+  blocks[b].pending_id = kNoBlock;
 }
 
 // A pending block whose leases all retired, out of its retirement list: its
@@ -81,110 +69,15 @@ void DevicePool::Impl::retire_block(std::uint32_t b) {
   drop_record(b);
 }
 
-void DevicePool::Impl::remove_multi(std::uint32_t b) {
-  const std::uint32_t i = blocks[b].heap_pos;
-  const std::uint32_t last = pending_multi.back();
-  pending_multi[i] = last;
-  blocks[last].heap_pos = i;
-  pending_multi.pop_back();
-  blocks[b].heap_pos = kNoBlock;
-}
-
-bool DevicePool::Impl::earlier(std::uint32_t a, std::uint32_t b) const { return leases[a].pending_key < leases[b].pending_key; }
-
-void DevicePool::Impl::heap_put(std::vector<std::uint32_t>& h, std::size_t i, std::uint32_t b) {
-  h[i] = b;
-  blocks[b].heap_pos = static_cast<std::uint32_t>(i);
-}
-
-void DevicePool::Impl::sift_up(std::vector<std::uint32_t>& h, std::size_t i) {
-  const std::uint32_t b = h[i];
-  while (i > 0 && earlier(b, h[(i - 1) / 2])) {
-    heap_put(h, i, h[(i - 1) / 2]);
-    i = (i - 1) / 2;
-  }
-  heap_put(h, i, b);
-}
-
-void DevicePool::Impl::sift_down(std::vector<std::uint32_t>& h, std::size_t i) {
-  const std::uint32_t b = h[i];
-  for (;;) {
-    std::size_t c = 2 * i + 1;
-    if (c >= h.size()) break;
-    if (c + 1 < h.size() && earlier(h[c + 1], h[c])) ++c;
-    if (!earlier(h[c], b)) break;
-    heap_put(h, i, h[c]);
-    i = c;
-  }
-  heap_put(h, i, b);
-}
-
-void DevicePool::Impl::push_pending(StreamId s, std::uint32_t b) {
-  leases[b].pending_key = leases[b].uses.points()[0].ticket;
-  auto& h = pending_on[s];
-  h.push_back(b);
-  sift_up(h, h.size() - 1);
-  pending_streams |= std::uint64_t{1} << s;
-}
-
-void DevicePool::Impl::remove_pending(StreamId s, std::uint32_t b) {
-  auto& h = pending_on[s];
-  const std::size_t i = blocks[b].heap_pos;
-  const std::uint32_t last = h.back();
-  h.pop_back();
-  blocks[b].heap_pos = kNoBlock;
-  if (i < h.size()) {
-    heap_put(h, i, last);
-    sift_up(h, i);
-    sift_down(h, blocks[last].heap_pos);
-  }
-  if (h.empty()) pending_streams &= ~(std::uint64_t{1} << s);
-}
-
 void DevicePool::Impl::retire_completed() {
-  if (!pending_multi.empty()) sweep_multi();
-  for (std::uint64_t mask = pending_streams; mask != 0; mask &= mask - 1) {
-    const auto s = static_cast<StreamId>(std::countr_zero(mask));
-    auto& h = pending_on[s];
-    while (!h.empty() && order.is_complete({s, leases[h.front()].pending_key})) {
-      const std::uint32_t b = h.front();
-      remove_pending(s, b);
-      retire_block(b);
-    }
-  }
+  pending.retire(
+      order, [&](std::uint32_t b) -> UseSet& { return leases[b].uses; },
+      [&](std::uint32_t b) {
+        blocks[b].pending_id = kNoBlock;
+        retire_block(b);
+      });
   // active_bytes follows pending_free_bytes, which the sweep lowered.
   note_peaks();
-}
-
-void DevicePool::Impl::sweep_multi() {
-  bool advanced = false;
-  for (std::uint64_t mask = multi_streams; mask != 0; mask &= mask - 1) {
-    const auto s = static_cast<StreamId>(std::countr_zero(mask));
-    const Ticket c = order.completed(s);
-    advanced |= c != multi_seen[s];
-    multi_seen[s] = c;
-  }
-  // Nothing completed since the last sweep: no block here can have retired.
-  if (!advanced) return;
-  multi_streams = 0;
-  for (std::size_t i = 0; i < pending_multi.size();) {
-    const std::uint32_t b = pending_multi[i];
-    UseSet& uses = leases[b].uses;
-    if (uses.retire(order)) {
-      remove_multi(b);
-      retire_block(b);
-      continue;
-    }
-    // A block whose remaining leases narrowed to one stream moves to that
-    // stream's heap.
-    if (auto s = uses.single_stream()) {
-      remove_multi(b);
-      push_pending(*s, b);
-      continue;
-    }
-    for (const StreamPoint& p : uses.points()) multi_streams |= std::uint64_t{1} << p.stream;
-    ++i;
-  }
 }
 
 void DevicePool::Impl::take_over_pending(std::uint8_t ri, std::uint32_t nb, std::uint64_t addr,
@@ -300,8 +193,8 @@ Result<DeviceHandle> DevicePool::Impl::order_inherited(DeviceHandle h, StreamId 
   return h;
 }
 
-// The spare list and the pending lists: each record listed where its state says,
-// heap order and positions, the stream masks. Marks each record in is_spare and filed.
+// The spare list and the pending lists: each record listed where its state says.
+// Marks each record in is_spare and filed.
 bool DevicePool::Impl::validate_lists(std::string* why, std::vector<std::uint8_t>& is_spare,
                                       std::vector<std::uint8_t>& filed) const {
   if (leases.size() != blocks.size()) return fail(why, "lease records and blocks disagree in number");
@@ -311,28 +204,14 @@ bool DevicePool::Impl::validate_lists(std::string* why, std::vector<std::uint8_t
     if (blocks[b].state != BlockState::spare) return fail(why, "a listed spare record holds a block");
   }
   filed.assign(blocks.size(), 0);
-  for (std::size_t i = 0; i < pending_multi.size(); ++i) {
-    const std::uint32_t b = pending_multi[i];
-    ++filed[b];
-    if (blocks[b].heap_pos != i) return fail(why, "pending_multi position wrong");
-    if (leases[b].uses.points().size() < 2) return fail(why, "a block on pending_multi is leased on one stream");
-    for (const StreamPoint& p : leases[b].uses.points())
-      if (!((multi_streams >> p.stream) & 1u)) return fail(why, "multi_streams misses a lease's stream");
-  }
-  for (StreamId s = 0; s < kMaxStreams; ++s) {
-    const auto& h = pending_on[s];
-    for (std::size_t i = 0; i < h.size(); ++i) {
-      const std::uint32_t b = h[i];
-      ++filed[b];
-      if (blocks[b].heap_pos != i) return fail(why, "pending heap position wrong");
-      if (i > 0 && earlier(b, h[(i - 1) / 2])) return fail(why, "pending heap out of order");
-      const auto points = leases[b].uses.points();
-      if (points.size() != 1 || points[0].stream != s || points[0].ticket != leases[b].pending_key)
-        return fail(why, "block pending on one stream holds a lease on another, or its key is stale");
-    }
-    if (((pending_streams >> s) & 1u) != !h.empty()) return fail(why, "pending_streams mask wrong");
-  }
-  return true;
+  bool in_range = true;
+  pending.for_each([&](std::uint32_t b) {
+    if (b < blocks.size()) ++filed[b];
+    else in_range = false;
+  });
+  if (!in_range) return fail(why, "a pending entry names no record");
+  return pending.validate([&](std::uint32_t b) -> const UseSet& { return leases[b].uses; },
+                          [&](std::uint32_t b) { return blocks[b].pending_id; }, why);
 }
 
 // Every record against its state, the address index of pending blocks, and the
@@ -405,9 +284,7 @@ bool DevicePool::Impl::validate_blocks(std::string* why, const std::vector<std::
     if (it != index.begin() && std::prev(it)->first + leases[std::prev(it)->second].pending_size > blocks[b].addr)
       return fail(why, "a live block overlaps a pending one");
   }
-  std::uint64_t pending_blocks = pending_multi.size();
-  for (const auto& h : pending_on) pending_blocks += h.size();
-  if (indexed != pending_blocks) return fail(why, "address index and pending lists disagree");
+  if (indexed != pending.size()) return fail(why, "address index and pending lists disagree");
   if (retired != retired_slots) return fail(why, "retired slot count wrong");
   // live + pending_free <= reserved <= capacity
   if (t.live != st.allocated_bytes) return fail(why, "allocated_bytes disagrees with live blocks");

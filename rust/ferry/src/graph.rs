@@ -1,0 +1,115 @@
+//! Graph capture (`include/ferry/graph.hpp`, ferry.h "Graph capture"): a stream's
+//! calls recorded once and replayed many times, over memory that stays the graph's
+//! while it lives.
+
+use std::fmt;
+use std::ptr::{self, NonNull};
+
+use ferry_sys as sys;
+
+use crate::{invalid, lock, Result, Runtime};
+
+/// A captured graph ([`Runtime::end_capture`]). It borrows its runtime, so it is
+/// gone before the runtime is; `Drop` destroys it (`ferry_graph_destroy`, its error
+/// ignored: [`Graph::destroy`] returns it).
+///
+/// What this crate lets a capture record: allocations on the capturing stream (the
+/// graph's private pool: dropping one there defers its free until the pool's last
+/// graph is gone, and a later same-size allocation of a capture of that pool gets
+/// the block back) and [`Runtime::record_use`]. [`Runtime::launch`] and
+/// [`Runtime::upload`] on a capturing stream are refused here: a launch closure is
+/// `FnOnce`, and an upload's bytes are borrowed for the call only, while a graph
+/// runs both at every replay. What ferry cannot capture (a download, a
+/// synchronize, a hold) is refused by ferry and spoils the capture.
+///
+/// ```
+/// let rt = ferry::Runtime::builder().profile("tiny").build()?;
+/// let weights = rt.alloc(4096, 0)?;
+/// rt.begin_capture(1, None)?;
+/// let scratch = rt.alloc(1024, 1)?; // the graph's private pool
+/// rt.record_use(1, &[&weights, &scratch])?;
+/// let graph = rt.end_capture(1)?;
+/// for _ in 0..3 {
+///     graph.launch(1)?;
+/// }
+/// drop(weights); // freed outside the graph: the next replay is refused
+/// assert!(matches!(graph.launch(1), Err(ferry::Error::StaleHandle(_))));
+/// # Ok::<(), ferry::Error>(())
+/// ```
+pub struct Graph<'rt> {
+    rt: &'rt Runtime,
+    raw: NonNull<sys::ferry_graph_s>,
+}
+
+impl Runtime {
+    /// Records the calls on `stream` until [`Runtime::end_capture`]; `pool`: a graph
+    /// whose private pool the capture shares (PyTorch's `pool=`), or `None` for a
+    /// pool of its own. Errors: `InvalidArgument` (a bad or capturing stream, a pool
+    /// another capture uses, a graph of another runtime). Never blocks.
+    pub fn begin_capture(&self, stream: u32, pool: Option<&Graph<'_>>) -> Result<()> {
+        let rt = self.rt("begin_capture")?;
+        let share = match pool {
+            Some(g) if !ptr::eq(g.rt, self) => {
+                return Err(invalid("begin_capture: the pool's graph belongs to another runtime".to_string()))
+            }
+            Some(g) => g.raw.as_ptr(),
+            None => ptr::null_mut(),
+        };
+        self.check(unsafe { sys::ferry_begin_capture(rt, stream, share) })?;
+        lock(&self.shared.capturing).insert(stream);
+        Ok(())
+    }
+
+    /// The graph of what `stream` recorded. Errors: `InvalidArgument` (not
+    /// capturing; the capture's first refused call, which spoiled it: no graph
+    /// then). Never blocks.
+    pub fn end_capture(&self, stream: u32) -> Result<Graph<'_>> {
+        let rt = self.rt("end_capture")?;
+        let mut out: sys::ferry_graph = ptr::null_mut();
+        let status = unsafe { sys::ferry_end_capture(rt, stream, &mut out) };
+        lock(&self.shared.capturing).remove(&stream);
+        self.check(status)?;
+        let raw = NonNull::new(out).ok_or_else(|| invalid("end_capture: ferry returned no graph".to_string()))?;
+        Ok(Graph { rt: self, raw })
+    }
+
+    pub(crate) fn refuse_if_capturing(&self, call: &str, stream: u32, why: &str) -> Result<()> {
+        if lock(&self.shared.capturing).contains(&stream) {
+            return Err(invalid(format!("{} on capturing stream {} is refused: {}", call, stream, why)));
+        }
+        Ok(())
+    }
+}
+
+impl Graph<'_> {
+    /// Enqueues the recorded calls on `stream`, in order; every block the graph
+    /// touches is leased until this replay completes. Errors: `StaleHandle` (a
+    /// block it touches was freed outside it: nothing enqueued), `InvalidArgument`
+    /// (a bad or capturing stream). Never blocks.
+    pub fn launch(&self, stream: u32) -> Result<()> {
+        let rt = self.rt.rt("Graph::launch")?;
+        self.rt.check(unsafe { sys::ferry_graph_launch(rt, self.raw.as_ptr(), stream) })
+    }
+
+    /// Destroys it now; when it was its pool's last graph, the pool frees the blocks
+    /// the program freed, stream-ordered after the last replay. Errors:
+    /// `StaleHandle` (the graph is gone all the same). Never blocks.
+    pub fn destroy(self) -> Result<()> {
+        let raw = self.raw.as_ptr();
+        let rt = self.rt;
+        std::mem::forget(self);
+        rt.check(unsafe { sys::ferry_graph_destroy(raw) })
+    }
+}
+
+impl Drop for Graph<'_> {
+    fn drop(&mut self) {
+        unsafe { sys::ferry_graph_destroy(self.raw.as_ptr()) };
+    }
+}
+
+impl fmt::Debug for Graph<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Graph").finish_non_exhaustive()
+    }
+}

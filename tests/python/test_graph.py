@@ -1,0 +1,82 @@
+"""ferry.Graph on the sim: Runtime.begin_capture / end_capture, Graph.launch and
+destroy over the C ABI's graph capture (include/ferry/graph.hpp)."""
+import pytest
+
+import ferry
+from conftest import MiB
+
+
+def _add_one(ctx):
+    ctx.views[0][0] = (ctx.views[0][0] + 1) % 256
+
+
+def test_a_captured_launch_runs_its_callable_at_every_replay(rt):
+    h = rt.alloc(4096)
+    rt.upload(h, bytes(4096))
+    rt.begin_capture(1)
+    rt.launch(1, [(h, "rw")], _add_one)
+    graph = rt.end_capture(1)
+    assert rt.download(h, 1) == b"\x00"  # recorded, not run
+    for _ in range(5):
+        graph.launch(1)
+    rt.synchronize()
+    assert rt.download(h, 1) == b"\x05"
+    graph.destroy()
+    graph.destroy()  # idempotent
+    assert graph.destroyed
+    with pytest.raises(ferry.InvalidArgumentError, match="destroyed"):
+        graph.launch(1)
+
+
+def test_a_block_freed_outside_the_graph_refuses_the_replay(rt):
+    h = rt.alloc(4096)
+    rt.begin_capture(0)
+    rt.launch(0, [(h, "w")], lambda ctx: None)
+    with rt.end_capture(0) as graph:
+        graph.launch(0)
+        rt.free(h)
+        with pytest.raises(ferry.StaleHandleError, match="freed outside it"):
+            graph.launch(0)
+    assert graph.destroyed
+
+
+def test_what_cannot_be_captured_spoils_the_capture(rt):
+    h = rt.alloc(4096)
+    rt.begin_capture(0)
+    with pytest.raises(ferry.InvalidArgumentError, match="capturing stream 0 is refused"):
+        rt.download(h, 16)
+    with pytest.raises(ferry.InvalidArgumentError, match="spoiled"):
+        rt.end_capture(0)
+    with pytest.raises(ferry.InvalidArgumentError, match="not capturing"):
+        rt.end_capture(0)
+
+
+def test_graphs_share_a_private_pool_and_close_destroys_them():
+    with ferry.Runtime() as rt:
+        rt.begin_capture(0)
+        a = rt.alloc(MiB, 0)
+        rt.launch(0, [(a, "w")], lambda ctx: None)
+        rt.free(a)  # the pool's until its last graph goes
+        first = rt.end_capture(0)
+        rt.begin_capture(0, pool=first)
+        b = rt.alloc(MiB, 0)  # the block `a` had, under a new handle
+        rt.launch(0, [(b, "w")], lambda ctx: None)
+        second = rt.end_capture(0)
+        assert b != a
+        with pytest.raises(ferry.StaleHandleError):
+            rt.free(a)
+        summary = rt.memory_summary()
+        assert "graph pool 1: 1 block(s)" in summary and "2 graph(s)" in summary
+        with pytest.raises(ferry.InvalidArgumentError, match="not a ferry.Graph"):
+            rt.begin_capture(1, pool="first")
+    assert first.destroyed and second.destroyed
+
+
+def test_an_upload_on_a_capturing_stream_is_refused_here():
+    with ferry.Runtime(integrity="off") as rt:
+        h = rt.alloc(4096)
+        rt.begin_capture(0)
+        with pytest.raises(ferry.InvalidArgumentError, match="at each replay"):
+            rt.upload(h, bytes(4096), stream=0)
+        rt.upload(h, bytes(4096), stream=1)  # another stream runs as before
+        rt.end_capture(0).destroy()
