@@ -4,8 +4,9 @@
 //                       counters per device: reserved_bytes and internal_allocs after
 //                       create (the pool's and the engine's fixed overhead)
 //   BM_PeerCopy         copy_peer of N MiB from device 0 to device 1 (h200) by
-//                       integrity policy; counter modeled_us = the virtual time the
-//                       two devices' clocks moved, summed (the device model)
+//                       integrity policy and link (none: staged through the host;
+//                       pcie, nvlink: direct); counter modeled_us = the virtual time
+//                       the two devices' clocks moved, summed (the device model)
 //
 // Run: build/release/bench/devices_bench --benchmark_format=json
 #include <benchmark/benchmark.h>
@@ -48,7 +49,10 @@ BENCHMARK(BM_CreateRuntime)->Arg(1)->Arg(2)->Arg(8)->Unit(benchmark::kMillisecon
 void BM_PeerCopy(benchmark::State& state) {
   const std::uint64_t bytes = static_cast<std::uint64_t>(state.range(0)) * kMiB;
   const auto policy = static_cast<IntegrityPolicy>(state.range(1));
-  auto made = Runtime::create(on_h200(2, policy));
+  RuntimeOptions o = on_h200(2, policy);
+  const auto link = static_cast<PeerLink>(state.range(2));
+  if (link != PeerLink::none) o.devices.links = {PeerLinkSpec{0, 1, link}};
+  auto made = Runtime::create(std::move(o));
   if (!made.ok()) {
     state.SkipWithError(made.error().message.c_str());
     return;
@@ -77,7 +81,10 @@ void BM_PeerCopy(benchmark::State& state) {
   (void)rt.device(1).pool().free(*dst);
 }
 BENCHMARK(BM_PeerCopy)
-    ->ArgsProduct({{1, 64}, {static_cast<int>(IntegrityPolicy::off), static_cast<int>(IntegrityPolicy::verify)}})
+    ->ArgsProduct({{1, 64},
+                   {static_cast<int>(IntegrityPolicy::off), static_cast<int>(IntegrityPolicy::verify)},
+                   {static_cast<int>(PeerLink::none), static_cast<int>(PeerLink::pcie),
+                    static_cast<int>(PeerLink::nvlink)}})
     ->Unit(benchmark::kMillisecond);
 
 }  // namespace

@@ -83,7 +83,7 @@ CLI::Option* add_inject_option(CLI::App& app, std::vector<std::string>& specs) {
   return app
       .add_option("--inject", specs,
                   "Sim faults, repeatable or comma-separated: pinned-noop[:P],\n"
-                  "batch-broken, batch-missing, fail-map:N, delay:NS, none")
+                  "peer-noop[:P], batch-broken, batch-missing, fail-map:N, delay:NS, none")
       ->check(checked(
           [](const std::string& v) -> Result<void> {
             // CLI11 names the option already: "--inject: item 'x': ...".

@@ -432,6 +432,10 @@ FERRY_C_API ferry_status ferry_device_count(ferry_runtime FERRY_NONNULL rt, uint
 /* The device whose pool the live handle `h` names, in *out. Errors: STALE_HANDLE
  * (live in no device's pool), INVALID_ARGUMENT (NULL out). Never blocks. */
 FERRY_C_API ferry_status ferry_device_of(ferry_runtime FERRY_NONNULL rt, ferry_handle h, uint32_t* FERRY_NONNULL out);
+/* ferry_device_address of a handle of any device: its device, address and
+ * requested bytes (each out nullable). Errors: STALE_HANDLE. Never blocks. */
+FERRY_C_API ferry_status ferry_device_block(ferry_runtime FERRY_NONNULL rt, ferry_handle h, uint32_t* FERRY_NULLABLE device,
+                                            uint64_t* FERRY_NULLABLE addr, uint64_t* FERRY_NULLABLE bytes);
 /* ferry_alloc on device `device`. Errors: those of ferry_alloc; INVALID_ARGUMENT
  * (no such device). May block (bounded) in the reclaim. */
 FERRY_C_API ferry_status ferry_device_alloc(ferry_runtime FERRY_NONNULL rt, uint32_t device, uint64_t bytes,

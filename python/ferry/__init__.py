@@ -280,7 +280,9 @@ class Runtime:
     """ferry_runtime: backend, stream order, device pool, pinned arena, transfer
     engine and (cache_slots > 0) an offload cache. A context manager: leaving the
     `with` closes it. devices > 1 makes one stack per device (sim: the profile
-    with seed + i; cuda: ordinal i); its calls here act on device 0 (docs/scale.md).
+    with seed + i; cuda: ordinal i): alloc(device=i) allocates on device i, and
+    free, upload, download and copy_peer act on the device a handle names; the
+    other calls act on device 0 (docs/scale.md).
     Errors of the constructor: InvalidArgumentError (an unknown
     backend, profile, integrity policy or fault spec; faults asked of cuda),
     UnsupportedError (cuda without a device), BackendError."""
@@ -305,6 +307,9 @@ class Runtime:
         self._check(self._lib.ferry_runtime_create(ctypes.byref(options), ctypes.byref(rt)))
         self._rt = rt
         self.backend = backend or "sim"
+        count = ctypes.c_uint32()
+        self._check(self._lib.ferry_device_count(rt, ctypes.byref(count)))
+        self._devices = count.value
         # Launch callables by key until they ran. One ctypes callback per runtime,
         # alive until after ferry_runtime_destroy, which may still run queued ops.
         self._pending = {}
@@ -384,19 +389,50 @@ class Runtime:
             raise _invalid("the ferry.Runtime is closed")
         return self._rt
 
+    # -- devices
+    @property
+    def device_count(self):
+        """How many devices the runtime drives (Runtime(devices=N))."""
+        return self._devices
+
+    def device_of(self, h):
+        """The device whose pool the live handle h names. StaleHandleError."""
+        out = ctypes.c_uint32()
+        self._check(self._lib.ferry_device_of(self._live(), _handle(h, "device_of"), ctypes.byref(out)))
+        return out.value
+
+    def copy_peer(self, dst, src, nbytes, stream=0, dst_offset=0, src_offset=0):
+        """Copies nbytes of src (from src_offset) into dst (at dst_offset), whichever
+        devices they name (ferry_copy_peer). True when verify checked it. Errors:
+        InvalidArgumentError, StaleHandleError, OutOfMemoryError,
+        TransferCorruptError, FerryTimeoutError, BackendError. Blocks (bounded)."""
+        verified = ctypes.c_int()
+        self._check(self._lib.ferry_copy_peer(
+            self._live(), _handle(dst, "copy_peer: dst"), _int(dst_offset, "copy_peer: dst_offset", 64),
+            _handle(src, "copy_peer: src"), _int(src_offset, "copy_peer: src_offset", 64),
+            _int(nbytes, "copy_peer: nbytes", 64), _int(stream, "copy_peer: stream", 32), ctypes.byref(verified)))
+        return verified.value == 1
+
     # -- device memory
-    def alloc(self, nbytes, stream=0):
-        """A block of nbytes, stream-ordered on `stream`. OutOfMemoryError (after the
-        reclaim; the message is the pool's diagnostic), InvalidArgumentError. May
-        block (bounded) in the reclaim."""
+    def alloc(self, nbytes, stream=0, device=0):
+        """A block of nbytes on `device`, stream-ordered on that device's `stream`.
+        OutOfMemoryError (after the reclaim; the message is the pool's diagnostic),
+        InvalidArgumentError (also: no such device). May block (bounded) in the reclaim."""
         out = _lib.CHandle()
-        self._check(self._lib.ferry_alloc(self._live(), _int(nbytes, "alloc: nbytes", 64),
-                                          _int(stream, "alloc: stream", 32), ctypes.byref(out)))
+        nbytes = _int(nbytes, "alloc: nbytes", 64)
+        stream = _int(stream, "alloc: stream", 32)
+        device = _int(device, "alloc: device", 32)
+        if device == 0:
+            self._check(self._lib.ferry_alloc(self._live(), nbytes, stream, ctypes.byref(out)))
+        else:
+            self._check(self._lib.ferry_device_alloc(self._live(), device, nbytes, stream, ctypes.byref(out)))
         return Handle._from_c(out)
 
     def free(self, h):
-        """Stream-ordered free; legal with work in flight. StaleHandleError."""
-        self._check(self._lib.ferry_free(self._live(), _handle(h, "free")))
+        """Stream-ordered free, on the device h names; legal with work in flight.
+        StaleHandleError."""
+        free = self._lib.ferry_free if self._devices == 1 else self._lib.ferry_device_free
+        self._check(free(self._live(), _handle(h, "free")))
 
     def device_address(self, h):
         """(device address, requested bytes) of the block. StaleHandleError."""
@@ -434,11 +470,12 @@ class Runtime:
             raise _invalid("upload on capturing stream %d is refused: the graph would read `data` at each replay, "
                            "after this call returns" % stream)
         with _lib.Buffer(data) as buf:
-            self._check(self._lib.ferry_upload(rt, stream, dst, offset, buf.address, buf.nbytes))
+            upload = self._lib.ferry_upload if self._devices == 1 else self._lib.ferry_device_upload
+            self._check(upload(rt, stream, dst, offset, buf.address, buf.nbytes))
 
     def download(self, h, nbytes=None, stream=0, offset=0):
         """Device -> host: `nbytes` of h from `offset` as bytes (None: the rest of the
-        block). Errors as upload. Blocks."""
+        block, which only a device-0 handle can say). Errors as upload. Blocks."""
         if nbytes is None:
             _, size = self.device_address(h)
             offset = _int(offset, "download: offset", 64)
@@ -456,7 +493,8 @@ class Runtime:
         stream = _int(stream, "download: stream", 32)
         offset = _int(offset, "download: offset", 64)
         with _lib.Buffer(out, writable=True) as buf:
-            self._check(self._lib.ferry_download(rt, stream, src, offset, buf.address, buf.nbytes))
+            download = self._lib.ferry_download if self._devices == 1 else self._lib.ferry_device_download
+            self._check(download(rt, stream, src, offset, buf.address, buf.nbytes))
 
     # -- the program's own kernels
     def launch(self, stream, operands, fn, flops=0, mem_bytes=0):

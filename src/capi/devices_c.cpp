@@ -42,6 +42,20 @@ ferry_status ferry_device_of(ferry_runtime rt, ferry_handle h, uint32_t* out) {
   });
 }
 
+ferry_status ferry_device_block(ferry_runtime rt, ferry_handle h, uint32_t* device, uint64_t* addr, uint64_t* bytes) {
+  return guarded("ferry_device_block", [&] {
+    if (rt == nullptr) return null_argument("ferry_device_block", "rt");
+    auto d = owner_of(runtime_of(rt), h);
+    if (!d.ok()) return fail(d.error());
+    auto span = (*d)->pool().resolve(to_cpp(h));
+    if (!span.ok()) return fail(span.error());
+    if (device != nullptr) *device = (*d)->index();
+    if (addr != nullptr) *addr = span->addr;
+    if (bytes != nullptr) *bytes = span->bytes;
+    return ok();
+  });
+}
+
 ferry_status ferry_device_alloc(ferry_runtime rt, uint32_t device, uint64_t bytes, uint32_t stream, ferry_handle* out) {
   return guarded("ferry_device_alloc", [&] {
     if (rt == nullptr) return null_argument("ferry_device_alloc", "rt");

@@ -746,3 +746,25 @@ def test_devices_makes_a_stack_per_device_and_refuses_too_many():
         rt.free(h)
     with pytest.raises(ferry.InvalidArgumentError, match="at most 64"):
         ferry.Runtime(profile="tiny", devices=65)
+
+
+def test_calls_select_the_device_a_handle_names():
+    """alloc(device=i) allocates there; free, upload, download and copy_peer follow the handle."""
+    data = bytes(range(256)) * 32
+    with ferry.Runtime(profile="tiny", devices=2, integrity="verify") as rt:
+        assert rt.device_count == 2
+        a = rt.alloc(len(data), device=1)
+        b = rt.alloc(len(data))
+        assert (rt.device_of(a), rt.device_of(b)) == (1, 0)
+        rt.upload(a, data, stream=1)
+        assert rt.download(a, len(data), stream=1) == data
+        assert rt.copy_peer(b, a, len(data)) is True
+        assert rt.download(b) == data
+        with pytest.raises(ferry.StaleHandleError, match="device 1"):
+            rt.device_address(a)
+        with pytest.raises(ferry.InvalidArgumentError, match="no device 2"):
+            rt.alloc(64, device=2)
+        rt.free(a)
+        rt.free(b)
+        with pytest.raises(ferry.StaleHandleError):
+            rt.free(a)

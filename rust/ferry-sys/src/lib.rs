@@ -229,6 +229,8 @@ extern "C" {
 
     pub fn ferry_device_count(rt: ferry_runtime, out: *mut u32) -> ferry_status;
     pub fn ferry_device_of(rt: ferry_runtime, h: ferry_handle, out: *mut u32) -> ferry_status;
+    pub fn ferry_device_block(rt: ferry_runtime, h: ferry_handle, device: *mut u32, addr: *mut u64, bytes: *mut u64)
+        -> ferry_status;
     pub fn ferry_device_alloc(rt: ferry_runtime, device: u32, bytes: u64, stream: u32, out: *mut ferry_handle)
         -> ferry_status;
     pub fn ferry_device_free(rt: ferry_runtime, h: ferry_handle) -> ferry_status;

@@ -204,6 +204,7 @@ pub struct RuntimeBuilder {
     cache_slots: u32,
     cache_slot_bytes: u64,
     race_check: bool,
+    devices: u32,
 }
 
 impl RuntimeBuilder {
@@ -245,6 +246,13 @@ impl RuntimeBuilder {
     /// sim: report stream races ([`Runtime::races`]); cuda refuses it.
     pub fn race_check(mut self, on: bool) -> Self {
         self.race_check = on;
+        self
+    }
+    /// How many devices (docs/scale.md): a pool, an arena and streams each (sim:
+    /// the profile with seed + i; cuda: ordinal i). 0 or 1: one.
+    /// [`Runtime::alloc_on`] picks the device; calls on an allocation act on its own.
+    pub fn devices(mut self, count: u32) -> Self {
+        self.devices = count;
         self
     }
 
@@ -293,13 +301,19 @@ impl RuntimeBuilder {
         o.cache_slots = self.cache_slots;
         o.cache_slot_bytes = self.cache_slot_bytes;
         o.race_check = self.race_check as c_int;
+        o.device_count = u64::from(self.devices);
         let mut raw: sys::ferry_runtime = ptr::null_mut();
         check(unsafe { sys::ferry_runtime_create(&o, &mut raw) })?;
-        Ok(Runtime {
-            raw: NonNull::new(raw).expect("ferry_runtime_create succeeded with a runtime"),
+        let raw = NonNull::new(raw).expect("ferry_runtime_create succeeded with a runtime");
+        let mut devices = 0u32;
+        let counted = check(unsafe { sys::ferry_device_count(raw.as_ptr(), &mut devices) });
+        let rt = Runtime {
+            raw,
             shared: Box::new(Shared::default()),
             backend: self.backend.unwrap_or(Backend::Sim),
-        })
+            devices,
+        };
+        counted.map(|()| rt)
     }
 }
 
@@ -350,6 +364,7 @@ pub struct Runtime {
     raw: NonNull<sys::ferry_runtime_s>,
     shared: Box<Shared>,
     backend: Backend,
+    devices: u32,
 }
 
 // The header: "a ferry_runtime may be used from any thread at once, except
@@ -385,6 +400,11 @@ impl Runtime {
 
     pub fn backend(&self) -> Backend {
         self.backend
+    }
+
+    /// How many devices the runtime drives ([`RuntimeBuilder::devices`]).
+    pub fn device_count(&self) -> u32 {
+        self.devices
     }
 
     fn rt(&self, call: &str) -> Result<sys::ferry_runtime> {
@@ -426,18 +446,51 @@ impl Runtime {
         Allocation::from_handle(self, Handle(h))
     }
 
-    fn address_of(&self, h: Handle) -> Result<(u64, u64)> {
-        let rt = self.rt("device_address")?;
-        let (mut addr, mut len) = (0u64, 0u64);
-        self.check(unsafe { sys::ferry_device_address(rt, h.0, &mut addr, &mut len) })?;
-        Ok((addr, len))
+    /// A block of `bytes` on `device`, stream-ordered on that device's `stream`.
+    /// Errors: those of [`Runtime::alloc`]; `InvalidArgument` (no such device).
+    pub fn alloc_on(&self, device: u32, bytes: u64, stream: u32) -> Result<Allocation<'_>> {
+        let rt = self.rt("alloc_on")?;
+        let mut h = sys::ferry_handle::default();
+        self.check(unsafe { sys::ferry_device_alloc(rt, device, bytes, stream, &mut h) })?;
+        Allocation::from_handle(self, Handle(h))
     }
 
-    /// Frees a raw handle (from [`Allocation::into_handle`]), stream-ordered.
-    /// Errors: `StaleHandle`. Never blocks.
+    // (device, address, requested bytes) of a live handle of any device.
+    fn address_of(&self, h: Handle) -> Result<(u32, u64, u64)> {
+        let rt = self.rt("device_address")?;
+        let (mut device, mut addr, mut len) = (0u32, 0u64, 0u64);
+        if self.devices <= 1 {
+            self.check(unsafe { sys::ferry_device_address(rt, h.0, &mut addr, &mut len) })?;
+        } else {
+            self.check(unsafe { sys::ferry_device_block(rt, h.0, &mut device, &mut addr, &mut len) })?;
+        }
+        Ok((device, addr, len))
+    }
+
+    /// Frees a raw handle (from [`Allocation::into_handle`]) of any device,
+    /// stream-ordered. Errors: `StaleHandle`. Never blocks.
     pub fn free(&self, handle: Handle) -> Result<()> {
         let rt = self.rt("free")?;
-        self.check(unsafe { sys::ferry_free(rt, handle.0) })
+        if self.devices <= 1 {
+            return self.check(unsafe { sys::ferry_free(rt, handle.0) });
+        }
+        self.check(unsafe { sys::ferry_device_free(rt, handle.0) })
+    }
+
+    /// Copies `bytes` of `src` (from `src_offset`) into `dst` (at `dst_offset`),
+    /// whichever devices they are on (docs/scale.md); `true` when verify checked it.
+    /// Errors: `InvalidArgument`, `StaleHandle`, `OutOfMemory`, `TransferCorrupt`,
+    /// `Timeout`, `Backend`. Blocks (bounded).
+    pub fn copy_peer(&self, stream: u32, dst: &Allocation<'_>, dst_offset: u64, src: &Allocation<'_>,
+                     src_offset: u64, bytes: u64) -> Result<bool> {
+        let rt = self.rt("copy_peer")?;
+        self.same_runtime(dst)?;
+        self.same_runtime(src)?;
+        let mut verified: c_int = 0;
+        self.check(unsafe {
+            sys::ferry_copy_peer(rt, dst.handle.0, dst_offset, src.handle.0, src_offset, bytes, stream, &mut verified)
+        })?;
+        Ok(verified == 1)
     }
 
     /// Releases cached device memory and completed frees. Never blocks.
@@ -455,7 +508,12 @@ impl Runtime {
         self.refuse_if_capturing("upload", stream, "a graph reads `src` at every replay, after this borrow ends")?;
         self.same_runtime(dst)?;
         self.check(unsafe {
-            sys::ferry_upload(rt, stream, dst.handle.0, offset, src.as_ptr() as *const c_void, src.len() as u64)
+            let data = src.as_ptr() as *const c_void;
+            if self.devices <= 1 {
+                sys::ferry_upload(rt, stream, dst.handle.0, offset, data, src.len() as u64)
+            } else {
+                sys::ferry_device_upload(rt, stream, dst.handle.0, offset, data, src.len() as u64)
+            }
         })
     }
 
@@ -464,7 +522,12 @@ impl Runtime {
         let rt = self.rt("download")?;
         self.same_runtime(src)?;
         self.check(unsafe {
-            sys::ferry_download(rt, stream, src.handle.0, offset, dst.as_mut_ptr() as *mut c_void, dst.len() as u64)
+            let data = dst.as_mut_ptr() as *mut c_void;
+            if self.devices <= 1 {
+                sys::ferry_download(rt, stream, src.handle.0, offset, data, dst.len() as u64)
+            } else {
+                sys::ferry_device_download(rt, stream, src.handle.0, offset, data, dst.len() as u64)
+            }
         })
     }
 
@@ -809,6 +872,7 @@ impl fmt::Display for Handle {
 pub struct Allocation<'rt> {
     rt: &'rt Runtime,
     handle: Handle,
+    device: u32,
     addr: u64,
     len: u64,
 }
@@ -818,8 +882,8 @@ impl<'rt> Allocation<'rt> {
     /// Errors: `StaleHandle` (freed, foreign or forged). Two owners of one handle are
     /// safe: the second free finds it stale, even once its slot holds a new block.
     pub fn from_handle(rt: &'rt Runtime, handle: Handle) -> Result<Allocation<'rt>> {
-        let (addr, len) = rt.address_of(handle)?;
-        Ok(Allocation { rt, handle, addr, len })
+        let (device, addr, len) = rt.address_of(handle)?;
+        Ok(Allocation { rt, handle, device, addr, len })
     }
 
     /// The raw handle, no longer freed on drop ([`Runtime::free`] or
@@ -828,6 +892,11 @@ impl<'rt> Allocation<'rt> {
         let h = self.handle;
         std::mem::forget(self);
         h
+    }
+
+    /// The device the block is on.
+    pub fn device(&self) -> u32 {
+        self.device
     }
 
     /// The raw handle, still owned by this allocation.

@@ -443,3 +443,27 @@ fn send_and_sync_where_the_header_allows_any_thread() {
     shared::<Handle>();
     shared::<Error>();
 }
+
+#[test]
+fn allocations_select_their_device_and_copy_between_two() {
+    let rt = Runtime::builder()
+        .profile("tiny")
+        .devices(2)
+        .integrity(Integrity::Verify)
+        .build()
+        .expect("two tiny sim devices");
+    assert_eq!(rt.device_count(), 2);
+    let data = pattern(8192, 5);
+    let a = rt.alloc_on(1, data.len() as u64, 1).expect("a block on device 1");
+    let b = rt.alloc(data.len() as u64, 0).expect("a block on device 0");
+    assert_eq!((a.device(), b.device()), (1, 0));
+    rt.upload(1, &a, 0, &data).expect("an upload on device 1");
+    assert!(rt.copy_peer(0, &b, 0, &a, 0, data.len() as u64).expect("a peer copy"));
+    let mut back = vec![0u8; data.len()];
+    rt.download(0, &b, 0, &mut back).expect("a download on device 0");
+    assert_eq!(back, data);
+    match rt.alloc_on(2, 64, 0) {
+        Err(Error::InvalidArgument(m)) => assert!(m.contains("no device 2"), "{m}"),
+        other => panic!("expected InvalidArgument, got {other:?}"),
+    };
+}
