@@ -212,6 +212,8 @@ TEST(OpDescription, EveryOpNamesItsOperandsAndTheirAccess) {
       {UserOp{{{{100, 8}, Access::read}, {{200, 8}, Access::write}, {{300, 8}, Access::read_write}}, kernel, 0, 0, "k"},
        "user on 1: read@100+8:read write@200+8:write read_write@300+8:read_write"},
       {NopOp{}, "nop on 0:"},
+      // The source is the peer's memory, not an operand of this device.
+      {PeerCopyOp{{100, 8}, nullptr, 500, PeerLink::nvlink}, "copy_peer on 4: dst@100+8:write"},
   };
   ASSERT_EQ(cases.size(), std::variant_size_v<Op>) << "an op without a case here";
   for (const auto& [op, expected] : cases) EXPECT_EQ(described(op), expected);
