@@ -108,7 +108,6 @@ struct HostArena::Impl {
   const Unit* unit_at(std::uintptr_t p, PinnedUnitId* id_out) const;
   std::optional<HostRangeInfo> locate(const std::byte* ptr, std::uint64_t bytes) const;
   ArenaStats snapshot() const;
-  bool validate_chunk(PinnedUnitId id, std::string* why) const;
   bool validate_pending(std::uint64_t count, std::string* why) const;
 };
 
