@@ -63,6 +63,14 @@ struct DevicesOptions {
 PeerLink link_between(const DevicesOptions& devices, std::uint32_t a, std::uint32_t b) noexcept;
 // "none", "pcie", "nvlink".
 std::string_view to_string(PeerLink link) noexcept;
+// The link named `text`. Errors: invalid_argument naming the text and the names.
+Result<PeerLink> parse_peer_link(std::string_view text);
+// Links as text, as the C ABI and the bindings take them: "A-B:KIND" pairs
+// separated by commas, e.g. "0-1:nvlink,1-2:pcie" (KIND pcie or nvlink; spaces
+// around each pair ignored); "" is no link. Checks the syntax only: device_specs
+// checks the pairs against the devices. Errors: invalid_argument naming the pair
+// and what is wrong with it.
+Result<std::vector<PeerLinkSpec>> parse_peer_links(std::string_view text);
 
 // What Runtime::copy_peer did.
 struct PeerCopyReceipt {

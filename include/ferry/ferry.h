@@ -123,6 +123,10 @@ typedef struct ferry_runtime_options {
    * profile `profile` with seed + i, or cuda ordinal i. 64 bits wide so that the
    * struct grows: the 4 bytes after race_check are padding an older caller never set. */
   uint64_t device_count;
+  /* sim: the links between devices, "A-B:KIND" pairs separated by commas, KIND
+   * pcie or nvlink (e.g. "0-1:nvlink"); NULL or "": none, so peer copies go
+   * through pinned host memory. nvlink needs a profile that has it (h200). */
+  const char* FERRY_NULLABLE links;
 } ferry_runtime_options;
 /* The first release's ferry_runtime_options: the smallest struct_size accepted. */
 #define FERRY_RUNTIME_OPTIONS_V1_SIZE offsetof(ferry_runtime_options, race_check)
@@ -143,7 +147,8 @@ FERRY_C_API void ferry_runtime_options_init(ferry_runtime_options* FERRY_NULLABL
 /* options: nullable (the defaults). On success *out is a runtime to destroy.
  * Errors: INVALID_ARGUMENT (NULL out; options->struct_size refused as the
  * conventions say; unknown backend, profile, integrity or fault spec; faults asked
- * of cuda), UNSUPPORTED (cuda without a device or driver, or asked for
+ * of cuda; links malformed, naming a device beyond device_count or a pair twice,
+ * nvlink on a profile without one, links on cuda), UNSUPPORTED (cuda without a device or driver, or asked for
  * race_check; a newer caller's field this library does not know, set to other
  * than zero), BACKEND. Blocks while the device initializes (bounded). */
 FERRY_C_API ferry_status ferry_runtime_create(const ferry_runtime_options* FERRY_NULLABLE options,
@@ -429,6 +434,13 @@ FERRY_C_API ferry_status ferry_graph_destroy(ferry_graph FERRY_NULLABLE graph);
  * device's handle. */
 /* The runtime's device count in *out. Errors: INVALID_ARGUMENT (NULL out). Never blocks. */
 FERRY_C_API ferry_status ferry_device_count(ferry_runtime FERRY_NONNULL rt, uint32_t* FERRY_NONNULL out);
+/* The link between devices a and b as ferry_runtime_options.links set it, in *out:
+ * "none", "pcie" or "nvlink" (a static string; "none" for a == b). A linked pair's
+ * ferry_copy_peer copies device to device over the link; an unlinked pair's go
+ * through pinned host memory. Errors: INVALID_ARGUMENT (a device beyond the
+ * count, NULL out). Never blocks. */
+FERRY_C_API ferry_status ferry_device_link(ferry_runtime FERRY_NONNULL rt, uint32_t a, uint32_t b,
+                                           const char* FERRY_NULLABLE* FERRY_NONNULL out);
 /* The device whose pool the live handle `h` names, in *out. Errors: STALE_HANDLE
  * (live in no device's pool), INVALID_ARGUMENT (NULL out). Never blocks. */
 FERRY_C_API ferry_status ferry_device_of(ferry_runtime FERRY_NONNULL rt, ferry_handle h, uint32_t* FERRY_NONNULL out);
@@ -449,10 +461,11 @@ FERRY_C_API ferry_status ferry_device_upload(ferry_runtime FERRY_NONNULL rt, uin
 FERRY_C_API ferry_status ferry_device_download(ferry_runtime FERRY_NONNULL rt, uint32_t stream, ferry_handle src,
                                                uint64_t src_offset, void* FERRY_NONNULL dst, uint64_t bytes);
 /* Copies `bytes` of src (from src_offset) to dst (at dst_offset), on whichever
- * devices they name: within one device a device-to-device copy, between two
- * through pinned host memory, each leg under the integrity policy (verify: the
- * destination's device hash equals the source's; a mismatch retries another
- * path). *verified (nullable) is 1 when verify checked it. Errors: INVALID_ARGUMENT
+ * devices they name: within one device a device-to-device copy; between two
+ * linked devices (ferry_device_link) a device-to-device copy over the link, between
+ * two others through pinned host memory, each leg under the integrity policy
+ * (verify: the destination's device hash equals the source's; a mismatch retries
+ * another path, a direct copy caught wrong is redone through the host). *verified (nullable) is 1 when verify checked it. Errors: INVALID_ARGUMENT
  * (0 bytes, a range outside its block, bad stream), STALE_HANDLE, OUT_OF_MEMORY,
  * TRANSFER_CORRUPT, TIMEOUT, BACKEND. Blocks (bounded) while the source leg completes. */
 FERRY_C_API ferry_status ferry_copy_peer(ferry_runtime FERRY_NONNULL rt, ferry_handle dst, uint64_t dst_offset,

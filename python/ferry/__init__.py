@@ -188,6 +188,18 @@ def _handle(h, what):
         raise _invalid("%s: %r is not a ferry.Handle" % (what, h)) from None
 
 
+def _links_text(links):
+    """Runtime(links=): a string as it is, or (a, b, kind) tuples joined as ferry.h's text."""
+    if links is None or isinstance(links, str):
+        return links
+    try:
+        pairs = [(a, b, kind) for a, b, kind in links]
+    except (TypeError, ValueError):
+        raise _invalid("links: %r is neither a string nor (a, b, kind) tuples" % (links,)) from None
+    return ",".join("%d-%d:%s" % (_int(a, "links: device", 32), _int(b, "links: device", 32), kind)
+                    for a, b, kind in pairs)
+
+
 def _text(value, what, optional=True):
     if value is None and optional:
         return None
@@ -282,21 +294,24 @@ class Runtime:
     `with` closes it. devices > 1 makes one stack per device (sim: the profile
     with seed + i; cuda: ordinal i): alloc(device=i) allocates on device i, and
     free, upload, download and copy_peer act on the device a handle names; the
-    other calls act on device 0 (docs/scale.md).
+    other calls act on device 0 (docs/scale.md). links (sim) joins pairs of devices,
+    "A-B:KIND" pairs separated by commas (KIND pcie or nvlink, e.g. "0-1:nvlink") or
+    an iterable of (a, b, kind); a linked pair's copy_peer goes over its link, any
+    other pair's through pinned host memory.
     Errors of the constructor: InvalidArgumentError (an unknown
-    backend, profile, integrity policy or fault spec; faults asked of cuda),
+    backend, profile, integrity policy or fault spec; faults asked of cuda; bad links),
     UnsupportedError (cuda without a device), BackendError."""
 
     def __init__(self, backend="sim", profile="h200", capacity=0, seed=1, integrity="verify", inject=None,
-                 cache_slots=0, cache_slot_bytes=0, race_check=False, devices=1):
+                 cache_slots=0, cache_slot_bytes=0, race_check=False, devices=1, links=None):
         self._rt = None
         self._lib = _lib.lib()
         options = _lib.RuntimeOptions()
         self._check(self._lib.ferry_runtime_options_init_sized(ctypes.byref(options), ctypes.sizeof(options)))
         # The encoded strings stay referenced (locals) until create returns.
         texts = [_text(backend, "backend"), _text(profile, "profile"), _text(integrity, "integrity"),
-                 _text(inject, "inject")]
-        options.backend, options.profile, options.integrity, options.inject = texts
+                 _text(inject, "inject"), _text(_links_text(links), "links")]
+        options.backend, options.profile, options.integrity, options.inject, options.links = texts
         options.capacity = _int(capacity, "capacity", 64)
         options.seed = _int(seed, "seed", 64)
         options.cache_slots = _int(cache_slots, "cache_slots", 32)
@@ -394,6 +409,14 @@ class Runtime:
     def device_count(self):
         """How many devices the runtime drives (Runtime(devices=N))."""
         return self._devices
+
+    def device_link(self, a, b):
+        """The link between devices a and b: "none", "pcie" or "nvlink" (Runtime(links=)).
+        InvalidArgumentError (a device beyond the count)."""
+        out = ctypes.c_char_p()
+        self._check(self._lib.ferry_device_link(self._live(), _int(a, "device_link: a", 32),
+                                                _int(b, "device_link: b", 32), ctypes.byref(out)))
+        return out.value.decode()
 
     def device_of(self, h):
         """The device whose pool the live handle h names. StaleHandleError."""

@@ -97,7 +97,8 @@ class RuntimeOptions(_Sized):
     _fields_ = [("struct_size", ctypes.c_size_t), ("backend", ctypes.c_char_p), ("profile", ctypes.c_char_p), ("capacity", ctypes.c_uint64),
                 ("seed", ctypes.c_uint64), ("integrity", ctypes.c_char_p), ("inject", ctypes.c_char_p),
                 ("cache_slots", ctypes.c_uint32), ("cache_slot_bytes", ctypes.c_uint64),
-                ("race_check", ctypes.c_int), ("device_count", ctypes.c_uint64)]
+                ("race_check", ctypes.c_int), ("device_count", ctypes.c_uint64),
+                ("links", ctypes.c_char_p)]
 
 
 class Operand(ctypes.Structure):
@@ -203,6 +204,7 @@ _PROTOTYPES = {
     "ferry_free": (_status, [_rt, CHandle]),
     "ferry_device_address": (_status, [_rt, CHandle, ctypes.POINTER(_u64), ctypes.POINTER(_u64)]),
     "ferry_device_count": (_status, [_rt, ctypes.POINTER(_u32)]),
+    "ferry_device_link": (_status, [_rt, _u32, _u32, ctypes.POINTER(ctypes.c_char_p)]),
     "ferry_device_of": (_status, [_rt, CHandle, ctypes.POINTER(_u32)]),
     "ferry_device_alloc": (_status, [_rt, _u32, _u64, _u32, ctypes.POINTER(CHandle)]),
     "ferry_device_free": (_status, [_rt, CHandle]),

@@ -31,6 +31,20 @@ ferry_status ferry_device_count(ferry_runtime rt, uint32_t* out) {
   });
 }
 
+ferry_status ferry_device_link(ferry_runtime rt, uint32_t a, uint32_t b, const char** out) {
+  return guarded("ferry_device_link", [&] {
+    if (rt == nullptr) return null_argument("ferry_device_link", "rt");
+    if (out == nullptr) return null_argument("ferry_device_link", "out");
+    ferry::Runtime& r = runtime_of(rt);
+    for (const std::uint32_t d : {a, b}) {
+      if (auto found = r.find_device(d); !found.ok()) return fail(found.error());
+    }
+    // to_string's names are string literals: static, NUL-terminated.
+    *out = ferry::to_string(ferry::link_between(r.options().devices, a, b)).data();
+    return ok();
+  });
+}
+
 ferry_status ferry_device_of(ferry_runtime rt, ferry_handle h, uint32_t* out) {
   return guarded("ferry_device_of", [&] {
     if (rt == nullptr) return null_argument("ferry_device_of", "rt");

@@ -181,6 +181,11 @@ ferry::Result<ferry::RuntimeOptions> runtime_options(const ferry_runtime_options
   options.pool.capacity = o.capacity;
   options.backend.race_check = o.race_check != 0;
   options.devices.count = o.device_count <= 1 ? 1 : static_cast<std::uint32_t>(std::min<uint64_t>(o.device_count, UINT32_MAX));
+  if (o.links != nullptr) {
+    auto links = ferry::parse_peer_links(o.links);
+    if (!links.ok()) return std::move(links).error();
+    options.devices.links = std::move(links).value();
+  }
   if (o.cache_slots > 0) {
     ferry::CacheOptions cache;
     cache.slots = o.cache_slots;

@@ -21,20 +21,10 @@ Error bad(std::string_view item, std::string_view why) {
                                                      std::string(kGrammar));
 }
 
-std::string_view trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
-  return s;
-}
-
-Result<std::uint64_t> parse_u64(std::string_view item, std::string_view text) {
-  std::uint64_t v = 0;
-  const char* end = text.data() + text.size();
-  auto [p, ec] = std::from_chars(text.data(), end, v);
-  if (text.empty() || ec != std::errc() || p != end) {
-    return bad(item, quoted(text) + " is not a non-negative integer (max 2^64-1)");
-  }
-  return v;
+Result<std::uint64_t> parse_u64(std::string_view item, std::string_view digits) {
+  const std::optional<std::uint64_t> v = text::parse_u64(digits);
+  if (!v) return bad(item, quoted(digits) + " is not a non-negative integer (max 2^64-1)");
+  return *v;
 }
 
 Result<double> parse_probability(std::string_view item, std::string_view text) {
@@ -96,7 +86,7 @@ Result<void> apply_item(std::string_view item, SimFaults& faults) {
 }  // namespace
 
 Result<void> apply_fault_spec(std::string_view spec, SimFaults& faults) {
-  if (trim(spec).empty()) {
+  if (text::trimmed(spec).empty()) {
     return make_error(ErrorCode::invalid_argument,
                       "--inject needs a fault; " + std::string(kGrammar));
   }
@@ -104,7 +94,7 @@ Result<void> apply_fault_spec(std::string_view spec, SimFaults& faults) {
   while (start <= spec.size()) {
     const std::size_t comma = spec.find(',', start);
     const std::size_t stop = comma == std::string_view::npos ? spec.size() : comma;
-    const std::string_view item = trim(spec.substr(start, stop - start));
+    const std::string_view item = text::trimmed(spec.substr(start, stop - start));
     if (item.empty()) {
       return make_error(ErrorCode::invalid_argument,
                         "--inject " + quoted(spec) + " has an empty item; " +

@@ -1,5 +1,6 @@
 #include "core/text.hpp"
 
+#include <charconv>
 #include <cinttypes>
 #include <cstdio>
 
@@ -116,6 +117,20 @@ std::string point(StreamPoint p) {
 std::string handle(const DeviceHandle& h) {
   return "{pool " + std::to_string(h.pool) + ", slot " + std::to_string(h.slot) + ", gen " +
          std::to_string(h.generation) + "}";
+}
+
+std::string_view trimmed(std::string_view text) noexcept {
+  while (!text.empty() && (text.front() == ' ' || text.front() == '\t')) text.remove_prefix(1);
+  while (!text.empty() && (text.back() == ' ' || text.back() == '\t')) text.remove_suffix(1);
+  return text;
+}
+
+std::optional<std::uint64_t> parse_u64(std::string_view text) noexcept {
+  std::uint64_t v = 0;
+  const char* end = text.data() + text.size();
+  const auto [p, ec] = std::from_chars(text.data(), end, v);
+  if (text.empty() || ec != std::errc() || p != end) return std::nullopt;
+  return v;
 }
 
 }  // namespace ferry::text

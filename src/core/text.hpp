@@ -1,9 +1,11 @@
 // The one home of how ferry writes numbers, sizes, addresses and times in
-// messages and reports. Every layer formats through these; none keeps its own.
+// messages and reports, and of how it reads the few numbers it takes as text
+// (fault specs, link lists). Every layer goes through these; none keeps its own.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -53,5 +55,11 @@ std::string point(StreamPoint p);
 
 // "{pool 1, slot 4, gen 2}": a device allocation's handle.
 std::string handle(const DeviceHandle& h);
+
+// Reading. `text` without leading and trailing spaces and tabs.
+std::string_view trimmed(std::string_view text) noexcept;
+// The decimal integer that is all of `text` (no sign, no spaces); nullopt for
+// anything else, including a value over 2^64-1.
+std::optional<std::uint64_t> parse_u64(std::string_view text) noexcept;
 
 }  // namespace ferry::text

@@ -3,14 +3,20 @@
 #include "ferry/devices.hpp"
 
 #include <algorithm>
+#include <optional>
 #include <set>
 #include <string>
 #include <utility>
 
+#include "core/text.hpp"
+#include "ferry/names.hpp"
 #include "ferry/runtime.hpp"
 
 namespace ferry {
 namespace {
+
+constexpr NamedValue<PeerLink> kPeerLinkNames[] = {
+    {PeerLink::none, "none"}, {PeerLink::pcie, "pcie"}, {PeerLink::nvlink, "nvlink"}};
 
 Result<void> check_links(const std::vector<BackendSpec>& specs, const DevicesOptions& devices, bool profiled) {
   const auto bad = [](std::string what) { return make_error(ErrorCode::invalid_argument, std::move(what)); };
@@ -47,13 +53,36 @@ PeerLink link_between(const DevicesOptions& devices, std::uint32_t a, std::uint3
   return PeerLink::none;
 }
 
-std::string_view to_string(PeerLink link) noexcept {
-  switch (link) {
-    case PeerLink::none: return "none";
-    case PeerLink::pcie: return "pcie";
-    case PeerLink::nvlink: return "nvlink";
+std::string_view to_string(PeerLink link) noexcept { return name_in<PeerLink>(kPeerLinkNames, link); }
+
+Result<PeerLink> parse_peer_link(std::string_view text) { return value_in<PeerLink>(kPeerLinkNames, text, "link"); }
+
+Result<std::vector<PeerLinkSpec>> parse_peer_links(std::string_view links_text) {
+  std::vector<PeerLinkSpec> links;
+  if (text::trimmed(links_text).empty()) return links;
+  for (std::size_t start = 0; start <= links_text.size();) {
+    const std::size_t comma = std::min(links_text.find(',', start), links_text.size());
+    const std::string_view piece = text::trimmed(links_text.substr(start, comma - start));
+    start = comma + 1;
+    const auto bad = [&](std::string_view why) {
+      return make_error(ErrorCode::invalid_argument, "link " + text::quoted(piece, 64, '\'') + ": " +
+                                                         std::string(why) + " (expected A-B:KIND, e.g. 0-1:nvlink)");
+    };
+    const std::size_t dash = piece.find('-');
+    const std::size_t colon = piece.find(':');
+    if (dash == std::string_view::npos || colon == std::string_view::npos || colon < dash) {
+      return bad("not of the form A-B:KIND");
+    }
+    const std::optional<std::uint64_t> a = text::parse_u64(piece.substr(0, dash));
+    const std::optional<std::uint64_t> b = text::parse_u64(piece.substr(dash + 1, colon - dash - 1));
+    if (!a || !b || *a >= kMaxDevices || *b >= kMaxDevices) {
+      return bad("a device is not a number below " + std::to_string(kMaxDevices));
+    }
+    Result<PeerLink> kind = parse_peer_link(piece.substr(colon + 1));
+    if (!kind.ok()) return bad(kind.error().message);
+    links.push_back({static_cast<std::uint32_t>(*a), static_cast<std::uint32_t>(*b), *kind});
   }
-  return "unknown";
+  return links;
 }
 
 Result<std::vector<BackendSpec>> device_specs(const BackendSpec& backend, const DevicesOptions& devices) {

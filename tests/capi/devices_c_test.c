@@ -1,6 +1,8 @@
 /* Several devices through the C ABI, from C11: the device count in the options
  * (an older caller's shorter struct still gets one device), handles of each device,
- * a handle of device 1 refused by device 0's calls, and ferry_copy_peer verified. */
+ * a handle of device 1 refused by device 0's calls, ferry_copy_peer verified, and
+ * links between devices: a linked pair copies over its link (an injected peer-copy
+ * no-op shows through under "off" and is caught under "verify"). */
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -11,6 +13,78 @@
 
 
 enum { N = 16384 };
+
+/* Copies N bytes from device 0 to device 1 of a runtime of two h200s joined by
+ * NVLink whose peer copies are all swallowed; 1 when device 1 then holds them. */
+static int peer_copy_lands(const char* integrity, int* verified) {
+  ferry_runtime_options o;
+  ferry_runtime_options_init(&o);
+  o.device_count = 2;
+  o.capacity = 64u << 20;
+  o.links = "0-1:nvlink";
+  o.inject = "peer-noop";
+  o.integrity = integrity;
+  ferry_runtime rt = NULL;
+  OK(ferry_runtime_create(&o, &rt));
+  if (rt == NULL) return 0;
+  static unsigned char src[N], back[N];
+  for (int i = 0; i < N; ++i) src[i] = (unsigned char)(i * 5 + 1);
+  ferry_handle a, b;
+  OK(ferry_device_alloc(rt, 0, N, 1, &a));
+  OK(ferry_device_alloc(rt, 1, N, 1, &b));
+  OK(ferry_device_upload(rt, 1, a, 0, src, N));
+  memset(back, 0, N);
+  OK(ferry_device_upload(rt, 1, b, 0, back, N));
+  OK(ferry_copy_peer(rt, b, 0, a, 0, N, 1, verified));
+  OK(ferry_device_download(rt, 1, b, 0, back, N));
+  const int landed = memcmp(src, back, N) == 0;
+  OK(ferry_device_free(rt, a));
+  OK(ferry_device_free(rt, b));
+  ferry_runtime_destroy(rt);
+  return landed;
+}
+
+static void links(void) {
+  ferry_runtime_options o;
+  ferry_runtime_options_init(&o);
+  CHECK(o.links == NULL);
+  o.device_count = 3;
+  o.links = " 0-1:nvlink , 2-1:pcie";
+  ferry_runtime rt = NULL;
+  OK(ferry_runtime_create(&o, &rt));
+  if (rt == NULL) return;
+  const char* link = NULL;
+  OK(ferry_device_link(rt, 1, 0, &link));
+  CHECK(link != NULL && strcmp(link, "nvlink") == 0);
+  OK(ferry_device_link(rt, 1, 2, &link));
+  CHECK(link != NULL && strcmp(link, "pcie") == 0);
+  OK(ferry_device_link(rt, 0, 2, &link));
+  CHECK(link != NULL && strcmp(link, "none") == 0);
+  CHECK(ferry_device_link(rt, 0, 3, &link) == FERRY_ERROR_INVALID_ARGUMENT);
+  ferry_runtime_destroy(rt);
+
+  /* Malformed or impossible links are refused, naming the pair. */
+  const char* bad[] = {"0-1", "0:nvlink", "0-1:warp", "0-2:pcie", "1-1:pcie", "0-1:pcie,1-0:nvlink", "x-1:pcie"};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; ++i) {
+    o.device_count = 2;
+    o.links = bad[i];
+    rt = NULL;
+    CHECK(ferry_runtime_create(&o, &rt) == FERRY_ERROR_INVALID_ARGUMENT);
+    CHECK(rt == NULL);
+    CHECK(strstr(ferry_last_error(), "link") != NULL);
+  }
+  o.profile = "rtx4090"; /* no NVLink */
+  o.links = "0-1:nvlink";
+  CHECK(ferry_runtime_create(&o, &rt) == FERRY_ERROR_INVALID_ARGUMENT);
+
+  /* Over the link the swallowed copy passes unverified and is caught under verify:
+   * so a linked pair's copy took the link, not the host. */
+  int verified = 1;
+  CHECK(peer_copy_lands("off", &verified) == 0);
+  CHECK(verified == 0);
+  CHECK(peer_copy_lands("verify", &verified) == 1);
+  CHECK(verified == 1);
+}
 
 int main(void) {
   /* A caller built before device_count existed: one device. */
@@ -65,6 +139,7 @@ int main(void) {
   OK(ferry_device_free(rt, a));
   OK(ferry_synchronize(rt));
   ferry_runtime_destroy(rt);
+  links();
   if (failures == 0) printf("devices_c_test: ok\n");
   return failures == 0 ? 0 : 1;
 }

@@ -768,3 +768,33 @@ def test_calls_select_the_device_a_handle_names():
         rt.free(b)
         with pytest.raises(ferry.StaleHandleError):
             rt.free(a)
+
+
+def test_links_join_devices_and_their_copies_take_the_link():
+    """Runtime(links=) (ferry.h's ferry_runtime_options.links): a linked pair's copy_peer
+    goes device to device, so an injected peer-copy no-op passes under "off" and is
+    caught under "verify"; an unlinked pair's copy never sees that fault."""
+    with ferry.Runtime(profile="tiny", devices=3, links=[(0, 1, "nvlink"), (2, 1, "pcie")]) as rt:
+        assert [rt.device_link(0, 1), rt.device_link(1, 2), rt.device_link(0, 2)] == ["nvlink", "pcie", "none"]
+        with pytest.raises(ferry.InvalidArgumentError):
+            rt.device_link(0, 3)
+    data = bytes(range(256)) * 32
+
+    def copied(integrity, links):
+        with ferry.Runtime(profile="h200", capacity=64 << 20, devices=2, links=links, inject="peer-noop",
+                           integrity=integrity) as rt:
+            a, b = rt.alloc(len(data)), rt.alloc(len(data), device=1)
+            rt.upload(a, data)
+            rt.upload(b, bytes(len(data)), stream=1)
+            verified = rt.copy_peer(b, a, len(data))
+            out = rt.download(b, len(data), stream=1)
+            rt.free(a)
+            rt.free(b)
+            return out == data, verified
+
+    assert copied("off", "0-1:nvlink") == (False, False)
+    assert copied("verify", "0-1:nvlink") == (True, True)
+    assert copied("off", None) == (True, False)
+    for bad in ["0-1", "0-1:warp", "0-2:pcie", "1-1:pcie", [(0, 1)], 7]:
+        with pytest.raises(ferry.InvalidArgumentError, match="link"):
+            ferry.Runtime(profile="tiny", devices=2, links=bad)

@@ -94,6 +94,29 @@ TEST(PeerLinks, TheSelectionRefusesLinksThatNameNoPairOrNoLink) {
   EXPECT_EQ(link_between(two, 0, 2), PeerLink::none);
 }
 
+TEST(PeerLinks, LinksParseFromTextAndTheirNamesReadBack) {
+  Result<std::vector<PeerLinkSpec>> links = parse_peer_links(" 0-1:nvlink ,2-1:pcie");
+  ASSERT_TRUE(links.ok()) << links.error().message;
+  ASSERT_EQ(links->size(), 2u);
+  EXPECT_EQ((*links)[0].a, 0u);
+  EXPECT_EQ((*links)[0].b, 1u);
+  EXPECT_EQ((*links)[0].link, PeerLink::nvlink);
+  EXPECT_EQ((*links)[1].a, 2u);
+  EXPECT_EQ((*links)[1].link, PeerLink::pcie);
+  ASSERT_TRUE(parse_peer_links("").ok());
+  EXPECT_TRUE(parse_peer_links("  ")->empty());
+  for (const PeerLink l : {PeerLink::none, PeerLink::pcie, PeerLink::nvlink}) {
+    EXPECT_EQ(*parse_peer_link(to_string(l)), l);
+  }
+  for (const char* bad : {"0-1", "0:nvlink", "0-1:warp", "a-1:pcie", "0-64:pcie", "0-1:pcie,", ",0-1:pcie",
+                          "0-1:pcie,,1-2:pcie", "-1-0:pcie", "0-1:NVLINK"}) {
+    Result<std::vector<PeerLinkSpec>> r = parse_peer_links(bad);
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_EQ(r.error().code, ErrorCode::invalid_argument) << bad;
+    EXPECT_NE(r.error().message.find("expected A-B:KIND"), std::string::npos) << r.error().message;
+  }
+}
+
 TEST(PeerLinks, ThePeerNoopFaultParsesAndReadsBack) {
   auto f = parse_fault_spec("peer-noop:0.25,pinned-noop");
   ASSERT_TRUE(f.ok()) << f.error().message;
@@ -187,7 +210,8 @@ std::uint64_t copy_ns(PeerLink link, std::uint64_t bytes) {
   const std::uint64_t before = rt->device(1).backend().now_ns();
   auto copied = rt->copy_peer(pr.dst, 0, pr.src, 0, bytes, kStream);
   EXPECT_TRUE(copied.ok()) << copied.error().message;
-  if (copied.ok()) EXPECT_EQ(copied->direct, link != PeerLink::none);
+  if (!copied.ok()) return 0;
+  EXPECT_EQ(copied->direct, link != PeerLink::none);
   if (!rt->device(1).order().wait(copied->done).ok()) return 0;
   return rt->device(1).backend().now_ns() - before;
 }

@@ -73,6 +73,7 @@ pub struct ferry_runtime_options {
     pub cache_slot_bytes: u64,
     pub race_check: c_int,
     pub device_count: u64,
+    pub links: *const c_char,
 }
 
 pub const FERRY_READ: u32 = 1;
@@ -228,6 +229,7 @@ extern "C" {
         -> ferry_status;
 
     pub fn ferry_device_count(rt: ferry_runtime, out: *mut u32) -> ferry_status;
+    pub fn ferry_device_link(rt: ferry_runtime, a: u32, b: u32, out: *mut *const c_char) -> ferry_status;
     pub fn ferry_device_of(rt: ferry_runtime, h: ferry_handle, out: *mut u32) -> ferry_status;
     pub fn ferry_device_block(rt: ferry_runtime, h: ferry_handle, device: *mut u32, addr: *mut u64, bytes: *mut u64)
         -> ferry_status;

@@ -35,7 +35,7 @@ fn rust_layouts() -> BTreeMap<String, (usize, BTreeMap<String, usize>)> {
     layouts! {
         ferry_handle { pool, slot, generation }
         ferry_runtime_options { struct_size, backend, profile, capacity, seed, integrity, inject, cache_slots,
-                                cache_slot_bytes, race_check, device_count }
+                                cache_slot_bytes, race_check, device_count, links }
         ferry_operand { handle, offset, bytes, access }
         ferry_launch_context { native_stream, operand_count, device_addresses, bytes, host_views }
         ferry_pool_stats { struct_size, allocated_bytes, peak_allocated_bytes, reserved_bytes, peak_reserved_bytes,

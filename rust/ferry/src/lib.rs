@@ -205,6 +205,7 @@ pub struct RuntimeBuilder {
     cache_slot_bytes: u64,
     race_check: bool,
     devices: u32,
+    links: Option<String>,
 }
 
 impl RuntimeBuilder {
@@ -255,9 +256,16 @@ impl RuntimeBuilder {
         self.devices = count;
         self
     }
+    /// sim: the links between devices, "A-B:KIND" pairs separated by commas (KIND
+    /// `pcie` or `nvlink`, e.g. "0-1:nvlink"). A linked pair's [`Runtime::copy_peer`]
+    /// goes device to device over its link; any other pair's through pinned host memory.
+    pub fn links(mut self, spec: &str) -> Self {
+        self.links = Some(spec.to_string());
+        self
+    }
 
     /// Creates the runtime. Errors: `InvalidArgument` (unknown profile or fault
-    /// spec, faults asked of cuda), `Unsupported` (cuda without a device), `Backend`.
+    /// spec, faults asked of cuda, bad links), `Unsupported` (cuda without a device), `Backend`.
     /// Blocks while the device initializes.
     pub fn build(self) -> Result<Runtime> {
         not_in_launch("Runtime::build")?;
@@ -272,6 +280,7 @@ impl RuntimeBuilder {
         });
         let profile = self.profile.as_deref().map(|p| c_string("profile", p)).transpose()?;
         let inject = self.inject.as_deref().map(|p| c_string("inject", p)).transpose()?;
+        let links = self.links.as_deref().map(|p| c_string("links", p)).transpose()?;
         let opt = |s: &Option<CString>| s.as_ref().map_or(ptr::null(), |s| s.as_ptr());
         check_library()?;
         let mut o = std::mem::MaybeUninit::<sys::ferry_runtime_options>::uninit();
@@ -293,6 +302,9 @@ impl RuntimeBuilder {
         }
         if inject.is_some() {
             o.inject = opt(&inject);
+        }
+        if links.is_some() {
+            o.links = opt(&links);
         }
         if let Some(seed) = self.seed {
             o.seed = seed;
@@ -405,6 +417,15 @@ impl Runtime {
     /// How many devices the runtime drives ([`RuntimeBuilder::devices`]).
     pub fn device_count(&self) -> u32 {
         self.devices
+    }
+
+    /// The link between devices `a` and `b` ([`RuntimeBuilder::links`]): "none",
+    /// "pcie" or "nvlink". Errors: `InvalidArgument` (a device beyond the count).
+    pub fn device_link(&self, a: u32, b: u32) -> Result<String> {
+        let rt = self.rt("device_link")?;
+        let mut name: *const std::os::raw::c_char = ptr::null();
+        self.check(unsafe { sys::ferry_device_link(rt, a, b, &mut name) })?;
+        Ok(unsafe { text(name) })
     }
 
     fn rt(&self, call: &str) -> Result<sys::ferry_runtime> {

@@ -467,3 +467,39 @@ fn allocations_select_their_device_and_copy_between_two() {
         other => panic!("expected InvalidArgument, got {other:?}"),
     };
 }
+
+#[test]
+fn linked_devices_copy_over_their_link() {
+    let rt = Runtime::builder().profile("tiny").devices(3).links("0-1:nvlink, 2-1:pcie").build().expect("three linked sims");
+    let links: Vec<String> = [(0, 1), (1, 2), (0, 2)].iter().map(|&(a, b)| rt.device_link(a, b).expect("a link")).collect();
+    assert_eq!(links, ["nvlink", "pcie", "none"]);
+    assert!(matches!(rt.device_link(0, 3), Err(Error::InvalidArgument(_))));
+    // A swallowed peer copy passes unverified over the link and is caught under verify.
+    let copied = |integrity| {
+        let rt = Runtime::builder()
+            .capacity(64 << 20)
+            .devices(2)
+            .links("0-1:nvlink")
+            .inject("peer-noop")
+            .integrity(integrity)
+            .build()
+            .expect("two linked h200s");
+        let data = pattern(8192, 3);
+        let a = rt.alloc(data.len() as u64, 0).expect("a block on device 0");
+        let b = rt.alloc_on(1, data.len() as u64, 0).expect("a block on device 1");
+        rt.upload(0, &a, 0, &data).expect("an upload");
+        rt.upload(0, &b, 0, &vec![0u8; data.len()]).expect("zeroes");
+        let verified = rt.copy_peer(0, &b, 0, &a, 0, data.len() as u64).expect("a peer copy");
+        let mut back = vec![0u8; data.len()];
+        rt.download(0, &b, 0, &mut back).expect("a download");
+        (back == data, verified)
+    };
+    assert_eq!(copied(Integrity::Off), (false, false));
+    assert_eq!(copied(Integrity::Verify), (true, true));
+    for bad in ["0-1", "0-1:warp", "0-2:pcie"] {
+        match Runtime::builder().profile("tiny").devices(2).links(bad).build() {
+            Err(Error::InvalidArgument(m)) => assert!(m.contains("link"), "{m}"),
+            other => panic!("expected InvalidArgument for {bad}, got {:?}", other.map(|_| ())),
+        }
+    }
+}
