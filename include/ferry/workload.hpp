@@ -56,7 +56,10 @@
 // latency + max(FLOPs / rate, bytes / memory bandwidth) for kernels, hashes
 // included) by an adaptor in front of the backend that sees every operation
 // enqueued — the transfer engine's hashes, canaries and retries included.
-// Injected completion delays are not counted as busy time.
+// Injected completion delays are not counted as busy time. Over N devices
+// (WorkloadOptions::devices) the busy times are summed over the devices and
+// overlap = max(transfer, compute) / (N x wall); each device's own figures are in
+// WorkloadReport::devices (docs/workloads.md, "Several devices").
 //
 // Thread safety: run_workload is reentrant (each call builds its own backend,
 // pool, arena, engine and cache); it blocks for the whole run. The progress

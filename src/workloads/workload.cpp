@@ -495,8 +495,9 @@ std::string workload_report_summary(const WorkloadReport& r) {
                            " at full shape (" + std::to_string(r.tokens) + " tokens, " + std::to_string(r.units) +
                            " " + r.unit_name + " in " + time_text(r.wall_ns) + (r.modeled_time ? " virtual" : "") +
                            " at this scale)");
+    const std::string per = r.devices.size() > 1 ? " / (" + std::to_string(r.devices.size()) + " x wall)" : " / wall";
     line("overlap", fixed(r.overlap_efficiency, 3) + " = max(transfer " + time_text(r.transfer_busy_ns) +
-                        ", compute " + time_text(r.compute_busy_ns) + ") / wall; prefetch " +
+                        ", compute " + time_text(r.compute_busy_ns) + ")" + per + "; prefetch " +
                         (r.prefetch ? "on" : "off") +
                         (r.host_busy_ns ? ", host " + time_text(r.host_busy_ns) : std::string()));
   }
