@@ -30,6 +30,8 @@ struct RunArgs {
   double pressure = 0.83;
   std::string integrity = "verify";
   std::vector<std::string> inject;
+  std::uint32_t devices = 1;
+  std::uint32_t inject_device = 0;
   std::string policy = "lru";
   std::string prefetch = "on";
   bool host_exec = false;
@@ -91,6 +93,19 @@ int run_run(const RunArgs& args, const Io& io) {
     return kExitUsage;
   }
   o.faults = *faults;
+  o.devices = args.devices;
+  if (args.was_given("--inject-device")) {
+    if (args.inject.empty()) {
+      io.err << me << "--inject-device says which device --inject's faults go on; give --inject too\n";
+      return kExitUsage;
+    }
+    if (args.inject_device >= args.devices) {
+      io.err << me << "--inject-device " << args.inject_device << ": the run has devices 0 to " << args.devices - 1
+             << " (--devices " << args.devices << ")\n";
+      return kExitUsage;
+    }
+    o.fault_device = args.inject_device;
+  }
   if (const std::string why = fault_refusal(args.backend, *faults); !why.empty()) {
     io.err << me << "--inject " << describe(*faults) << ": " << why << '\n';
     return kExitUsage;
@@ -218,6 +233,27 @@ Subcommand add_run(CLI::App& parent) {
       ->check(CLI::IsMember({"off", "probe", "verify"}))
       ->capture_default_str();
   add_inject_option(*app, args->inject);
+  app->add_option("--devices", args->devices,
+                  "Run on N simulated devices, 1 to " + std::to_string(kMaxWorkloadDevices) +
+                      " (moe-offload: experts split over them,\n"
+                      "expert e on device e mod N; dense-stream: layers in contiguous runs, a pipeline;\n"
+                      "dequant-train: 1 only). The JSON report then has a \"devices\" entry per device")
+      ->check(CLI::Validator(
+          [](std::string& v) -> std::string {
+            char* end = nullptr;
+            const unsigned long long n = std::strtoull(v.c_str(), &end, 10);
+            if (v.empty() || v[0] == '-' || end == nullptr || *end != '\0' || n < 1 || n > kMaxWorkloadDevices) {
+              return "--devices \"" + v + "\": a workload runs on 1 to " + std::to_string(kMaxWorkloadDevices) +
+                     " devices";
+            }
+            return {};
+          },
+          ""))
+      ->type_name("N")
+      ->capture_default_str();
+  app->add_option("--inject-device", args->inject_device,
+                  "Inject --inject's faults on device K only (0-based; default: on every device)")
+      ->type_name("K");
   app->add_option("--policy", args->policy, "Expert-cache eviction (moe-offload): lru|lfu|optimal")
       ->check(CLI::IsMember({"lru", "lfu", "optimal"}))
       ->capture_default_str();

@@ -219,8 +219,16 @@ class WeightBank {
   // register_generated / HostArena::allocate say (nothing stays placed on
   // error). Never blocks on the device.
   Result<void> place(TransferEngine& engine, BankPlacement placement);
-  // Undoes place(): waits (bounded) until no transfer reads the bank, then
-  // unregisters or frees the arena blocks. No-op when not placed. Blocks.
+  // Registers a bank placed `registered` with another device's engine too (a
+  // Runtime over several devices), so its uploads there read pinned memory and
+  // verify against hashes computed once, as on the first. A lazy bank cannot:
+  // its stagings are released on the first engine's streams. The engine must
+  // outlive the placement. Errors: invalid_argument (not placed `registered`,
+  // lazy, this engine already), what register_immutable / precompute_hash say.
+  // Never blocks on the device.
+  Result<void> place_also(TransferEngine& engine);
+  // Undoes place() and place_also(): waits (bounded) until no transfer reads the
+  // bank, then unregisters or frees the arena blocks. No-op when not placed. Blocks.
   Result<void> unplace();
   bool placed() const noexcept;
   std::optional<BankPlacement> placement() const noexcept;

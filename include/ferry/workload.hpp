@@ -56,7 +56,10 @@
 // latency + max(FLOPs / rate, bytes / memory bandwidth) for kernels, hashes
 // included) by an adaptor in front of the backend that sees every operation
 // enqueued — the transfer engine's hashes, canaries and retries included.
-// Injected completion delays are not counted as busy time.
+// Injected completion delays are not counted as busy time. Over N devices
+// (WorkloadOptions::devices) the busy times are summed over the devices and
+// overlap = max(transfer, compute) / (N x wall); each device's own figures are in
+// WorkloadReport::devices (docs/workloads.md, "Several devices").
 //
 // Thread safety: run_workload is reentrant (each call builds its own backend,
 // pool, arena, engine and cache); it blocks for the whole run. The progress
@@ -127,7 +130,46 @@ struct WorkloadOptions {
   // (cost_model.hpp's roofline_ns).
   double host_flops_per_s = 1.0e12;
   double host_bytes_per_s = 40e9;
+  // Devices (docs/workloads.md, "Several devices"): 1 runs as it always did. N > 1
+  // (up to kMaxWorkloadDevices) builds one Runtime over N devices of `profile`,
+  // each with its own pool (of `capacity` each, or planned per device),
+  // arena, engine and, for moe-offload, expert cache: moe-offload splits every
+  // layer's experts over them (expert e on device e mod N), dense-stream its
+  // layers (contiguous runs, a pipeline); activations cross with
+  // Runtime::copy_peer. dequant-train runs on one device only.
+  std::uint32_t devices = 1;
+  // With devices > 1: the one device `faults` are injected on (the others get
+  // none); unset: every device gets them.
+  std::optional<std::uint32_t> fault_device;
   std::function<void(const WorkloadProgress&)> progress;  // optional
+};
+
+// The most devices `ferry run` spreads a workload over.
+inline constexpr std::uint32_t kMaxWorkloadDevices = 8;
+
+// What one device of a several-device run did (WorkloadReport::devices).
+struct WorkloadDeviceReport {
+  std::uint32_t index = 0;
+  std::string device;                      // its profile / device name
+  std::string faults;                      // the faults injected on it ("none")
+  // Its pool.
+  std::uint64_t capacity = 0, planned_peak_live = 0, peak_live_bytes = 0, peak_reserved_bytes = 0;
+  std::uint64_t ooms = 0, ooms_survived = 0, reclaims = 0;
+  // Its transfer engine and its backend's injected-fault counters.
+  IntegrityCounters integrity;
+  std::uint64_t swallowed_copies = 0, failed_maps = 0, illegal_accesses = 0;
+  std::uint64_t peer_copies_in = 0;        // copy_peer calls that landed on it
+  std::uint64_t peer_bytes_in = 0;
+  // Its clock: from the run's start to its last completion (wall_ns), its engines' busy time.
+  std::uint64_t wall_ns = 0, transfer_busy_ns = 0, compute_busy_ns = 0, host_busy_ns = 0;
+  double overlap_efficiency = 0;           // max(transfer, compute) / its wall
+  std::uint64_t units = 0;                 // layers (dense-stream) / expert runs (moe-offload) it ran
+  std::string unit_name;
+  std::uint64_t tokens = 0;                // nominal tokens of its work (docs/workloads.md)
+  double tokens_per_s = 0;                 // tokens / its wall, at full shape; 0 unless completed
+  bool has_cache = false;
+  CacheStats cache;
+  std::uint32_t cache_slots = 0;
 };
 
 struct WorkloadReport {
@@ -189,10 +231,15 @@ struct WorkloadReport {
   bool completed = false;  // the schedule ran to its digest; false: it stopped at an error
   std::string stopped_at;  // when not completed: where, e.g. "layers 5/36" (the unit that failed)
   std::optional<ErrorCode> stopped_by;  // when not completed: the error's code
+
+  // Several devices (WorkloadOptions::devices > 1): one entry per device; the
+  // figures above are then the totals (docs/workloads.md). Empty with one device.
+  std::vector<WorkloadDeviceReport> devices;
 };
 
 // Runs one workload. Errors (nothing ran): invalid_argument (bad option, a scale
-// below min_scale, moe-offload --slots below what its routing pins at once, unknown
+// below min_scale, devices 0 or above kMaxWorkloadDevices, a fault_device not
+// below devices, devices > 1 for dequant-train, moe-offload --slots below what its routing pins at once, unknown
 // profile, a weights file that is malformed or lacks a tensor of the expected
 // dtype and shape), unsupported (backend not available here), backend_error
 // (the backend, pool or engine could not be set up). An error while running

@@ -66,6 +66,7 @@ struct WeightBank::Impl {
   TransferEngine* engine = nullptr;
   std::optional<BankPlacement> placement;
   RegionId region = 0;
+  std::vector<std::pair<TransferEngine*, RegionId>> also;  // place_also: more engines, same bytes
   std::vector<HostBlock> blocks;  // arena placement: one per tensor (null when empty)
 
   // Lazy registered placement: the ranges generated in place and not yet dropped.
@@ -178,6 +179,10 @@ struct WeightBank::Impl {
   Result<void> unplace() {
     if (!placement) return {};
     Result<void> result;
+    while (!also.empty()) {
+      FERRY_TRY(also.back().first->unregister(also.back().second));
+      also.pop_back();
+    }
     if (*placement == BankPlacement::registered) {
       result = engine->unregister(region);
       // Transfers may still read the bank: it stays placed, its bytes in place.
@@ -442,6 +447,34 @@ Result<void> WeightBank::place(TransferEngine& engine, BankPlacement placement) 
   p.blocks = std::move(blocks);
   p.engine = &engine;
   p.placement = placement;
+  return {};
+}
+
+Result<void> WeightBank::place_also(TransferEngine& engine) {
+  Impl& p = *impl_;
+  if (p.placement != BankPlacement::registered || p.lazy) {
+    return make_error(ErrorCode::invalid_argument,
+                      p.source + ": place_also needs a resident bank placed registered (this one is " +
+                          (p.placement ? std::string(to_string(*p.placement)) : std::string("not placed")) +
+                          (p.lazy ? ", lazy)" : ")"));
+  }
+  const auto known = [&](const auto& e) { return e.first == &engine; };
+  if (&engine == p.engine || std::any_of(p.also.begin(), p.also.end(), known)) {
+    return make_error(ErrorCode::invalid_argument, p.source + ": already placed with this engine");
+  }
+  auto [base, len] = p.whole();
+  Result<RegionId> region = engine.register_immutable(base, len);
+  if (!region.ok()) {
+    Error e = std::move(region).error();
+    e.message = p.source + ": registering " + std::to_string(len) + " bytes in place: " + e.message;
+    return e;
+  }
+  p.also.emplace_back(&engine, *region);
+  if (engine.policy() != IntegrityPolicy::verify) return {};
+  for (std::size_t i = 0; i < p.tensors.size(); ++i) {
+    if (p.tensors[i].bytes == 0) continue;
+    FERRY_TRY(engine.precompute_hash(p.original(i).data(), p.tensors[i].bytes));
+  }
   return {};
 }
 

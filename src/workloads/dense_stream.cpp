@@ -121,8 +121,13 @@ class DenseStream final : public Workload {
     DeviceHandle x = *x0;
     FERRY_TRY(ex.fill(kCompute, x, input_seed()));
 
+    const std::uint32_t devices = ex.device_count();
+    device_units.assign(devices, 0);
+    device_tokens.assign(devices, 0);
+    std::uint32_t x_device = 0;
     std::vector<Staged> staged(groups_.size());
     const auto begin = [&](std::size_t g, bool is_prefetch) -> Result<bool> {
+      ex.on(device_of_group(g, devices));  // a prefetch may load the next device's first group
       Staged& st = staged[g];
       Exec::WeightUpload plan(bank);
       for (const Range& r : groups_[g]) {
@@ -157,11 +162,22 @@ class DenseStream final : public Workload {
         if (!b.ok()) return std::move(b).error();
         if (!*b) ++prefetch_skipped;
       }
+      const std::uint32_t here = device_of_group(g, devices);
+      ex.on(here);
+      if (here != x_device) {  // the pipeline's hand-over: the activations move to the next device
+        Result<Exec::Moved> moved = ex.copy_to(here, x, kCompute);
+        if (!moved.ok()) return std::move(moved).error();
+        FERRY_TRY(ex.free(x));
+        x = moved->handle;
+        x_device = here;
+      }
       Result<StreamPoint> done = ex.finish(std::move(staged[g].upload));
       if (!done.ok()) return std::move(done).error();
       FERRY_TRY(ex.after(kCompute, *done));
       const std::vector<DeviceHandle> w = std::move(staged[g].bufs);
+      device_tokens[here] = kTokens;  // every token passes through every device's layers
       if (g < kLayers) {
+        ++device_units[here];
         FERRY_TRY(layer(ex, w, x));
         ex.progress("layers", g + 1, kLayers);
       } else {
@@ -212,6 +228,11 @@ class DenseStream final : public Workload {
   // [m, k] activations times a [n, k] weight, transposed.
   static GemmShape linear(std::uint64_t m, std::uint64_t n, std::uint64_t k) {
     return {static_cast<std::uint32_t>(m), static_cast<std::uint32_t>(n), static_cast<std::uint32_t>(k), false, true};
+  }
+  // The pipeline: layer i on device i * N / layers (contiguous runs), the logits on the last device.
+  static std::uint32_t device_of_group(std::size_t g, std::uint32_t n) {
+    if (g >= kLayers) return n - 1;
+    return static_cast<std::uint32_t>(g * n / kLayers);
   }
   std::uint64_t input_seed() const { return splitmix64(options_.seed ^ fnv1a("dense-stream.input")); }
 

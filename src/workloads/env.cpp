@@ -35,7 +35,15 @@ Result<std::unique_ptr<Env>> make_env(const WorkloadOptions& options, double sca
     profile = scaled_profile(*named, scale);
     o.backend.custom_profile = profile;
   }
-  BusyMeter* meter = nullptr;
+  o.devices.count = options.devices;
+  if (options.fault_device) {
+    o.devices.faults.assign(options.devices, SimFaults{});
+    if (*options.fault_device < options.devices) o.devices.faults[*options.fault_device] = options.faults;
+  }
+  auto env = std::make_unique<Env>();
+  if (options.devices > 1 && capabilities_of(o.backend.kind).modeled_time) env->clock = std::make_unique<HostClock>();
+  std::vector<BusyMeter*> meters;
+  // Called once per device, in device order.
   o.backend_adaptor = [&](Backend& made) -> Result<std::unique_ptr<Backend>> {
     if (!made.info().modeled_time) {
       // A real device: no latencies known, the meter charges bandwidth and rate only.
@@ -47,8 +55,9 @@ Result<std::unique_ptr<Env>> make_env(const WorkloadOptions& options, double sca
       profile.pageable_bytes_per_s = info.h2d_bytes_per_s;
       profile.flops_per_s = info.flops_per_s;
     }
-    auto made_meter = std::make_unique<BusyMeter>(made, profile);
-    meter = made_meter.get();
+    if (env->clock) env->clock->add(made);
+    auto made_meter = std::make_unique<BusyMeter>(made, profile, env->clock.get());
+    meters.push_back(made_meter.get());
     return std::unique_ptr<Backend>(std::move(made_meter));
   };
   o.pool.capacity = capacity;
@@ -63,15 +72,12 @@ Result<std::unique_ptr<Env>> make_env(const WorkloadOptions& options, double sca
   o.engine.probe_stream = kCompute;
   Result<std::unique_ptr<Runtime>> made = Runtime::create(std::move(o));
   if (!made.ok()) return std::move(made).error();
-  auto env = std::make_unique<Env>();
   env->runtime = std::move(made).value();
   Runtime& rt = *env->runtime;
-  env->backend = &rt.backend().innermost();
-  env->meter = meter;
-  env->order = &rt.order();
-  env->pool = &rt.pool();
-  env->arena = &rt.arena();
-  env->engine = &rt.engine();
+  for (std::uint32_t i = 0; i < rt.device_count(); ++i) {
+    RuntimeDevice& d = rt.device(i);
+    env->devices.push_back(DeviceEnv{&d.backend().innermost(), meters[i], &d.order(), &d.pool(), &d.arena(), &d.engine()});
+  }
   return env;
 }
 

@@ -31,43 +31,94 @@ std::uint64_t fnv1a(std::string_view text) {
 
 // --- Exec --------------------------------------------------------------------------
 
-Exec::Exec(const WorkloadOptions& options) : options_(options), gemm_(uses_gemm(options)) {}
-Exec::Exec(const WorkloadOptions& options, Env& env) : options_(options), env_(&env), gemm_(uses_gemm(options)) {}
+Exec::Exec(const WorkloadOptions& options)
+    : options_(options), gemm_(uses_gemm(options)), dry_live_(options.devices), dry_peak_(options.devices),
+      host_busy_ns_(options.devices), peer_copies_(options.devices), peer_bytes_(options.devices) {}
+Exec::Exec(const WorkloadOptions& options, Env& env)
+    : options_(options), env_(&env), gemm_(uses_gemm(options)), dry_live_(options.devices),
+      dry_peak_(options.devices), host_busy_ns_(options.devices), peer_copies_(options.devices),
+      peer_bytes_(options.devices) {}
 
-Result<DeviceHandle> Exec::alloc(std::uint64_t bytes, StreamId stream) {
-  if (env_ != nullptr) return env_->pool->allocate(bytes, stream);
-  const DeviceHandle h{UINT32_MAX, dry_next_++, 1};
+std::uint32_t Exec::device_of(DeviceHandle handle) const {
+  auto it = pool_device_.find(handle.pool);
+  return it == pool_device_.end() ? device_ : it->second;
+}
+
+Result<DeviceHandle> Exec::alloc(std::uint64_t bytes, StreamId stream) { return alloc_on(device_, bytes, stream); }
+
+Result<DeviceHandle> Exec::alloc_on(std::uint32_t device, std::uint64_t bytes, StreamId stream) {
+  if (env_ != nullptr) {
+    Result<DeviceHandle> h = env_->at(device).pool->allocate(bytes, stream);
+    if (h.ok()) pool_device_.emplace(h->pool, device);
+    return h;
+  }
+  // A dry handle's pool names its device: UINT32_MAX - device.
+  const DeviceHandle h{UINT32_MAX - device, dry_next_++, 1};
+  pool_device_.emplace(h.pool, device);
   dry_sizes_[h.slot] = bytes;
-  dry_live_ += bytes;
-  dry_peak_ = std::max(dry_peak_, dry_live_);
+  dry_live_[device] += bytes;
+  dry_peak_[device] = std::max(dry_peak_[device], dry_live_[device]);
   return h;
 }
 
 Result<void> Exec::free(DeviceHandle handle) {
-  if (env_ != nullptr) return env_->pool->free(handle);
+  const std::uint32_t device = device_of(handle);
+  if (env_ != nullptr) return env_->at(device).pool->free(handle);
   auto it = dry_sizes_.find(handle.slot);
   if (it == dry_sizes_.end()) return make_error(ErrorCode::stale_handle, "dry run: double free");
-  dry_live_ -= it->second;
+  dry_live_[device] -= it->second;
   dry_sizes_.erase(it);
   return {};
 }
 
 void Exec::dry_hold(std::uint64_t bytes) {
   if (env_ != nullptr) return;
-  dry_live_ += bytes;
-  dry_peak_ = std::max(dry_peak_, dry_live_);
+  dry_live_[device_] += bytes;
+  dry_peak_[device_] = std::max(dry_peak_[device_], dry_live_[device_]);
+}
+
+std::uint64_t Exec::dry_peak() const noexcept {
+  std::uint64_t peak = 0;
+  for (std::uint64_t p : dry_peak_) peak = std::max(peak, p);
+  return peak;
+}
+
+Result<Exec::Moved> Exec::copy_to(std::uint32_t device, DeviceHandle src, StreamId stream) {
+  const std::uint32_t from = device_of(src);
+  std::uint64_t bytes = 0;
+  if (env_ != nullptr) {
+    Result<DeviceSpan> span = env_->at(from).pool->resolve(src);
+    if (!span.ok()) return std::move(span).error();
+    bytes = span->bytes;
+    FERRY_TRY(env_->at(from).pool->make_ready(src, stream));
+  } else {
+    auto it = dry_sizes_.find(src.slot);
+    if (it == dry_sizes_.end()) return make_error(ErrorCode::stale_handle, "dry run: copy of a freed block");
+    bytes = it->second;
+  }
+  Result<DeviceHandle> dst = alloc_on(device, bytes, stream);
+  if (!dst.ok()) return std::move(dst).error();
+  if (env_ == nullptr) return Moved{*dst, StreamPoint{stream, 0}};
+  Result<PeerCopyReceipt> r = env_->runtime->copy_peer(*dst, 0, src, 0, bytes, stream);
+  if (!r.ok()) {
+    (void)free(*dst);
+    return std::move(r).error();
+  }
+  ++peer_copies_[device];
+  peer_bytes_[device] += bytes;
+  return Moved{*dst, r->done};
 }
 
 Result<StreamPoint> Exec::fill(StreamId stream, DeviceHandle dst, std::uint64_t seed) {
   if (env_ == nullptr) return StreamPoint{stream, 0};
-  Result<Ticket> t = enqueue_fill(*env_->pool, stream, dst, seed, kPattern);
+  Result<Ticket> t = enqueue_fill(*dev().pool, stream, dst, seed, kPattern);
   if (!t.ok()) return std::move(t).error();
   return StreamPoint{stream, *t};
 }
 
 Result<DeviceRange> Exec::lease(const DeviceSlice& s, StreamPoint at) {
   // The lease is what keeps the block from reuse until the op at `at` completes (I2).
-  Result<DeviceSpan> span = env_->pool->lease(s.handle, at);
+  Result<DeviceSpan> span = dev().pool->lease(s.handle, at);
   if (!span.ok()) return std::move(span).error();
   const std::uint64_t bytes = s.bytes == 0 ? span->bytes - std::min(s.offset, span->bytes) : s.bytes;
   if (s.offset > span->bytes || bytes > span->bytes - s.offset || bytes == 0) {
@@ -81,10 +132,10 @@ Result<DeviceRange> Exec::lease(const DeviceSlice& s, StreamPoint at) {
 Result<StreamPoint> Exec::kernel(StreamId stream, const std::vector<DeviceSlice>& inputs,
                                  DeviceHandle output, double flops, std::uint64_t mem_bytes) {
   if (env_ == nullptr) return StreamPoint{stream, 0};
-  DevicePool& pool = *env_->pool;
+  DevicePool& pool = *dev().pool;
   for (const DeviceSlice& s : inputs) FERRY_TRY(pool.make_ready(s.handle, stream));
   FERRY_TRY(pool.make_ready(output, stream));
-  Result<Ticket> t = env_->order->submit(stream, [&](Ticket ticket) -> Result<Op> {
+  Result<Ticket> t = dev().order->submit(stream, [&](Ticket ticket) -> Result<Op> {
     ComputeOp op;
     op.flops = flops;
     op.mem_bytes = mem_bytes;
@@ -113,14 +164,14 @@ Result<StreamPoint> Exec::matmul(StreamId stream, DeviceSlice a, DeviceSlice b, 
   const auto matrix = [](const DeviceSlice& s) {
     return MatrixSlice(s.handle, s.offset, s.bytes == 0 ? kRestOfBlock : s.bytes);
   };
-  Result<Ticket> t = enqueue_gemm(*env_->pool, stream, matrix(a), matrix(b), c, shape, {flops, mem_bytes});
+  Result<Ticket> t = enqueue_gemm(*dev().pool, stream, matrix(a), matrix(b), c, shape, {flops, mem_bytes});
   if (!t.ok()) return std::move(t).error();
   return StreamPoint{stream, *t};
 }
 
 Result<void> Exec::after(StreamId stream, StreamPoint point) {
   if (env_ == nullptr) return {};
-  Result<Ticket> t = env_->order->order_after(stream, point);
+  Result<Ticket> t = dev().order->order_after(stream, point);
   if (!t.ok()) return std::move(t).error();
   return {};
 }
@@ -153,11 +204,12 @@ Result<Exec::Upload> Exec::begin_upload(StreamId stream, WeightUpload&& weights)
 Result<Exec::Upload> Exec::begin_upload(StreamId stream, const TransferPlan& plan) {
   Upload up;
   up.stream = stream;
+  up.device = device_;
   if (env_ == nullptr) return up;
   // The engine leases the destinations on `stream`; order that stream after any
   // same-stream reuse of them first (I3), as every other enqueue does.
-  for (const TransferRange& r : plan.ranges()) FERRY_TRY(env_->pool->make_ready(r.dst, stream));
-  Result<PendingUpload> p = env_->engine->begin_upload(stream, plan);
+  for (const TransferRange& r : plan.ranges()) FERRY_TRY(dev().pool->make_ready(r.dst, stream));
+  Result<PendingUpload> p = dev().engine->begin_upload(stream, plan);
   if (!p.ok()) return std::move(p).error();
   up.pending = std::move(p).value();
   return up;
@@ -165,7 +217,7 @@ Result<Exec::Upload> Exec::begin_upload(StreamId stream, const TransferPlan& pla
 
 Result<StreamPoint> Exec::finish(Upload&& upload) {
   if (env_ == nullptr || !upload.pending) return StreamPoint{upload.stream, 0};
-  Result<TransferReceipt> r = env_->engine->finish(std::move(*upload.pending));
+  Result<TransferReceipt> r = env_->at(upload.device).engine->finish(std::move(*upload.pending));
   upload.pending.reset();
   if (!r.ok()) return std::move(r).error();
   for (const StagedRange& s : upload.staged) upload.bank->release(s, r->done);
@@ -177,19 +229,28 @@ Result<std::vector<std::byte>> Exec::download(StreamId stream, DeviceHandle src)
     auto it = dry_sizes_.find(src.slot);
     return std::vector<std::byte>(it == dry_sizes_.end() ? 0 : it->second);
   }
-  Result<DeviceSpan> span = env_->pool->resolve(src);
+  Result<DeviceSpan> span = dev().pool->resolve(src);
   if (!span.ok()) return std::move(span).error();
-  FERRY_TRY(env_->pool->make_ready(src, stream));
+  FERRY_TRY(dev().pool->make_ready(src, stream));
   std::vector<std::byte> out(span->bytes);
-  Result<TransferReceipt> r = env_->engine->download(stream, src, 0, out);
+  Result<TransferReceipt> r = dev().engine->download(stream, src, 0, out);
   if (!r.ok()) return std::move(r).error();
   return out;
 }
 
 void Exec::host_busy(std::uint64_t ns) {
   if (env_ == nullptr) return;
-  host_busy_ns_ += ns;
-  if (env_->backend->info().modeled_time) env_->backend->advance(ns);  // real host work took real time
+  host_busy_ns_[device_] += ns;
+  Backend& backend = *dev().backend;
+  if (!backend.info().modeled_time) return;  // real host work took real time
+  if (env_->clock) env_->clock->catch_up(backend);  // the host works from its own time on
+  backend.advance(ns);
+}
+
+std::uint64_t Exec::host_busy_ns() const noexcept {
+  std::uint64_t sum = 0;
+  for (std::uint64_t ns : host_busy_ns_) sum += ns;
+  return sum;
 }
 
 void Exec::progress(std::string_view phase, std::uint64_t done, std::uint64_t total) {

@@ -55,10 +55,31 @@ class Exec {
   Env& env() { return *env_; }
   const WorkloadOptions& options() const noexcept { return options_; }
 
+  // The devices (options.devices) and the one every call below acts on (0 at
+  // first): its handles, streams and clock. free() and copy_to() find a handle's
+  // device themselves.
+  std::uint32_t device_count() const noexcept { return options_.devices; }
+  void on(std::uint32_t device) noexcept { device_ = device; }
+  std::uint32_t current() const noexcept { return device_; }
+  DeviceEnv& dev() { return env_->at(device_); }
+
   Result<DeviceHandle> alloc(std::uint64_t bytes, StreamId stream);
   Result<void> free(DeviceHandle handle);
   // Dry only: bytes that stay live for the rest of the schedule (cache slots).
   void dry_hold(std::uint64_t bytes);
+
+  // A copy of the whole of `src` (any device's) in a new block on `device`,
+  // allocated on `stream` there: Runtime::copy_peer on `stream`, after src's
+  // writers on that stream of its device, verified under verify (I5).
+  // `done`: the point on `device` after which the copy has completed.
+  struct Moved {
+    DeviceHandle handle{};
+    StreamPoint done{};
+  };
+  Result<Moved> copy_to(std::uint32_t device, DeviceHandle src, StreamId stream);
+  // copy_to calls that landed on each device, and their bytes.
+  const std::vector<std::uint64_t>& peer_copies_in() const noexcept { return peer_copies_; }
+  const std::vector<std::uint64_t>& peer_bytes_in() const noexcept { return peer_bytes_; }
 
   Result<StreamPoint> fill(StreamId stream, DeviceHandle dst, std::uint64_t seed);
   // A kernel: output = mix_kernel(inputs). A slice of 0 bytes means the whole
@@ -94,6 +115,7 @@ class Exec {
   struct Upload {
     std::optional<PendingUpload> pending;
     StreamId stream = 0;
+    std::uint32_t device = 0;  // whose engine runs it
     // Released at finish() once it succeeded; after a failure (copies may still
     // read them) they stay until the bank is unplaced.
     const WeightBank* bank = nullptr;
@@ -112,28 +134,37 @@ class Exec {
   // orders it after other streams' writers with after()). Dry: zeros.
   Result<std::vector<std::byte>> download(StreamId stream, DeviceHandle src);
 
-  // Host work that takes `ns` (moe host execution): advances the sim's clock.
+  // Host work that takes `ns` (moe host execution) for the current device:
+  // advances the sim's clock (the host's, with several devices).
   void host_busy(std::uint64_t ns);
-  std::uint64_t host_busy_ns() const noexcept { return host_busy_ns_; }
+  std::uint64_t host_busy_ns() const noexcept;  // every device's
+  const std::vector<std::uint64_t>& device_host_busy_ns() const noexcept { return host_busy_ns_; }
 
   // Reports progress (live only) and remembers it, so that a failed run can say where it stopped.
   void progress(std::string_view phase, std::uint64_t done, std::uint64_t total);
   // The last progress reported; total 0 before the first.
   const WorkloadProgress& last_progress() const noexcept { return last_progress_; }
 
-  std::uint64_t dry_peak() const noexcept { return dry_peak_; }
+  // The schedule's peak of live bytes on the device that needs most, and on each.
+  std::uint64_t dry_peak() const noexcept;
+  const std::vector<std::uint64_t>& dry_peaks() const noexcept { return dry_peak_; }
 
  private:
   // Leases `slice` for the op at `at` and returns its device range.
   Result<DeviceRange> lease(const DeviceSlice& slice, StreamPoint at);
+  Result<DeviceHandle> alloc_on(std::uint32_t device, std::uint64_t bytes, StreamId stream);
+  // The device whose pool made `handle` (through this Exec); the current one if none did.
+  std::uint32_t device_of(DeviceHandle handle) const;
 
   const WorkloadOptions& options_;
   Env* env_ = nullptr;
   bool gemm_ = false;
-  std::unordered_map<std::uint32_t, std::uint64_t> dry_sizes_;
+  std::uint32_t device_ = 0;
+  std::unordered_map<std::uint32_t, std::uint32_t> pool_device_;  // handle.pool -> device
+  std::unordered_map<std::uint32_t, std::uint64_t> dry_sizes_;  // by slot
   std::uint32_t dry_next_ = 1;
-  std::uint64_t dry_live_ = 0, dry_peak_ = 0;
-  std::uint64_t host_busy_ns_ = 0;
+  std::vector<std::uint64_t> dry_live_, dry_peak_;  // by device
+  std::vector<std::uint64_t> host_busy_ns_, peer_copies_, peer_bytes_;  // by device
   WorkloadProgress last_progress_;  // phase points at a string literal of the workload's
 };
 
@@ -166,9 +197,17 @@ class Workload {
   virtual std::uint64_t nominal_tokens() const = 0;
   virtual std::uint64_t units() const = 0;
   virtual std::string unit_name() const = 0;
-  // Filled by execute (live) for workloads with a cache.
+  // Filled by execute (live) for workloads with a cache: the sum of the
+  // devices' caches, and each's (several devices only).
   std::optional<CacheStats> cache_stats;
   std::uint32_t cache_slots = 0;
+  std::vector<CacheStats> device_cache_stats;
+  std::vector<std::uint32_t> device_cache_slots;
+  // Filled by execute (live) with several devices: what each device ran (units
+  // of device_unit_name()) and the nominal tokens of that work.
+  std::vector<std::uint64_t> device_units;
+  std::vector<std::uint64_t> device_tokens;
+  virtual std::string device_unit_name() const { return unit_name(); }
   std::uint64_t host_executed = 0;
   std::uint64_t prefetch_skipped = 0;
 };

@@ -1,13 +1,25 @@
 #include "workloads/meter.hpp"
 
+#include <algorithm>
 #include <utility>
 
 #include "ferry/cost_model.hpp"
 
 namespace ferry::workloads {
 
-BusyMeter::BusyMeter(Backend& inner, DeviceProfile profile)
-    : ForwardingBackend(inner), profile_(std::move(profile)) {}
+std::uint64_t HostClock::now() const {
+  std::uint64_t t = 0;
+  for (const Backend* d : devices_) t = std::max(t, d->now_ns());
+  return t;
+}
+
+void HostClock::catch_up(Backend& device) const {
+  const std::uint64_t host = now(), mine = device.now_ns();
+  if (host > mine) device.advance(host - mine);
+}
+
+BusyMeter::BusyMeter(Backend& inner, DeviceProfile profile, const HostClock* clock)
+    : ForwardingBackend(inner), profile_(std::move(profile)), clock_(clock) {}
 
 
 bool BusyMeter::pinned(const std::byte* host, std::uint64_t bytes) const {
@@ -19,6 +31,7 @@ bool BusyMeter::pinned(const std::byte* host, std::uint64_t bytes) const {
 }
 
 Result<Ticket> BusyMeter::enqueue(StreamId stream, Op op) {
+  if (clock_ != nullptr) clock_->catch_up(inner_);
   std::uint64_t ns;
   bool copy;
   {

@@ -87,20 +87,28 @@ class MoeOffload final : public Workload {
   }
 
   Result<void> check_options() const override {
-    // A layer pins every expert it routes to at once: fewer slots can never serve it.
-    const std::uint32_t slots = options_.cache_slots != 0 ? options_.cache_slots : kDefaultSlots;
-    std::size_t need = 0, step = 0, layer = 0;
-    for (std::uint64_t t = 0; t < kSteps; ++t) {
-      for (std::uint64_t l = 0; l < kLayers; ++l) {
-        if (selected_[t][l].size() > need) std::tie(need, step, layer) = std::tuple(selected_[t][l].size(), t, l);
+    // A layer pins every expert it routes to on a device at once: fewer slots there can never serve it.
+    for (std::uint32_t d = 0; d < options_.devices; ++d) {
+      std::size_t need = 0, step = 0, layer = 0;
+      for (std::uint64_t t = 0; t < kSteps; ++t) {
+        for (std::uint64_t l = 0; l < kLayers; ++l) {
+          const std::size_t here = static_cast<std::size_t>(std::count_if(
+              selected_[t][l].begin(), selected_[t][l].end(), [&](const Pick& p) { return device_of(p.expert) == d; }));
+          if (here > need) std::tie(need, step, layer) = std::tuple(here, t, l);
+        }
       }
+      const std::uint32_t slots = slots_of(d);
+      if (slots >= need) continue;
+      const std::string where = options_.devices > 1 ? " on device " + std::to_string(d) : "";
+      const std::uint64_t total = static_cast<std::uint64_t>(need) * options_.devices;
+      return make_error(ErrorCode::invalid_argument,
+                        "--slots " + std::to_string(total_slots()) + ": step " + std::to_string(step + 1) +
+                            " routes layer " + std::to_string(layer) + "'s tokens to " + std::to_string(need) +
+                            " experts" + where + ", all pinned at once; with seed " + std::to_string(options_.seed) +
+                            " moe-offload needs --slots " + std::to_string(options_.devices > 1 ? total : need) +
+                            " or more" + (options_.devices > 1 ? " (split evenly over the devices)" : ""));
     }
-    if (slots >= need) return {};
-    return make_error(ErrorCode::invalid_argument,
-                      "--slots " + std::to_string(slots) + ": step " + std::to_string(step + 1) + " routes layer " +
-                          std::to_string(layer) + "'s tokens to " + std::to_string(need) +
-                          " experts, all pinned at once; with seed " + std::to_string(options_.seed) +
-                          " moe-offload needs --slots " + std::to_string(need) + " or more");
+    return {};
   }
 
   // The cache fetches an expert whenever it misses, from bytes it holds for the whole run.
@@ -133,34 +141,53 @@ class MoeOffload final : public Workload {
   }
 
   Result<std::vector<std::byte>> execute(Exec& ex, const WeightBank& bank) override {
-    const std::uint32_t slots = options_.cache_slots != 0 ? options_.cache_slots : kDefaultSlots;
-    cache_slots = slots;
+    cache_slots = total_slots();
     const std::uint64_t gu_bytes = 2 * inter_ * hidden_ * 2, down_bytes = hidden_ * inter_ * 2;
     const std::uint64_t entry_bytes = (gu_bytes + 255) / 256 * 256 + down_bytes;
-    std::unique_ptr<OffloadCache> cache;
-    if (ex.dry()) {
-      ex.dry_hold(static_cast<std::uint64_t>(slots) * entry_bytes);
-    } else {
+    const std::uint32_t n = ex.device_count();
+    // One expert cache per device, over the experts that live there.
+    std::vector<std::unique_ptr<OffloadCache>> caches(n);
+    for (std::uint32_t d = 0; d < n; ++d) {
+      ex.on(d);
+      if (ex.dry()) {
+        ex.dry_hold(static_cast<std::uint64_t>(slots_of(d)) * entry_bytes);
+        continue;
+      }
       CacheOptions co;
-      co.slots = slots;
+      co.slots = slots_of(d);
       co.policy = options_.policy;
       co.upload_stream = kUpload;
       co.prefetch_stream = kUpload;  // one host link: prefetches queue with demand fetches
-      cache = std::make_unique<OffloadCache>(*ex.env().engine, co);
-      FERRY_TRY(cache->status());
+      caches[d] = std::make_unique<OffloadCache>(*ex.dev().engine, co);
+      FERRY_TRY(caches[d]->status());
       for (CacheKey key = 0; key < kLayers * kExperts; ++key) {
-        FERRY_TRY(cache->define(key, {bank.bytes(index_[2 * key]), bank.bytes(index_[2 * key + 1])}));
+        if (device_of(key % kExperts) != d) continue;
+        FERRY_TRY(caches[d]->define(key, {bank.bytes(index_[2 * key]), bank.bytes(index_[2 * key + 1])}));
       }
-      if (options_.policy == EvictionPolicy::optimal) cache->set_access_plan(access_plan());
+      if (options_.policy == EvictionPolicy::optimal) caches[d]->set_access_plan(access_plan(d));
     }
-    Result<std::vector<std::byte>> out = run(ex, bank, cache.get());
-    if (cache) cache_stats = cache->stats();
+    ex.on(0);
+    device_units.assign(n, 0);
+    device_tokens.assign(n, 0);
+    Result<std::vector<std::byte>> out = run(ex, bank, caches);
+    if (caches[0]) {
+      CacheStats total;
+      device_cache_stats.clear();
+      device_cache_slots.clear();
+      for (std::uint32_t d = 0; d < n; ++d) {
+        const CacheStats c = caches[d]->stats();
+        add(total, c);
+        if (n > 1) device_cache_stats.push_back(c), device_cache_slots.push_back(slots_of(d));
+      }
+      cache_stats = total;
+    }
     return out;
   }
 
   std::uint64_t nominal_tokens() const override { return kTokensPerStep * kSteps; }
   std::uint64_t units() const override { return kSteps; }
   std::string unit_name() const override { return "steps"; }
+  std::string device_unit_name() const override { return "expert runs"; }
 
  private:
   SyntheticTensor tensor(std::string name, std::vector<std::uint64_t> shape) const {
@@ -208,11 +235,30 @@ class MoeOffload final : public Workload {
     }
   }
 
-  std::vector<CacheKey> access_plan() const {
+  // Expert parallelism: expert e of every layer lives on device e mod N.
+  std::uint32_t device_of(std::uint64_t expert) const {
+    return static_cast<std::uint32_t>(expert % options_.devices);
+  }
+  std::uint32_t total_slots() const { return options_.cache_slots != 0 ? options_.cache_slots : kDefaultSlots; }
+  // The total split evenly over the devices, the first ones taking the remainder.
+  std::uint32_t slots_of(std::uint32_t device) const {
+    const std::uint32_t n = options_.devices;
+    return total_slots() / n + (device < total_slots() % n ? 1 : 0);
+  }
+  static void add(CacheStats& t, const CacheStats& c) {
+    t.hits += c.hits, t.misses += c.misses, t.prefetches += c.prefetches, t.prefetch_hits += c.prefetch_hits;
+    t.prefetch_wasted += c.prefetch_wasted, t.prefetch_dropped += c.prefetch_dropped, t.evictions += c.evictions;
+    t.uploads += c.uploads, t.bytes_uploaded += c.bytes_uploaded, t.waited_uploads += c.waited_uploads;
+    t.fills += c.fills, t.bytes_filled += c.bytes_filled;
+  }
+
+  // The acquires of device `device`'s cache, in order.
+  std::vector<CacheKey> access_plan(std::uint32_t device) const {
     std::vector<CacheKey> plan;
     for (std::uint64_t t = 0; t < kSteps; ++t)
       for (std::uint64_t l = 0; l < kLayers; ++l)
-        for (const Pick& p : selected_[t][l]) plan.push_back(l * kExperts + p.expert);
+        for (const Pick& p : selected_[t][l])
+          if (device_of(p.expert) == device) plan.push_back(l * kExperts + p.expert);
     return plan;
   }
 
@@ -234,14 +280,14 @@ class MoeOffload final : public Workload {
     return ref.matmul(act, w(index_[2 * key + 1]), down_shape());
   }
 
-  Result<std::vector<std::byte>> run(Exec& ex, const WeightBank& bank, OffloadCache* cache) {
+  Result<std::vector<std::byte>> run(Exec& ex, const WeightBank& bank,
+                                     const std::vector<std::unique_ptr<OffloadCache>>& caches) {
     const std::uint64_t xb = kTokensPerStep * hidden_ * 2;
-    const bool host_exec = options_.host_exec;
+    const std::uint32_t n = ex.device_count();
     Result<DeviceHandle> d0 = ex.alloc(kDigestBytes, kCompute);
     if (!d0.ok()) return std::move(d0).error();
     DeviceHandle digest = *d0;
     FERRY_TRY(ex.fill(kCompute, digest, digest_seed()));
-    std::vector<CacheKey> keys;
     for (std::uint64_t t = 0; t < kSteps; ++t) {
       Result<DeviceHandle> x0 = ex.alloc(xb, kCompute);
       if (!x0.ok()) return std::move(x0).error();
@@ -251,61 +297,34 @@ class MoeOffload final : public Workload {
       StreamPoint x_ready = *filled;
       for (std::uint64_t l = 0; l < kLayers; ++l) {
         const std::vector<Pick>& sel = selected_[t][l];
-        // 1. Acquire (pin) this layer's experts, or find the misses.
-        std::vector<std::optional<CacheRef>> refs(sel.size());
-        std::vector<CacheKey> missed;
-        if (cache != nullptr) {
-          for (std::size_t i = 0; i < sel.size(); ++i) {
-            const CacheKey key = l * kExperts + sel[i].expert;
-            if (host_exec) {
-              Result<std::optional<CacheRef>> r = cache->acquire_if_resident(key, kCompute);
-              if (!r.ok()) return std::move(r).error();
-              refs[i] = std::move(*r);
-              if (!refs[i]) missed.push_back(key);
-            } else {
-              Result<CacheRef> r = cache->acquire(key, kCompute);
-              if (!r.ok()) return std::move(r).error();
-              refs[i] = std::move(*r);
-            }
-          }
-          // 2. Hints for the next layer; misses run on the host are admitted too.
-          keys.clear();
-          if (options_.prefetch) {
-            const std::uint64_t nt = l + 1 < kLayers ? t : t + 1, nl = (l + 1) % kLayers;
-            if (nt < kSteps)
-              for (std::uint64_t e : predicted_[nt][nl]) keys.push_back(nl * kExperts + e);
-          }
-          keys.insert(keys.end(), missed.begin(), missed.end());
-          if (!keys.empty()) {
-            Result<std::uint32_t> p = cache->prefetch(keys);
-            if (!p.ok()) return std::move(p).error();
-          }
-        }
-        // 3. Device kernels for the resident experts.
         std::vector<DeviceHandle> ys(sel.size());
-        for (std::size_t i = 0; i < sel.size(); ++i) {
-          if (cache != nullptr && !refs[i]) continue;
-          const double flops = expert_flops(sel[i].tokens);
-          Result<DeviceHandle> gu = ex.alloc(kTokensPerStep * 2 * inter_ * 2, kCompute);
-          if (!gu.ok()) return std::move(gu).error();
-          // The dry run has no cache: its operands stand in with x.
-          const DeviceSlice w_gu = refs[i] ? refs[i]->pieces[0] : DeviceSlice{x};
-          const DeviceSlice w_down = refs[i] ? refs[i]->pieces[1] : DeviceSlice{x};
-          FERRY_TRY(ex.matmul(kCompute, {x}, w_gu, *gu, gate_up_shape(), flops * 2 / 3));
-          Result<DeviceHandle> act = ex.alloc(kTokensPerStep * inter_ * 2, kCompute);
-          if (!act.ok()) return std::move(act).error();
-          FERRY_TRY(ex.kernel(kCompute, {{*gu}}, *act, 0, kTokensPerStep * 3 * inter_ * 2));
-          FERRY_TRY(ex.free(*gu));
-          Result<DeviceHandle> y = ex.alloc(xb, kCompute);
-          if (!y.ok()) return std::move(y).error();
-          ys[i] = *y;
-          FERRY_TRY(ex.matmul(kCompute, {*act}, w_down, *y, down_shape(), flops / 3));
-          FERRY_TRY(ex.free(*act));
-          if (cache != nullptr) FERRY_TRY(cache->release(refs[i]->key));
+        // Device 0 holds x and combines; the others get a copy of x and run their
+        // experts first, so that their work overlaps device 0's.
+        for (std::uint32_t d = n; d-- > 0;) {
+          ex.on(d);
+          if (d == 0) {
+            FERRY_TRY(layer_on(ex, bank, caches[d].get(), t, l, x, x_ready, ys));
+            continue;
+          }
+          const bool used = std::any_of(sel.begin(), sel.end(), [&](const Pick& p) { return device_of(p.expert) == d; });
+          if (!used) {  // no expert of this layer here: the next layer's hints only
+            FERRY_TRY(layer_on(ex, bank, caches[d].get(), t, l, DeviceHandle{}, StreamPoint{}, ys));
+            continue;
+          }
+          Result<Exec::Moved> xd = ex.copy_to(d, x, kCompute);
+          if (!xd.ok()) return std::move(xd).error();
+          FERRY_TRY(layer_on(ex, bank, caches[d].get(), t, l, xd->handle, xd->done, ys));
+          FERRY_TRY(ex.free(xd->handle));
         }
-        // 4. Host execution of the misses.
-        if (!missed.empty()) FERRY_TRY(host_execute(ex, bank, l, sel, refs, x, x_ready, ys));
-        // 5. Combine.
+        // The other devices' outputs come to device 0 for the combine.
+        for (std::size_t i = 0; i < sel.size(); ++i) {
+          if (device_of(sel[i].expert) == 0) continue;
+          Result<Exec::Moved> y = ex.copy_to(0, ys[i], kCompute);
+          if (!y.ok()) return std::move(y).error();
+          FERRY_TRY(ex.free(ys[i]));
+          ys[i] = y->handle;
+        }
+        // Combine.
         Result<DeviceHandle> next = ex.alloc(xb, kCompute);
         if (!next.ok()) return std::move(next).error();
         std::vector<DeviceSlice> in{{x}};
@@ -330,6 +349,76 @@ class MoeOffload final : public Workload {
     return bytes;
   }
 
+  // Layer l of step t on the current device, for the experts that live there:
+  // acquire them (or find the misses), hint the next layer's, run the resident
+  // ones on x (ready at x_ready) and the misses on the host (--host-exec); each
+  // output into ys[i] on this device.
+  Result<void> layer_on(Exec& ex, const WeightBank& bank, OffloadCache* cache, std::uint64_t t, std::uint64_t l,
+                        DeviceHandle x, StreamPoint x_ready, std::vector<DeviceHandle>& ys) {
+    const std::uint64_t xb = kTokensPerStep * hidden_ * 2;
+    const std::uint32_t me = ex.current();
+    const bool host_exec = options_.host_exec;
+    const std::vector<Pick>& sel = selected_[t][l];
+    const auto mine = [&](std::size_t i) { return device_of(sel[i].expert) == me; };
+    // 1. Acquire (pin) this layer's experts, or find the misses.
+    std::vector<std::optional<CacheRef>> refs(sel.size());
+    std::vector<CacheKey> missed, keys;
+    if (cache != nullptr) {
+      for (std::size_t i = 0; i < sel.size(); ++i) {
+        if (!mine(i)) continue;
+        const CacheKey key = l * kExperts + sel[i].expert;
+        ++device_units[me];
+        device_tokens[me] += sel[i].tokens;
+        if (host_exec) {
+          Result<std::optional<CacheRef>> r = cache->acquire_if_resident(key, kCompute);
+          if (!r.ok()) return std::move(r).error();
+          refs[i] = std::move(*r);
+          if (!refs[i]) missed.push_back(key);
+        } else {
+          Result<CacheRef> r = cache->acquire(key, kCompute);
+          if (!r.ok()) return std::move(r).error();
+          refs[i] = std::move(*r);
+        }
+      }
+      // 2. Hints for the next layer; misses run on the host are admitted too.
+      if (options_.prefetch) {
+        const std::uint64_t nt = l + 1 < kLayers ? t : t + 1, nl = (l + 1) % kLayers;
+        if (nt < kSteps)
+          for (std::uint64_t e : predicted_[nt][nl])
+            if (device_of(e) == me) keys.push_back(nl * kExperts + e);
+      }
+      keys.insert(keys.end(), missed.begin(), missed.end());
+      if (!keys.empty()) {
+        Result<std::uint32_t> p = cache->prefetch(keys);
+        if (!p.ok()) return std::move(p).error();
+      }
+    }
+    // 3. Device kernels for the resident experts.
+    for (std::size_t i = 0; i < sel.size(); ++i) {
+      if (!mine(i) || (cache != nullptr && !refs[i])) continue;
+      const double flops = expert_flops(sel[i].tokens);
+      Result<DeviceHandle> gu = ex.alloc(kTokensPerStep * 2 * inter_ * 2, kCompute);
+      if (!gu.ok()) return std::move(gu).error();
+      // The dry run has no cache: its operands stand in with x.
+      const DeviceSlice w_gu = refs[i] ? refs[i]->pieces[0] : DeviceSlice{x};
+      const DeviceSlice w_down = refs[i] ? refs[i]->pieces[1] : DeviceSlice{x};
+      FERRY_TRY(ex.matmul(kCompute, {x}, w_gu, *gu, gate_up_shape(), flops * 2 / 3));
+      Result<DeviceHandle> act = ex.alloc(kTokensPerStep * inter_ * 2, kCompute);
+      if (!act.ok()) return std::move(act).error();
+      FERRY_TRY(ex.kernel(kCompute, {{*gu}}, *act, 0, kTokensPerStep * 3 * inter_ * 2));
+      FERRY_TRY(ex.free(*gu));
+      Result<DeviceHandle> y = ex.alloc(xb, kCompute);
+      if (!y.ok()) return std::move(y).error();
+      ys[i] = *y;
+      FERRY_TRY(ex.matmul(kCompute, {*act}, w_down, *y, down_shape(), flops / 3));
+      FERRY_TRY(ex.free(*act));
+      if (cache != nullptr) FERRY_TRY(cache->release(refs[i]->key));
+    }
+    // 4. Host execution of the misses.
+    if (!missed.empty()) FERRY_TRY(host_execute(ex, bank, l, sel, refs, x, x_ready, ys));
+    return {};
+  }
+
   // The misses of one layer, on the host: x comes back on its own stream while
   // the device runs the hits; each y_e is computed with the definitions the
   // device uses and uploaded into a fresh buffer the combine reads.
@@ -345,7 +434,7 @@ class MoeOffload final : public Workload {
     Reference ref(ex.gemm(), true);
     const HostValue xv = ref.view(*xh);
     for (std::size_t i = 0; i < sel.size(); ++i) {
-      if (refs[i]) continue;
+      if (refs[i] || device_of(sel[i].expert) != ex.current()) continue;
       const HostValue yv = expert(ref, bank, l * kExperts + sel[i].expert, xv);
       const std::span<const std::byte> y = yv.bytes;
       const double flops = expert_flops(sel[i].tokens);

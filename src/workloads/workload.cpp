@@ -13,6 +13,7 @@
 #include "ferry/make_backend.hpp"
 #include "ferry/names.hpp"
 #include "core/text.hpp"
+#include "workloads/device_report.hpp"
 #include "workloads/exec.hpp"
 
 namespace ferry {
@@ -131,23 +132,28 @@ WorkloadReport report_head(WorkloadKind kind, const WorkloadOptions& options, wo
   WorkloadReport r;
   r.workload = std::string(to_string(kind));
   r.backend = std::string(to_string(options.backend));
-  r.modeled_time = env.backend->info().modeled_time;
-  r.device = env.backend->info().device;
+  const workloads::DeviceEnv& d0 = env.at(0);
+  r.modeled_time = d0.backend->info().modeled_time;
+  r.device = d0.backend->info().device;
+  if (options.devices > 1) r.device = std::to_string(options.devices) + " x " + r.device;
   r.shape = w.shape();
   r.weights = bank.source();
   r.seed = options.seed;
   r.integrity_policy = std::string(to_string(options.integrity));
   r.eviction_policy = std::string(to_string(options.policy));
   r.faults = describe(options.faults);
+  if (options.devices > 1 && options.fault_device && r.faults != "none") {
+    r.faults += " on device " + std::to_string(*options.fault_device);
+  }
   r.prefetch = options.prefetch;
   r.host_exec = options.host_exec;
   r.matmul = workloads::uses_gemm(options) ? "gemm" : "mix";
-  r.capacity = env.pool->capacity();
+  r.capacity = d0.pool->capacity();
   return r;
 }
 
 // What the pool, the engine, the device and the workload counted during the run.
-void record_stats(WorkloadReport& r, workloads::Env& env, const Workload& w) {
+void record_stats(WorkloadReport& r, workloads::DeviceEnv& env, const Workload& w) {
   const PoolStats ps = env.pool->stats();
   r.peak_live_bytes = ps.peak_requested_bytes;
   r.peak_reserved_bytes = ps.peak_reserved_bytes;
@@ -176,7 +182,7 @@ void record_stats(WorkloadReport& r, workloads::Env& env, const Workload& w) {
 }
 
 // The run's clock and busy figures, and its throughput at full scale.
-void record_timing(WorkloadReport& r, workloads::Env& env, const Exec& live, const Workload& w, double s,
+void record_timing(WorkloadReport& r, workloads::DeviceEnv& env, const Exec& live, const Workload& w, double s,
                    std::uint64_t wall_ns, bool completed) {
   r.wall_ns = wall_ns;
   r.transfer_busy_ns = env.meter->transfer_ns();
@@ -222,6 +228,31 @@ void record_verdict(WorkloadReport& r, const Result<std::vector<std::byte>>& got
   }
 }
 
+// Refuses a device count or fault device the workload cannot run with.
+Result<void> check_devices(WorkloadKind kind, const WorkloadOptions& o) {
+  if (o.devices == 0 || o.devices > kMaxWorkloadDevices) {
+    return make_error(ErrorCode::invalid_argument, "devices " + std::to_string(o.devices) +
+                                                       ": a workload runs on 1 to " +
+                                                       std::to_string(kMaxWorkloadDevices) + " devices");
+  }
+  if (o.fault_device && *o.fault_device >= o.devices) {
+    return make_error(ErrorCode::invalid_argument, "fault device " + std::to_string(*o.fault_device) +
+                                                       ": the run has devices 0 to " + std::to_string(o.devices - 1));
+  }
+  if (o.devices == 1) return {};
+  if (kind == WorkloadKind::dequant_train) {
+    return make_error(ErrorCode::invalid_argument,
+                      "dequant-train runs on one device only (splitting it over several is not done); "
+                      "devices must be 1");
+  }
+  if (o.placement == BankPlacement::arena) {
+    return make_error(ErrorCode::invalid_argument,
+                      "bank placement arena copies the weights into one device's pinned arena; with " +
+                          std::to_string(o.devices) + " devices use registered (every device registers the bank)");
+  }
+  return {};
+}
+
 }  // namespace
 
 Result<WorkloadReport> run_workload(WorkloadKind kind, const WorkloadOptions& options) {
@@ -239,6 +270,7 @@ Result<WorkloadReport> run_workload(WorkloadKind kind, const WorkloadOptions& op
   if (!(options.host_flops_per_s > 0) || !(options.host_bytes_per_s > 0)) {
     return make_error(ErrorCode::invalid_argument, "host model rates must be > 0");
   }
+  FERRY_TRY(check_devices(kind, options));
 
   // The env outlives nothing that uses it: declared first, destroyed last, and
   // the bank is unplaced explicitly before it goes.
@@ -248,7 +280,8 @@ Result<WorkloadReport> run_workload(WorkloadKind kind, const WorkloadOptions& op
   // Lazy where registered ranges may stay unbacked (the sim: its device is larger
   // than the host), and a workload that stages every weight needs no tensor held
   // longer than its upload.
-  const SyntheticStorage storage = can.lazy_host_ranges && w->stages_weights()
+  // A lazy bank's stagings are ordered on one device's streams: several devices read a resident one.
+  const SyntheticStorage storage = can.lazy_host_ranges && w->stages_weights() && options.devices == 1
                                        ? SyntheticStorage::lazy
                                        : SyntheticStorage::resident;
   Result<WeightBank> opened =
@@ -265,6 +298,7 @@ Result<WorkloadReport> run_workload(WorkloadKind kind, const WorkloadOptions& op
     Result<std::vector<std::byte>> d = w->execute(dry, bank);
     if (!d.ok()) return std::move(d).error();
   }
+  // With several devices each pool is sized for the device that needs most.
   const std::uint64_t planned = dry.dry_peak();
   std::uint64_t capacity = options.capacity;
   if (capacity == 0) {
@@ -286,25 +320,33 @@ Result<WorkloadReport> run_workload(WorkloadKind kind, const WorkloadOptions& op
   Result<std::unique_ptr<workloads::Env>> made = workloads::make_env(options, s, capacity, arena_budget);
   if (!made.ok()) return std::move(made).error();
   env = std::move(made).value();
-  if (Result<void> placed = bank.place(*env->engine, options.placement); !placed.ok()) return placed.error();
+  if (Result<void> placed = bank.place(*env->at(0).engine, options.placement); !placed.ok()) return placed.error();
+  for (std::uint32_t d = 1; d < options.devices; ++d) {
+    if (Result<void> placed = bank.place_also(*env->at(d).engine); !placed.ok()) return placed.error();
+  }
 
   WorkloadReport r = report_head(kind, options, *env, *w, bank);
   r.scale = s;
   r.planned_peak_live = planned;
 
-  env->pool->reset_peak_stats();  // the engine's start-up probe is not the workload's
+  // The engines' start-up probes are not the workload's.
+  for (workloads::DeviceEnv& d : env->devices) d.pool->reset_peak_stats();
   Exec live(options, *env);
-  const std::uint64_t t0 = env->backend->now_ns();
-  env->meter->reset();
+  const auto host_now = [&] { return env->clock ? env->clock->now() : env->at(0).backend->now_ns(); };
+  const std::uint64_t t0 = host_now();
+  for (workloads::DeviceEnv& d : env->devices) d.meter->reset();
   Result<std::vector<std::byte>> got = w->execute(live, bank);
   // After a successful run the digest's download has waited for everything;
   // after a failed one, work may still be queued: either way nothing is left
   // running when the stats are read and the pool goes away.
-  if (Result<void> sync = env->backend->synchronize(); !sync.ok() && got.ok()) got = sync.error();
-  const std::uint64_t t1 = env->backend->now_ns();
+  for (workloads::DeviceEnv& d : env->devices) {
+    if (Result<void> sync = d.backend->synchronize(); !sync.ok() && got.ok()) got = sync.error();
+  }
+  const std::uint64_t t1 = host_now();
 
-  record_timing(r, *env, live, *w, s, t1 - t0, got.ok());
-  record_stats(r, *env, *w);
+  record_timing(r, env->at(0), live, *w, s, t1 - t0, got.ok());
+  record_stats(r, env->at(0), *w);
+  if (options.devices > 1) workloads::record_devices(r, *env, live, *w, dry.dry_peaks(), s, t0);
   record_verdict(r, got, expected_seed, reference);
   record_bank(r, bank);
   if (Result<void> un = bank.unplace(); !un.ok() && r.error.empty()) {
@@ -397,6 +439,7 @@ std::string workload_report_json(const WorkloadReport& r) {
     }
     j["races"] = {{"count", r.races}, {"list", std::move(list)}};
   }
+  if (!r.devices.empty()) j["devices"] = workloads::devices_json(r.devices);  // several devices only
   j["expected_digest"] = r.expected_digest;
   j["actual_digest"] = r.actual_digest;
   j["error"] = r.error.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(r.error);
@@ -452,8 +495,9 @@ std::string workload_report_summary(const WorkloadReport& r) {
                            " at full shape (" + std::to_string(r.tokens) + " tokens, " + std::to_string(r.units) +
                            " " + r.unit_name + " in " + time_text(r.wall_ns) + (r.modeled_time ? " virtual" : "") +
                            " at this scale)");
+    const std::string per = r.devices.size() > 1 ? " / (" + std::to_string(r.devices.size()) + " x wall)" : " / wall";
     line("overlap", fixed(r.overlap_efficiency, 3) + " = max(transfer " + time_text(r.transfer_busy_ns) +
-                        ", compute " + time_text(r.compute_busy_ns) + ") / wall; prefetch " +
+                        ", compute " + time_text(r.compute_busy_ns) + ")" + per + "; prefetch " +
                         (r.prefetch ? "on" : "off") +
                         (r.host_busy_ns ? ", host " + time_text(r.host_busy_ns) : std::string()));
   }
@@ -492,6 +536,7 @@ std::string workload_report_summary(const WorkloadReport& r) {
   } else {
     line("cache", "none (weights streamed, no reuse)");
   }
+  workloads::devices_summary(r, line);
   s += std::string("verdict: ") + (r.matched ? "MATCHED" : "FAILED") + "\n";
   return s;
 }

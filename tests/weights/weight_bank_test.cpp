@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <memory>
 #include <optional>
 #include <utility>
 #include <string>
@@ -391,6 +392,57 @@ TEST_P(Placement, UploadsOutOfThePlacedBankLandRight) {
 
 INSTANTIATE_TEST_SUITE_P(Both, Placement, ::testing::Values(BankPlacement::registered, BankPlacement::arena),
                          [](const auto& p) { return std::string(to_string(p.param)); });
+
+// A bank registered with a second device's engine too (place_also): uploads
+// there read pinned memory and land right; unplace() unregisters both; what it
+// cannot serve is refused.
+TEST(Placement, ASecondEngineUploadsFromTheSameRegisteredBytes) {
+  std::vector<std::unique_ptr<SimBackend>> sims;
+  std::vector<std::unique_ptr<StreamOrder>> orders;
+  std::vector<std::unique_ptr<DevicePool>> pools;
+  std::vector<std::unique_ptr<HostArena>> arenas;
+  std::vector<std::unique_ptr<TransferEngine>> engines;
+  for (std::uint64_t seed : {7u, 8u}) {
+    sims.push_back(make_sim_backend({*find_profile("tiny"), seed, {}}));
+    orders.push_back(std::make_unique<StreamOrder>(*sims.back()));
+    pools.push_back(std::make_unique<DevicePool>(*orders.back()));
+    arenas.push_back(std::make_unique<HostArena>(*orders.back()));
+    engines.push_back(std::make_unique<TransferEngine>(*pools.back(), *arenas.back(), EngineOptions{}));
+    ASSERT_TRUE(engines.back()->status().ok());
+  }
+  auto bank = WeightBank::synthetic(synthetic_spec());
+  ASSERT_TRUE(bank.ok());
+  EXPECT_EQ(bank->place_also(*engines[1]).error().code, ErrorCode::invalid_argument) << "not placed yet";
+  ASSERT_TRUE(bank->place(*engines[0], BankPlacement::registered).ok());
+  ASSERT_TRUE(bank->place_also(*engines[1]).ok());
+  EXPECT_EQ(bank->place_also(*engines[1]).error().code, ErrorCode::invalid_argument) << "twice";
+  EXPECT_EQ(bank->place_also(*engines[0]).error().code, ErrorCode::invalid_argument) << "the first engine";
+  EXPECT_EQ(arenas[1]->stats().regions, 1u);
+  for (std::size_t i = 0; i < bank->tensors().size(); ++i) {
+    const auto src = bank->bytes(i);
+    auto h = pools[1]->allocate(src.size(), 1);
+    ASSERT_TRUE(h.ok());
+    auto r = engines[1]->upload(1, TransferPlan().add(src.data(), *h, 0, src.size()));
+    ASSERT_TRUE(r.ok()) << r.error().message;
+    EXPECT_TRUE(r->verified);
+    ASSERT_TRUE(sims[1]->synchronize().ok());
+    std::vector<std::byte> got(src.size());
+    ASSERT_TRUE(sims[1]->peek(pools[1]->resolve(*h)->addr, got).ok());
+    EXPECT_EQ(content_hash(got), bank->hash(i));
+    ASSERT_TRUE(pools[1]->free(*h).ok());
+  }
+  EXPECT_EQ(engines[1]->counters().pageable, 0u) << "the second device read the bank as pinned memory";
+  ASSERT_TRUE(bank->unplace().ok());
+  EXPECT_EQ(arenas[0]->stats().regions, 0u);
+  EXPECT_EQ(arenas[1]->stats().regions, 0u);
+
+  auto lazy = WeightBank::synthetic(synthetic_spec(), "lazy", SyntheticStorage::lazy);
+  ASSERT_TRUE(lazy.ok());
+  ASSERT_TRUE(lazy->place(*engines[0], BankPlacement::registered).ok());
+  EXPECT_EQ(lazy->place_also(*engines[1]).error().code, ErrorCode::invalid_argument)
+      << "a lazy bank's stagings are ordered on one device";
+  ASSERT_TRUE(lazy->unplace().ok());
+}
 
 // --- lazy synthetic banks ------------------------------------------------------------
 

@@ -30,7 +30,8 @@ TEST(RunCli, HelpListsTheOptions) {
   const CliRun r = ferry({"run", "--help"});
   EXPECT_EQ(r.code, 0);
   for (const char* opt : {"--profile", "--scale", "--capacity", "--integrity", "--inject", "--policy",
-                          "--prefetch", "--host-exec", "--matmul", "--weights", "--seed", "--json", "--report"}) {
+                          "--prefetch", "--host-exec", "--matmul", "--weights", "--seed", "--json", "--report",
+                          "--devices", "--inject-device"}) {
     EXPECT_NE(r.out.find(opt), std::string::npos) << opt;
   }
   EXPECT_NE(ferry({"--help"}).out.find("run"), std::string::npos);
@@ -93,6 +94,51 @@ TEST(RunCli, BadUsageExitsTwo) {
   EXPECT_EQ(missing.code, 2);
   EXPECT_NE(missing.err.find("/nonexistent/w.safetensors"), std::string::npos);
   EXPECT_EQ(ferry({"run", "dense-stream", "--report", "/nonexistent/dir/r.json"}).code, 2);
+}
+
+// --devices N: a "devices" entry per device in the JSON, their counters summing
+// to the totals; counts it cannot run and a fault device beyond them are refused.
+TEST(RunCli, TwoDevicesReportEachDevice) {
+  const CliRun r = ferry({"run", "moe-offload", "--scale", "0.0625", "--devices", "2", "--json", "--quiet",
+                          "--inject", "pinned-noop", "--inject-device", "1"});
+  EXPECT_EQ(r.code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["matched"], true);
+  ASSERT_TRUE(j.contains("devices"));
+  ASSERT_EQ(j["devices"].size(), 2u);
+  std::uint64_t moved = 0, swallowed = 0, capacity = 0;
+  for (std::size_t i = 0; i < 2; ++i) {
+    const auto& d = j["devices"][i];
+    EXPECT_EQ(d["index"], i);
+    for (const char* k : {"device", "memory", "integrity", "time", "throughput", "cache"}) {
+      EXPECT_TRUE(d.contains(k)) << k;
+    }
+    EXPECT_GT(d["throughput"]["tokens_per_s"].get<double>(), 0);
+    moved += d["integrity"]["bytes_moved"].get<std::uint64_t>();
+    swallowed += d["integrity"]["swallowed_copies"].get<std::uint64_t>();
+    capacity += d["memory"]["capacity_bytes"].get<std::uint64_t>();
+  }
+  EXPECT_EQ(moved, j["integrity"]["bytes_moved"].get<std::uint64_t>());
+  EXPECT_EQ(swallowed, j["integrity"]["swallowed_copies"].get<std::uint64_t>());
+  EXPECT_EQ(capacity, j["memory"]["capacity_bytes"].get<std::uint64_t>());
+  EXPECT_EQ(j["devices"][0]["integrity"]["swallowed_copies"], 0);
+  EXPECT_GT(j["devices"][1]["integrity"]["swallowed_copies"].get<std::uint64_t>(), 0u);
+  const CliRun text = ferry({"run", "dense-stream", "--scale", kSmall, "--devices", "2", "--quiet"});
+  EXPECT_EQ(text.code, 0) << text.err;
+  EXPECT_NE(text.out.find("device 1"), std::string::npos) << text.out;
+
+  for (const char* n : {"0", "9", "99999999999999999999", "-1", "two"}) {
+    const CliRun bad = ferry({"run", "moe-offload", "--devices", n});
+    EXPECT_EQ(bad.code, 2) << n;
+    EXPECT_NE(bad.err.find("1 to 8 devices"), std::string::npos) << n << ": " << bad.err;
+  }
+  const CliRun beyond = ferry({"run", "moe-offload", "--devices", "2", "--inject", "pinned-noop", "--inject-device", "2"});
+  EXPECT_EQ(beyond.code, 2);
+  EXPECT_NE(beyond.err.find("devices 0 to 1"), std::string::npos) << beyond.err;
+  EXPECT_EQ(ferry({"run", "moe-offload", "--inject-device", "0"}).code, 2) << "nothing to inject";
+  const CliRun dq = ferry({"run", "dequant-train", "--devices", "2"});
+  EXPECT_EQ(dq.code, 2);
+  EXPECT_NE(dq.err.find("one device"), std::string::npos) << dq.err;
 }
 
 TEST(RunCli, GemmMatmulsOnSim) {

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <ostream>
@@ -379,6 +380,146 @@ TEST(Workload, NamesAndDefaults) {
   EXPECT_EQ(parse_matmul_kind("cublas").error().code, ErrorCode::invalid_argument);
   EXPECT_EQ(run_ok(WorkloadKind::moe_offload, small(WorkloadKind::moe_offload)).matmul, "mix")
       << "auto is mix on sim";
+}
+
+// --- Several devices (docs/workloads.md) ---------------------------------------------
+
+WorkloadOptions on_two(WorkloadKind k) {
+  WorkloadOptions o = small(k);
+  o.devices = 2;
+  return o;
+}
+
+class TwoDevices : public ::testing::TestWithParam<WorkloadKind> {};
+
+// Split over two devices, a workload computes what it does on one (the host
+// reference is the same), and each device's figures add up to the totals.
+TEST_P(TwoDevices, MatchTheHostReferenceAndTheirFiguresAddUp) {
+  const WorkloadReport one = run_ok(GetParam(), small(GetParam()));
+  const WorkloadReport r = run_ok(GetParam(), on_two(GetParam()));
+  EXPECT_TRUE(r.matched) << r.error << "\n" << workload_report_summary(r);
+  EXPECT_EQ(r.expected_digest, one.expected_digest);
+  EXPECT_EQ(r.actual_digest, r.expected_digest);
+  ASSERT_EQ(r.devices.size(), 2u);
+  std::uint64_t moved = 0, verified = 0, capacity = 0, peak = 0, transfer = 0, compute = 0, units = 0, wall = 0;
+  for (std::uint32_t i = 0; i < 2; ++i) {
+    const WorkloadDeviceReport& d = r.devices[i];
+    SCOPED_TRACE("device " + std::to_string(i));
+    EXPECT_EQ(d.index, i);
+    EXPECT_EQ(d.device, one.device);
+    EXPECT_GT(d.integrity.bytes_verified, 0u) << "each device uploads its own weights, verified";
+    EXPECT_LE(d.integrity.bytes_verified, d.integrity.bytes_moved);
+    EXPECT_EQ(d.integrity.mismatches, 0u);
+    EXPECT_GT(d.peak_live_bytes, 0u);
+    EXPECT_LE(d.peak_live_bytes, d.capacity);
+    EXPECT_GE(d.peak_live_bytes, d.planned_peak_live);
+    EXPECT_GT(d.units, 0u);
+    EXPECT_GT(d.transfer_busy_ns, 0u);
+    EXPECT_GT(d.compute_busy_ns, 0u);
+    EXPECT_GT(d.wall_ns, 0u);
+    EXPECT_GT(d.overlap_efficiency, 0);
+    EXPECT_LE(d.overlap_efficiency, 1.05);
+    EXPECT_GT(d.tokens_per_s, 0);
+    EXPECT_EQ(d.illegal_accesses, 0u);
+    moved += d.integrity.bytes_moved, verified += d.integrity.bytes_verified;
+    capacity += d.capacity, peak += d.peak_live_bytes;
+    transfer += d.transfer_busy_ns, compute += d.compute_busy_ns;
+    units += d.units;
+    wall = std::max(wall, d.wall_ns);
+  }
+  EXPECT_EQ(moved, r.integrity.bytes_moved);
+  EXPECT_EQ(verified, r.integrity.bytes_verified);
+  EXPECT_EQ(capacity, r.capacity);
+  EXPECT_EQ(peak, r.peak_live_bytes);
+  EXPECT_EQ(transfer, r.transfer_busy_ns);
+  EXPECT_EQ(compute, r.compute_busy_ns);
+  EXPECT_EQ(wall, r.wall_ns) << "the run's wall is the latest device clock";
+  EXPECT_GT(r.devices[1].peer_copies_in, 0u) << "device 1 works on activations device 0 made";
+  if (GetParam() == WorkloadKind::moe_offload) {
+    EXPECT_EQ(units, r.cache.hits + r.cache.misses) << "one acquire per expert run";
+    EXPECT_EQ(r.devices[0].cache.hits + r.devices[1].cache.hits, r.cache.hits);
+    EXPECT_EQ(r.devices[0].cache_slots + r.devices[1].cache_slots, r.cache_slots);
+    EXPECT_GT(r.devices[0].peer_copies_in, 0u) << "expert outputs come back for the combine";
+  } else {
+    EXPECT_EQ(units, r.units) << "every layer runs on one device";
+    EXPECT_EQ(r.devices[0].peer_copies_in, 0u) << "the pipeline hands over once, forward";
+    EXPECT_EQ(r.devices[1].peer_copies_in, 1u);
+  }
+  const std::string summary = workload_report_summary(r);
+  EXPECT_NE(summary.find("device 0"), std::string::npos) << summary;
+  EXPECT_NE(summary.find("device 1"), std::string::npos) << summary;
+}
+
+// Report 000's fault on one device's pinned path is caught by that device's
+// engine; the other device's counters show nothing of it.
+TEST_P(TwoDevices, AFaultOnOneDeviceIsCaughtThereOnly) {
+  for (std::uint32_t faulty : {0u, 1u}) {
+    SCOPED_TRACE("faulty device " + std::to_string(faulty));
+    WorkloadOptions o = on_two(GetParam());
+    // The modeled fault follows pinned churn: at the smallest scale device 0's 18 layers churn too little.
+    o.scale = default_scale(GetParam());
+    o.faults.pinned_noop = 1;
+    o.fault_device = faulty;
+    const WorkloadReport r = run_ok(GetParam(), o);
+    EXPECT_TRUE(r.matched) << r.error << "\n" << workload_report_summary(r);
+    ASSERT_EQ(r.devices.size(), 2u);
+    const WorkloadDeviceReport& bad = r.devices[faulty];
+    const WorkloadDeviceReport& good = r.devices[1 - faulty];
+    EXPECT_GT(bad.swallowed_copies, 0u) << "the fault must have fired";
+    EXPECT_GT(bad.integrity.mismatches, 0u);
+    EXPECT_GT(bad.integrity.recovered, 0u);
+    EXPECT_EQ(bad.integrity.corrupt, 0u);
+    EXPECT_EQ(good.swallowed_copies, 0u);
+    EXPECT_EQ(good.integrity.mismatches, 0u);
+    EXPECT_EQ(good.integrity.retries, 0u);
+    EXPECT_EQ(good.integrity.recovered, 0u);
+    EXPECT_EQ(good.faults, "none");
+    EXPECT_EQ(r.swallowed_copies, bad.swallowed_copies);
+  }
+}
+
+TEST_P(TwoDevices, AreDeterministic) {
+  const WorkloadReport a = run_ok(GetParam(), on_two(GetParam()));
+  const WorkloadReport b = run_ok(GetParam(), on_two(GetParam()));
+  EXPECT_EQ(workload_report_json(a), workload_report_json(b));
+}
+
+INSTANTIATE_TEST_SUITE_P(All, TwoDevices, ::testing::Values(WorkloadKind::dense_stream, WorkloadKind::moe_offload),
+                         kind_name);
+
+// One device, asked for explicitly, is the run it always was: same report, byte for byte.
+TEST(Workload, OneDeviceIsTheDefaultRun) {
+  WorkloadOptions o = small(WorkloadKind::moe_offload);
+  const std::string plain = workload_report_json(run_ok(WorkloadKind::moe_offload, o));
+  o.devices = 1;
+  o.fault_device = 0;
+  const WorkloadReport r = run_ok(WorkloadKind::moe_offload, o);
+  EXPECT_EQ(workload_report_json(r), plain);
+  EXPECT_TRUE(r.devices.empty());
+  EXPECT_EQ(plain.find("\"devices\""), std::string::npos);
+}
+
+TEST(Workload, DeviceCountsItCannotRunAreRefused) {
+  for (std::uint32_t n : {0u, kMaxWorkloadDevices + 1, 1u << 30}) {
+    WorkloadOptions o = small(WorkloadKind::moe_offload);
+    o.devices = n;
+    auto r = run_workload(WorkloadKind::moe_offload, o);
+    ASSERT_FALSE(r.ok()) << n;
+    EXPECT_EQ(r.error().code, ErrorCode::invalid_argument);
+    EXPECT_NE(r.error().message.find("1 to " + std::to_string(kMaxWorkloadDevices)), std::string::npos)
+        << r.error().message;
+  }
+  WorkloadOptions dq = on_two(WorkloadKind::dequant_train);
+  auto d = run_workload(WorkloadKind::dequant_train, dq);
+  ASSERT_FALSE(d.ok());
+  EXPECT_EQ(d.error().code, ErrorCode::invalid_argument);
+  EXPECT_NE(d.error().message.find("one device"), std::string::npos) << d.error().message;
+  WorkloadOptions beyond = on_two(WorkloadKind::dense_stream);
+  beyond.fault_device = 2;
+  auto f = run_workload(WorkloadKind::dense_stream, beyond);
+  ASSERT_FALSE(f.ok());
+  EXPECT_EQ(f.error().code, ErrorCode::invalid_argument);
+  EXPECT_NE(f.error().message.find("devices 0 to 1"), std::string::npos) << f.error().message;
 }
 
 }  // namespace
