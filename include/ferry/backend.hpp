@@ -101,8 +101,13 @@ struct WaitOp {  // this stream waits until `point` has completed (an event wait
 // This stream waits for a native event: one the program recorded on its own
 // stream (cuda: cudaStreamWaitEvent when the op is dispatched, so the event's
 // record at that moment counts), or one export_event() made (cuda and sim).
+// `peer`: the backend whose export_event made `event` when that is another
+// device's (a wait across devices, Runtime::order_after), which must outlive the
+// op; null for this device's own events and the program's. cuda waits on any
+// device's event; the sim finds the point through `peer`.
 struct NativeWaitOp {
   NativeEvent event = nullptr;
+  Backend* peer = nullptr;
 };
 // A program's own kernel (user_kernel.hpp says what `kernel` receives and may
 // do). `flops` and `mem_bytes` are its modeled cost on sim (0 and 0: one pass

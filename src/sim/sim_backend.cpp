@@ -152,6 +152,8 @@ Result<void> SimGpu::admit(StreamId stream, const Op& op) {
                                                          ": the peer is not another sim device");
     }
   }
+  const auto* wait = std::get_if<NativeWaitOp>(&op);
+  if (wait != nullptr && wait->peer != nullptr) FERRY_TRY(peer_of(stream, *wait));  // before mutex_ (leaf locks)
   std::lock_guard lock(mutex_);
   FERRY_TRY(check_healthy());
   // As on cuda, memory must be mapped when its op is enqueued; memory unmapped
@@ -163,8 +165,8 @@ Result<void> SimGpu::admit(StreamId stream, const Op& op) {
       unmapped = std::string(d.role) + " " + text::range(d.addr, d.bytes) + " is not mapped (at " + hex(*hole) + ")";
     }
   });
-  if (const auto* w = std::get_if<NativeWaitOp>(&op); w != nullptr && !events_.contains(w->event)) {
-    unmapped = "event " + hex(w->event) + " is not one export_event made (the sim has no other native events)";
+  if (wait != nullptr && wait->peer == nullptr && !events_.contains(wait->event)) {
+    unmapped = "event " + hex(wait->event) + " is not one export_event made (the sim has no other native events)";
   }
   if (!unmapped) {
     Result<void> held = prepare_storage(op);
@@ -182,9 +184,21 @@ Result<Ticket> SimGpu::issue(StreamId stream, Op op) {
   // each other on two threads cannot deadlock.
   std::vector<std::byte> peer_bytes;
   if (const auto* p = std::get_if<PeerCopyOp>(&op)) FERRY_TRY(read_peer(*p, peer_bytes));
+  std::optional<PeerPoint> across;  // a wait across devices, resolved on the peer (see the header)
+  if (const auto* w = std::get_if<NativeWaitOp>(&op); w != nullptr && w->peer != nullptr) {
+    Result<SimGpu*> peer = peer_of(stream, *w);
+    if (!peer.ok()) return std::move(peer).error();
+    Result<PeerPoint> at = (*peer)->run_to_event(w->event);
+    if (!at.ok()) {
+      Error e = std::move(at).error();
+      e.message = "native wait on stream " + std::to_string(stream) + " for another device's event: " + e.message;
+      return e;
+    }
+    across = *at;
+  }
   std::lock_guard lock(mutex_);
   FERRY_TRY(check_healthy());
-  if (const auto* w = std::get_if<NativeWaitOp>(&op)) {
+  if (const auto* w = std::get_if<NativeWaitOp>(&op); w != nullptr && !across) {
     // The event stands for its point: from here on it is a wait like any other.
     const auto event = events_.find(w->event);
     if (event == events_.end()) {
@@ -201,6 +215,7 @@ Result<Ticket> SimGpu::issue(StreamId stream, Op op) {
   pending.issued_ns = now_;
   pending.op = std::move(op);
   pending.peer_bytes = std::move(peer_bytes);
+  if (across) pending.not_before_ns = across->done_ns;
   st.ops.push_back(std::move(pending));
   active_ |= std::uint64_t{1} << stream;
   start_ready_ops();
@@ -241,6 +256,24 @@ Result<void> SimGpu::wait_issued(StreamPoint point, std::chrono::nanoseconds tim
   }
   return make_error(ErrorCode::timeout, "wait for " + text::point(point) +
                                             " can never complete: " + stuck_reason());
+}
+
+Result<SimGpu::PeerPoint> SimGpu::run_to_event(NativeEvent event) {
+  std::lock_guard lock(mutex_);
+  const auto found = events_.find(event);
+  if (found == events_.end()) {
+    return make_error(ErrorCode::invalid_argument, "event " + hex(event) + " was released before the wait on it was issued");
+  }
+  const StreamPoint point = *found->second;
+  FERRY_TRY(check_healthy());
+  const RunEnd end = run_until(UINT64_MAX, [&] { return point_complete(point); });
+  FERRY_TRY(check_healthy());
+  if (end != RunEnd::done) {
+    return make_error(ErrorCode::timeout, "the peer's " + text::point(point) + " can never complete: " + stuck_reason());
+  }
+  // The point completed at or before its stream's last completion (exactly then
+  // when this run completed it).
+  return PeerPoint{point, streams_[point.stream].last_completion_ns};
 }
 
 Result<void> SimGpu::synchronize_issued() {
@@ -327,8 +360,8 @@ void SimGpu::start_ready_ops() {
       op.unit = static_cast<std::uint32_t>(free_unit - units.begin());
     }
     op.started = true;
-    op.finish_ns = saturating_add(saturating_add(now_, duration_ns(op.op)),
-                                  faults_.completion_delay(s, op.ticket));
+    op.finish_ns = std::max(op.not_before_ns, saturating_add(saturating_add(now_, duration_ns(op.op)),
+                                                             faults_.completion_delay(s, op.ticket)));
   }
   heavy_check();
 }
@@ -365,47 +398,6 @@ std::uint64_t SimGpu::duration_ns(const Op& op) const {
   return modeled_ns(op, profile_, [&](const std::byte* ptr, std::uint64_t bytes) {
     return host_.find(ptr, bytes) != nullptr;
   });
-}
-
-// --- Native streams and events ----------------------------------------------
-
-Result<NativeStream> SimGpu::native_of(StreamId stream) {
-  std::lock_guard lock(mutex_);
-  return static_cast<NativeStream>(&streams_[stream]);
-}
-
-Result<void> SimGpu::bind_stream(StreamId stream, NativeStream native) {
-  std::lock_guard lock(mutex_);
-  const auto* p = static_cast<const std::byte*>(native);
-  const auto* first = reinterpret_cast<const std::byte*>(streams_.data());
-  if (p >= first && p < first + streams_.size() * sizeof(StreamState)) {
-    return make_error(ErrorCode::invalid_argument, "adopt_stream(" + hex(native) +
-                                                       "): that is one of the sim's own streams");
-  }
-  if (events_.contains(native)) {
-    return make_error(ErrorCode::invalid_argument, "adopt_stream(" + hex(native) + "): that is an event");
-  }
-  (void)stream;  // the sim runs no program work: the token is only the stream's identity
-  return {};
-}
-
-Result<void> SimGpu::unbind_stream(StreamId) { return {}; }
-
-Result<NativeEvent> SimGpu::export_issued(StreamPoint point) {
-  std::lock_guard lock(mutex_);
-  auto holder = std::make_unique<StreamPoint>(point);
-  const void* token = holder.get();
-  events_.emplace(token, std::move(holder));
-  return const_cast<void*>(token);
-}
-
-Result<void> SimGpu::release_export(NativeEvent event) {
-  std::lock_guard lock(mutex_);
-  if (events_.erase(event) == 0) {
-    return make_error(ErrorCode::invalid_argument, "release_event(" + hex(event) +
-                                                       "): not an event export_event made, or released already");
-  }
-  return {};
 }
 
 // --- Host memory ------------------------------------------------------------
