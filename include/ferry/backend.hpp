@@ -252,8 +252,20 @@ class Backend {
 
   virtual FaultCounters fault_counters() const { return {}; }
   // The stream races found so far, when this backend checks for them (the sim
-  // with race_check on); nullptr otherwise.
+  // with race_check on); nullptr otherwise. Backends that share a checker
+  // (join_race_checker) answer the same log, every device's races in it.
   virtual std::shared_ptr<const RaceLog> race_log() const { return nullptr; }
+  // This backend becomes a further device of `first`'s race checker (a Runtime's
+  // devices join device 0's as they are made), so that a race between the two
+  // devices' work is found (vector clocks over every device's streams; a peer
+  // copy's read of its source, a wait across devices). Call before this backend
+  // enqueues anything. Backends without a checker ignore it. Errors:
+  // invalid_argument (work enqueued already; one checks races and the other not).
+  // Never blocks.
+  virtual Result<void> join_race_checker(Backend& first) {
+    (void)first;
+    return {};
+  }
   // The host is about to read or write host bytes [ptr, ptr + bytes) that device
   // operations may use (the arena hands a block to the program): a race checker
   // checks it against those operations. Others ignore it. Never blocks.

@@ -44,6 +44,11 @@ Result<void> Runtime::build_device(const BackendSpec& spec, std::uint32_t index)
   dev->backend_ = std::move(made).value();
   // Owned by the Runtime from here, so an early return takes it down.
   RuntimeDevice& d = *devices_.emplace_back(std::move(dev));
+  // Before its stack enqueues anything (the engine's probe): one race checker for every device.
+  if (index > 0) {
+    Result<void> joined = d.backend_->join_race_checker(*devices_.front()->backend_);
+    if (!joined.ok()) return prefixed(std::move(joined).error(), "backend");
+  }
   if (o.backend_adaptor) {
     Result<std::unique_ptr<Backend>> adaptor = o.backend_adaptor(*d.backend_);
     if (!adaptor.ok()) return prefixed(std::move(adaptor).error(), "backend adaptor");

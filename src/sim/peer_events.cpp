@@ -2,7 +2,9 @@
 // that reach another sim device of the process: a peer copy's source bytes and a
 // wait for another device's event (sim_backend.hpp says when each is resolved).
 #include <new>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/text.hpp"
@@ -77,6 +79,36 @@ Result<void> SimGpu::read_peer(const PeerCopyOp& op, std::vector<std::byte>& out
                                                     ": no host memory to model the peer's bytes");
   }
   return peer->peek(op.src_addr, out);
+}
+
+Result<void> SimGpu::join_race_checker(Backend& first) {
+  auto* other = dynamic_cast<SimGpu*>(&first.innermost());
+  if (other == nullptr || other == this) return {};
+  std::shared_ptr<RaceChecker> shared;
+  {
+    std::lock_guard lock(other->mutex_);
+    shared = other->races_;
+  }
+  std::lock_guard lock(mutex_);
+  if (!shared && !races_) return {};
+  if (!shared || !races_) {
+    return make_error(ErrorCode::invalid_argument, "join_race_checker: one device checks races and the other not");
+  }
+  for (StreamId s = 0; s < kMaxStreams; ++s) {
+    if (streams_[s].submitted > 0) {
+      return make_error(ErrorCode::invalid_argument, "join_race_checker: stream " + std::to_string(s) +
+                                                         " has work already; join before the first op");
+    }
+  }
+  races_ = std::move(shared);
+  race_device_ = races_->add_device();
+  return {};
+}
+
+std::optional<RaceChecker::PeerSide> SimGpu::races_shared_with(Backend& peer, StreamPoint point) const {
+  const auto* other = dynamic_cast<const SimGpu*>(&peer.innermost());
+  if (!races_ || other == nullptr || other == this || other->races_ != races_) return std::nullopt;
+  return RaceChecker::PeerSide{other->race_device_, point};
 }
 
 }  // namespace ferry::sim

@@ -82,7 +82,7 @@ SimGpu::SimGpu(const SimOptions& options)
       streams_(kMaxStreams),
       compute_(1),
       copy_(profile_.copy_engines),
-      races_(options.race_check ? std::make_unique<RaceChecker>(options.races_kept) : nullptr) {
+      races_(options.race_check ? std::make_shared<RaceChecker>(options.races_kept) : nullptr) {
   info_.backend = BackendKind::sim;
   info_.device = profile_.name;
   info_.capacity = profile_.capacity;
@@ -183,7 +183,11 @@ Result<Ticket> SimGpu::issue(StreamId stream, Op op) {
   // Before mutex_: the peer's own lock is a leaf, so two devices copying from
   // each other on two threads cannot deadlock.
   std::vector<std::byte> peer_bytes;
-  if (const auto* p = std::get_if<PeerCopyOp>(&op)) FERRY_TRY(read_peer(*p, peer_bytes));
+  std::optional<RaceChecker::PeerSide> race_peer;  // the peer's device in races_, when they share it
+  if (const auto* p = std::get_if<PeerCopyOp>(&op)) {
+    FERRY_TRY(read_peer(*p, peer_bytes));
+    race_peer = races_shared_with(*p->peer, {});
+  }
   std::optional<PeerPoint> across;  // a wait across devices, resolved on the peer (see the header)
   if (const auto* w = std::get_if<NativeWaitOp>(&op); w != nullptr && w->peer != nullptr) {
     Result<SimGpu*> peer = peer_of(stream, *w);
@@ -195,6 +199,7 @@ Result<Ticket> SimGpu::issue(StreamId stream, Op op) {
       return e;
     }
     across = *at;
+    race_peer = races_shared_with(*w->peer, at->point);
   }
   std::lock_guard lock(mutex_);
   FERRY_TRY(check_healthy());
@@ -208,7 +213,7 @@ Result<Ticket> SimGpu::issue(StreamId stream, Op op) {
     op = WaitOp{*event->second};
   }
   StreamState& st = streams_[stream];
-  if (races_) races_->issue(stream, st.submitted + 1, op);
+  if (races_) races_->issue(race_device_, stream, st.submitted + 1, op, race_peer ? &*race_peer : nullptr);
   PendingOp pending;
   pending.ticket = ++st.submitted;
   pending.engine = engine_of(op);
@@ -227,7 +232,7 @@ Ticket SimGpu::issued_completed(StreamId stream) {
   // A pure read: polling must not change the schedule it observes. What the
   // host learns orders its later enqueues, though (race_checker.hpp).
   if (stream >= kMaxStreams) return 0;
-  if (races_) races_->host_waited({stream, streams_[stream].completed});
+  if (races_) races_->host_waited(race_device_, {stream, streams_[stream].completed});
   return streams_[stream].completed;
 }
 
@@ -244,7 +249,7 @@ Result<void> SimGpu::wait_issued(StreamPoint point, std::chrono::nanoseconds tim
   FERRY_TRY(check_healthy());
   switch (end) {
     case RunEnd::done:
-      if (races_) races_->host_waited(point);
+      if (races_) races_->host_waited(race_device_, point);
       return streams_[point.stream].fault.check(point.ticket);
     case RunEnd::reached:
       return make_error(ErrorCode::timeout,
@@ -282,7 +287,7 @@ Result<void> SimGpu::synchronize_issued() {
   if (races_ && end == RunEnd::done) {
     std::array<Ticket, kMaxStreams> issued{};
     for (StreamId s = 0; s < kMaxStreams; ++s) issued[s] = streams_[s].submitted;
-    races_->host_synchronized(issued);
+    races_->host_synchronized(race_device_, issued);
   }
   FERRY_TRY(check_healthy());
   if (end != RunEnd::done) {
@@ -476,7 +481,7 @@ void SimGpu::advance(std::uint64_t ns) {
 std::shared_ptr<const RaceLog> SimGpu::race_log() const {
   std::lock_guard lock(mutex_);
   if (!races_) return nullptr;
-  return std::make_shared<const RaceLog>(*races_->log());  // a snapshot
+  return std::make_shared<const RaceLog>(races_->log());  // a snapshot
 }
 
 void SimGpu::note_host_access(const std::byte* ptr, std::uint64_t bytes, Access access) {
@@ -485,13 +490,13 @@ void SimGpu::note_host_access(const std::byte* ptr, std::uint64_t bytes, Access 
 }
 
 void SimGpu::note_block(std::uint64_t addr, std::uint64_t bytes, const DeviceHandle& handle, std::string_view tag) {
-  if (races_) note_block_checked(addr, bytes, handle, tag);  // races_ is set once at construction
+  if (races_) note_block_checked(addr, bytes, handle, tag);  // races_ is set before the first op
 }
 
 void SimGpu::note_block_checked(std::uint64_t addr, std::uint64_t bytes, const DeviceHandle& handle,
                                 std::string_view tag) {
   std::lock_guard lock(mutex_);
-  races_->block(addr, bytes, handle, tag);
+  races_->block(race_device_, addr, bytes, handle, tag);
 }
 
 FaultCounters SimGpu::fault_counters() const {

@@ -95,6 +95,7 @@ class SimGpu final : public HoldingBackend<SimBackend> {
   void advance(std::uint64_t ns) override;
   FaultCounters fault_counters() const override;
   std::shared_ptr<const RaceLog> race_log() const override;
+  Result<void> join_race_checker(Backend& first) override;
   void note_host_access(const std::byte* ptr, std::uint64_t bytes, Access access) override;
   void note_block(std::uint64_t addr, std::uint64_t bytes, const DeviceHandle& handle,
                   std::string_view tag) override;
@@ -186,6 +187,9 @@ class SimGpu final : public HoldingBackend<SimBackend> {
   // Errors: invalid_argument (an unknown event), backend_error (a device fault),
   // timeout (the point can never complete: a bug).
   Result<PeerPoint> run_to_event(NativeEvent event);
+  // `peer`'s device in this sim's race checker (with `point`, a wait's), when the
+  // peer is a sim sharing it; else none (the op is checked on this device alone).
+  std::optional<RaceChecker::PeerSide> races_shared_with(Backend& peer, StreamPoint point) const;
   std::optional<StreamPoint> host_pointer_user(const std::byte* begin, std::uint64_t bytes) const;
   // note_block's work when a race checker is on: out of line, so a pool allocation
   // without one pays only the test.
@@ -214,7 +218,11 @@ class SimGpu final : public HoldingBackend<SimBackend> {
   std::uint64_t swallowed_peer_copies_ = 0;
   std::uint64_t failed_maps_ = 0;
   std::map<const void*, std::unique_ptr<StreamPoint>> events_;  // export_event's, by token
-  std::unique_ptr<RaceChecker> races_;  // null unless SimOptions::race_check
+  // Null unless SimOptions::race_check; shared with the other sims of a Runtime
+  // (join_race_checker), where this one is device race_device_. Both change only
+  // in join_race_checker, before this sim's first op, so peers read them unlocked.
+  std::shared_ptr<RaceChecker> races_;
+  std::uint32_t race_device_ = 0;
   std::string first_fault_;  // set by the first illegal access; sticky
 };
 

@@ -209,5 +209,90 @@ TEST(CrossDeviceOrder, TheScheduleAndTheBytesAreTheSameOnEveryRun) {
   EXPECT_EQ(first.pulled, second.pulled);
 }
 
+// Race checking over both devices (race.hpp; one checker for a Runtime's sims).
+RaceLog races_of(Runtime& rt, std::uint32_t device) {
+  std::shared_ptr<const RaceLog> log = rt.device(device).backend().race_log();
+  EXPECT_TRUE(log);
+  return log ? *log : RaceLog{};
+}
+
+TEST(CrossDeviceRaces, APullUnorderedAfterTheSourcesFillIsARaceNamingBothDevices) {
+  Scene s = make_scene(true);
+  ASSERT_TRUE(s.rt);
+  Runtime& rt = *s.rt;
+  const std::uint64_t src_addr = rt.device(0).pool().resolve(s.src)->addr;
+  auto copied = rt.copy_peer(s.dst, 0, s.src, 0, kBytes, kPull);
+  ASSERT_TRUE(copied.ok()) << copied.error().message;
+  ASSERT_TRUE(rt.synchronize().ok());
+  const RaceLog l = races_of(rt, 1);
+  EXPECT_EQ(races_of(rt, 0).count, l.count) << "the devices share one log";
+  ASSERT_EQ(l.count, 1u);
+  const Race& r = l.kept.at(0);
+  EXPECT_EQ(r.earlier.device, 0u);
+  EXPECT_EQ(r.earlier.op, s.filled);
+  EXPECT_EQ(r.earlier.kind, "fill");
+  EXPECT_EQ(r.earlier.access, Access::write);
+  EXPECT_EQ(r.earlier.block.handle, s.src);
+  EXPECT_EQ(r.later.device, 1u);
+  EXPECT_EQ(r.later.op.stream, kPull);
+  EXPECT_EQ(r.later.kind, "copy_peer");
+  EXPECT_EQ(r.later.access, Access::read);
+  EXPECT_EQ(r.later.block.handle, s.src) << "the read is of the source's bytes, on device 0";
+  EXPECT_EQ(r.addr, src_addr);
+  EXPECT_EQ(r.bytes, kBytes);
+}
+
+TEST(CrossDeviceRaces, TheWaitAcrossDevicesOrdersThePullAndNoRaceIsFound) {
+  Scene s = make_scene(true);
+  ASSERT_TRUE(s.rt);
+  Runtime& rt = *s.rt;
+  ASSERT_TRUE(rt.order_after(1, kPull, 0, s.filled).ok());
+  auto copied = rt.copy_peer(s.dst, 0, s.src, 0, kBytes, kPull);
+  ASSERT_TRUE(copied.ok()) << copied.error().message;
+  auto back = read_back(rt.device(1).pool(), s.dst, kPull);
+  ASSERT_TRUE(back.ok());
+  EXPECT_EQ(*back, pattern(kSeed, kBytes));
+  ASSERT_TRUE(rt.synchronize().ok());
+  EXPECT_EQ(races_of(rt, 1).count, 0u);
+}
+
+// A wait on another device's stream orders only that stream's work: a second
+// writer of the source on device 0 still races with the pull.
+TEST(CrossDeviceRaces, TheWaitOrdersOnlyThePointsStream) {
+  Scene s = make_scene(true);
+  ASSERT_TRUE(s.rt);
+  Runtime& rt = *s.rt;
+  auto other = enqueue_fill(rt.device(0).pool(), kWriter + 1, s.src, kSeed);
+  ASSERT_TRUE(other.ok());
+  ASSERT_TRUE(rt.order_after(1, kPull, 0, s.filled).ok());
+  ASSERT_TRUE(rt.copy_peer(s.dst, 0, s.src, 0, kBytes, kPull).ok());
+  ASSERT_TRUE(rt.synchronize().ok());
+  const RaceLog l = races_of(rt, 0);
+  bool pull_raced = false;
+  for (const Race& r : l.kept) {
+    pull_raced |= r.earlier.device == 0 && r.earlier.op == StreamPoint{kWriter + 1, *other} && r.later.device == 1 &&
+                  r.later.kind == "copy_peer";
+    EXPECT_FALSE(r.earlier.device == 0 && r.earlier.op == s.filled && r.later.device == 1)
+        << "the waited fill raced with device 1's work";
+  }
+  EXPECT_TRUE(pull_raced);
+}
+
+// Each device's own races name it: two unordered fills of a block on device 1.
+TEST(CrossDeviceRaces, ARaceOnOneDeviceNamesThatDevice) {
+  Scene s = make_scene(true);
+  ASSERT_TRUE(s.rt);
+  Runtime& rt = *s.rt;
+  DevicePool& p1 = rt.device(1).pool();
+  ASSERT_TRUE(enqueue_fill(p1, kPull, s.dst, 1).ok());
+  ASSERT_TRUE(enqueue_fill(p1, kPull + 1, s.dst, 2).ok());
+  ASSERT_TRUE(rt.synchronize().ok());
+  const RaceLog l = races_of(rt, 0);
+  ASSERT_EQ(l.count, 1u);
+  EXPECT_EQ(l.kept.at(0).earlier.device, 1u);
+  EXPECT_EQ(l.kept.at(0).later.device, 1u);
+  EXPECT_EQ(l.kept.at(0).later.op.stream, kPull + 1);
+}
+
 }  // namespace
 }  // namespace ferry
