@@ -101,8 +101,13 @@ struct WaitOp {  // this stream waits until `point` has completed (an event wait
 // This stream waits for a native event: one the program recorded on its own
 // stream (cuda: cudaStreamWaitEvent when the op is dispatched, so the event's
 // record at that moment counts), or one export_event() made (cuda and sim).
+// `peer`: the backend whose export_event made `event` when that is another
+// device's (a wait across devices, Runtime::order_after), which must outlive the
+// op; null for this device's own events and the program's. cuda waits on any
+// device's event; the sim finds the point through `peer`.
 struct NativeWaitOp {
   NativeEvent event = nullptr;
+  Backend* peer = nullptr;
 };
 // A program's own kernel (user_kernel.hpp says what `kernel` receives and may
 // do). `flops` and `mem_bytes` are its modeled cost on sim (0 and 0: one pass
@@ -247,8 +252,20 @@ class Backend {
 
   virtual FaultCounters fault_counters() const { return {}; }
   // The stream races found so far, when this backend checks for them (the sim
-  // with race_check on); nullptr otherwise.
+  // with race_check on); nullptr otherwise. Backends that share a checker
+  // (join_race_checker) answer the same log, every device's races in it.
   virtual std::shared_ptr<const RaceLog> race_log() const { return nullptr; }
+  // This backend becomes a further device of `first`'s race checker (a Runtime's
+  // devices join device 0's as they are made), so that a race between the two
+  // devices' work is found (vector clocks over every device's streams; a peer
+  // copy's read of its source, a wait across devices). Call before this backend
+  // enqueues anything. Backends without a checker ignore it. Errors:
+  // invalid_argument (work enqueued already; one checks races and the other not).
+  // Never blocks.
+  virtual Result<void> join_race_checker(Backend& first) {
+    (void)first;
+    return {};
+  }
   // The host is about to read or write host bytes [ptr, ptr + bytes) that device
   // operations may use (the arena hands a block to the program): a race checker
   // checks it against those operations. Others ignore it. Never blocks.

@@ -5,6 +5,10 @@
 // Each device has a stack of its own: a backend, a stream order (its streams), a
 // pool, a pinned arena and a transfer engine. A handle names its pool, so a handle
 // of one device used on another's pool answers stale_handle naming both devices.
+// A stream of one device waits for another device's point through
+// Runtime::order_after (an event of the point's device); on the sim with
+// race_check the devices share one race checker, so races between two devices'
+// work are found too (race.hpp: RaceAccess::device).
 //
 // Thread safety: as Runtime (runtime.hpp); a RuntimeDevice's components are as
 // thread-safe as their headers say.

@@ -471,6 +471,14 @@ FERRY_C_API ferry_status ferry_device_download(ferry_runtime FERRY_NONNULL rt, u
 FERRY_C_API ferry_status ferry_copy_peer(ferry_runtime FERRY_NONNULL rt, ferry_handle dst, uint64_t dst_offset,
                                          ferry_handle src, uint64_t src_offset, uint64_t bytes, uint32_t stream,
                                          int* FERRY_NULLABLE verified);
+/* Stream `stream` of device `device` waits for everything enqueued on `for_stream`
+ * of device `for_device` so far, without the host: an event of that device waited
+ * on by the stream (ferry_stream_wait when both are one device). Nothing is
+ * enqueued when that work has completed. Held work of `for_stream` is dispatched.
+ * Errors: INVALID_ARGUMENT (no such device, named; bad stream), TIMEOUT (the work
+ * waits for held work of another stream), BACKEND. Never blocks on device work. */
+FERRY_C_API ferry_status ferry_device_stream_wait(ferry_runtime FERRY_NONNULL rt, uint32_t device, uint32_t stream,
+                                                  uint32_t for_device, uint32_t for_stream);
 
 #ifdef __cplusplus
 }

@@ -46,6 +46,7 @@ class ForwardingBackend : public Backend {
   void advance(std::uint64_t ns) override { inner_.advance(ns); }
   FaultCounters fault_counters() const override { return inner_.fault_counters(); }
   std::shared_ptr<const RaceLog> race_log() const override { return inner_.race_log(); }
+  Result<void> join_race_checker(Backend& first) override { return inner_.join_race_checker(first); }
   void note_host_access(const std::byte* ptr, std::uint64_t bytes, Access access) override {
     inner_.note_host_access(ptr, bytes, access);
   }

@@ -34,6 +34,10 @@ struct RaceAccess {
   std::string tag;      // a user op's tag, else empty
   Access access = Access::read;
   RaceBlock block;      // for the first byte of the race's range
+  // The device of the op's stream (its index in the Runtime; 0 with one device).
+  // The race's addresses are this side's device's, except for a peer copy's read
+  // of its source: the peer's (the other side's) device bytes.
+  std::uint32_t device = 0;
 };
 
 struct Race {

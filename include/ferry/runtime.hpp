@@ -163,6 +163,22 @@ class Runtime {
   // backend_error. Blocks (bounded) while the source leg completes.
   Result<PeerCopyReceipt> copy_peer(DeviceHandle dst, std::uint64_t dst_offset, DeviceHandle src,
                                     std::uint64_t src_offset, std::uint64_t bytes, StreamId stream);
+  // Orders later work on `stream` of device `device` after `point` of device
+  // `from_device`, without the host: an event of the source's device (export_event)
+  // waited on by the stream (a NativeWaitOp; cuda: cudaStreamWaitEvent across
+  // devices; the sim's wait completes no earlier than the point did on the
+  // source's clock, and its race checker joins the two devices' clocks). On one
+  // device it is StreamOrder::order_after. Enqueues nothing, returning 0, when the
+  // point has completed (or is ticket 0). Dispatches held work of the point's
+  // stream up to it, as export_event does; the wait itself stays queued behind a
+  // hold of `stream`, and the event lives until the wait is known complete (the
+  // Runtime releases it at a later order_after, synchronize or its destruction).
+  // Returns the wait's ticket on `stream`. Errors: invalid_argument (a device
+  // beyond device_count(), naming it; a bad stream; a point not handed out on
+  // its device; a stream of device 0 that is capturing), timeout (the point waits
+  // for held work of another stream, which is named), backend_error. Never blocks
+  // on device work (the sim runs the source's model: virtual time only).
+  Result<Ticket> order_after(std::uint32_t device, StreamId stream, std::uint32_t from_device, StreamPoint point);
   // Null unless RuntimeOptions::cache was set.
   OffloadCache* cache() noexcept { return cache_.get(); }
   const RuntimeOptions& options() const noexcept { return options_; }
@@ -261,6 +277,21 @@ class Runtime {
 
   mutable std::mutex fault_mu_;  // guards first_fault_
   std::optional<Error> first_fault_;
+
+  // An event order_after exported on device `from`, waited on by `wait` of device
+  // `to`; `seq` numbers them in the order they were made.
+  struct CrossWait {
+    std::uint32_t to = 0, from = 0;
+    StreamPoint wait;
+    NativeEvent event = nullptr;
+    std::uint64_t seq = 0;
+  };
+  // Releases the events whose waits are known complete, and every one numbered
+  // below `settled` (made before a synchronize that succeeded). Never blocks.
+  void release_cross_waits(std::uint64_t settled);
+  std::mutex cross_mu_;  // guards cross_waits_ and cross_seq_ (released outside it)
+  std::vector<CrossWait> cross_waits_;
+  std::uint64_t cross_seq_ = 0;  // the next CrossWait's seq
 };
 
 }  // namespace ferry

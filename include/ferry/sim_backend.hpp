@@ -26,6 +26,7 @@ struct SimOptions {
   SimFaults faults;
   // Checks every issued operation for stream races (race.hpp): vector clocks over
   // the streams and the host, a shadow of the last accesses to every byte range.
+  // A Runtime's sim devices share one checker (Backend::join_race_checker).
   bool race_check = false;
   std::size_t races_kept = 64;  // races kept in full; all are counted
   // Host bytes the model may hold for device bytes written as bytes (uploads,

@@ -88,6 +88,10 @@ class StreamOrder {
   // completion cursor is behind. Non-blocking.
   bool is_complete(StreamPoint point);
   Ticket completed(StreamId stream);
+  // True when `point` is known to have completed from what earlier calls polled
+  // or waited for: it never polls, so a race checker learns nothing from it.
+  // Non-blocking.
+  bool known_complete(StreamPoint point) const noexcept;
 
   // Blocks (bounded) until `point`, or every point of `uses`, has completed.
   // Dispatches held work it waits for. A completed point is success even when its
@@ -115,10 +119,11 @@ class StreamOrder {
   // Errors: invalid_argument (bad stream, a point not handed out), backend_error
   // (the flush's too).
   Result<Ticket> order_after(StreamId stream, StreamPoint point, HeldWork held = HeldWork::stays);
-  // The same after a native event of the program's (or one export_event made):
-  // enqueues a NativeWaitOp. Errors: invalid_argument (bad stream, null event),
-  // backend_error.
-  Result<Ticket> order_after(StreamId stream, NativeEvent event);
+  // The same after a native event of the program's (or one export_event made;
+  // `peer`: the other device's backend that made it, NativeWaitOp::peer):
+  // enqueues a NativeWaitOp. Errors: invalid_argument (bad stream, null event, an
+  // event the peer did not make), backend_error.
+  Result<Ticket> order_after(StreamId stream, NativeEvent event, Backend* peer = nullptr);
 
   std::chrono::nanoseconds wait_timeout() const noexcept { return wait_timeout_; }
 

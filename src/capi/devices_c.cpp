@@ -127,3 +127,18 @@ ferry_status ferry_copy_peer(ferry_runtime rt, ferry_handle dst, uint64_t dst_of
     return ok();
   });
 }
+
+ferry_status ferry_device_stream_wait(ferry_runtime rt, uint32_t device, uint32_t stream, uint32_t for_device,
+                                      uint32_t for_stream) {
+  return guarded("ferry_device_stream_wait", [&] {
+    if (rt == nullptr) return null_argument("ferry_device_stream_wait", "rt");
+    ferry::Runtime& r = runtime_of(rt);
+    auto from = r.find_device(for_device);
+    if (!from.ok()) return fail(from.error());
+    // Checked before submitted() indexes by it.
+    if (auto bad = ferry::check_stream(for_stream, "ferry_device_stream_wait"); !bad.ok()) return fail(bad.error());
+    const ferry::StreamPoint tail{for_stream, (*from)->backend().submitted(for_stream)};
+    auto t = r.order_after(device, stream, for_device, tail);
+    return t.ok() ? ok() : fail(t.error());
+  });
+}

@@ -74,6 +74,11 @@ bool StreamOrder::is_complete(StreamPoint point) {
   return completed(point.stream) >= point.ticket;
 }
 
+bool StreamOrder::known_complete(StreamPoint point) const noexcept {
+  if (point.ticket == 0) return true;
+  return point.stream < kMaxStreams && completed_[point.stream].load(std::memory_order_acquire) >= point.ticket;
+}
+
 Result<void> StreamOrder::wait(StreamPoint point) {
   if (is_complete(point)) return {};
   Result<void> waited = backend_.wait(point, wait_timeout_);
@@ -107,8 +112,8 @@ Result<Ticket> StreamOrder::order_after(StreamId stream, StreamPoint point, Held
   return submit(stream, [&](Ticket) -> Result<Op> { return Op{WaitOp{point}}; });
 }
 
-Result<Ticket> StreamOrder::order_after(StreamId stream, NativeEvent event) {
-  return submit(stream, [&](Ticket) -> Result<Op> { return Op{NativeWaitOp{event}}; });
+Result<Ticket> StreamOrder::order_after(StreamId stream, NativeEvent event, Backend* peer) {
+  return submit(stream, [&](Ticket) -> Result<Op> { return Op{NativeWaitOp{event, peer}}; });
 }
 
 Result<void> StreamOrder::fill_lost_ticket(StreamId stream) {

@@ -1,5 +1,6 @@
 #include "ferry/runtime.hpp"
 
+#include <cstdint>
 #include <string>
 #include <utility>
 
@@ -43,6 +44,11 @@ Result<void> Runtime::build_device(const BackendSpec& spec, std::uint32_t index)
   dev->backend_ = std::move(made).value();
   // Owned by the Runtime from here, so an early return takes it down.
   RuntimeDevice& d = *devices_.emplace_back(std::move(dev));
+  // Before its stack enqueues anything (the engine's probe): one race checker for every device.
+  if (index > 0) {
+    Result<void> joined = d.backend_->join_race_checker(*devices_.front()->backend_);
+    if (!joined.ok()) return prefixed(std::move(joined).error(), "backend");
+  }
   if (o.backend_adaptor) {
     Result<std::unique_ptr<Backend>> adaptor = o.backend_adaptor(*d.backend_);
     if (!adaptor.ok()) return prefixed(std::move(adaptor).error(), "backend adaptor");
@@ -97,6 +103,7 @@ Runtime::~Runtime() {
     capture_.reset();
   }
   for (auto& d : devices_) (void)d->backend().synchronize();
+  release_cross_waits(UINT64_MAX);  // nothing runs now: every wait was issued and completed
   direct_.reset();
   cache_.reset();
   while (!devices_.empty()) devices_.pop_back();
@@ -131,6 +138,11 @@ Result<void> Runtime::status() const {
 
 Result<void> Runtime::synchronize() {
   FERRY_TRY(refuse_inside_user_kernel("Runtime::synchronize"));
+  std::uint64_t settled = 0;  // the waits across devices made so far complete by the end
+  {
+    std::lock_guard lock(cross_mu_);
+    settled = cross_seq_;
+  }
   Result<void> result;
   for (auto& d : devices_) {
     Result<void> r = d->backend().synchronize();
@@ -144,6 +156,7 @@ Result<void> Runtime::synchronize() {
     // Every device is still waited for: a fault on one leaves the others' work in flight.
     if (result.ok()) result = std::move(r);
   }
+  release_cross_waits(result.ok() ? settled : 0);
   return result;
 }
 

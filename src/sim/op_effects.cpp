@@ -42,21 +42,6 @@ Result<void> SimGpu::prepare_storage(const Op& op) {
       op);
 }
 
-Result<void> SimGpu::read_peer(const PeerCopyOp& op, std::vector<std::byte>& out) const {
-  auto* peer = dynamic_cast<const SimBackend*>(&op.peer->innermost());
-  if (peer == nullptr || peer == this) {
-    return make_error(ErrorCode::invalid_argument, "copy_peer into " + text::range(op.dst.addr, op.dst.bytes) +
-                                                       ": the peer is not another sim device");
-  }
-  try {
-    out.resize(op.dst.bytes);
-  } catch (const std::bad_alloc&) {
-    return make_error(ErrorCode::out_of_memory, "copy_peer into " + text::range(op.dst.addr, op.dst.bytes) +
-                                                    ": no host memory to model the peer's bytes");
-  }
-  return peer->peek(op.src_addr, out);
-}
-
 // --- Effects at completion --------------------------------------------------
 
 std::optional<std::string> SimGpu::find_unmapped(const Op& op) const {

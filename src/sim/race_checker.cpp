@@ -8,88 +8,122 @@
 
 namespace ferry::sim {
 
-RaceChecker::Clock RaceChecker::clock_of(StreamPoint p) const {
-  const std::vector<Segment>& segs = segments_[p.stream];
+std::uint32_t RaceChecker::add_device() {
+  std::lock_guard lock(mu_);
+  devices_.emplace_back();
+  return static_cast<std::uint32_t>(devices_.size() - 1);
+}
+
+RaceLog RaceChecker::log() const {
+  std::lock_guard lock(mu_);
+  return log_;
+}
+
+bool RaceChecker::join(Clock& c, const Clock& other) {
+  if (c.size() < other.size()) c.resize(other.size(), 0);
+  bool grew = false;
+  for (std::size_t i = 0; i < other.size(); ++i) {
+    if (other[i] > c[i]) {
+      c[i] = other[i];
+      grew = true;
+    }
+  }
+  return grew;
+}
+
+RaceChecker::Clock RaceChecker::clock_of(std::uint32_t device, StreamPoint p) const {
+  const std::vector<Segment>& segs = devices_[device].segments[p.stream];
   // The last segment that starts at or before the ticket.
   auto it = std::upper_bound(segs.begin(), segs.end(), p.ticket,
                              [](Ticket t, const Segment& s) { return t < s.from; });
-  Clock c{};
+  Clock c;
   if (it != segs.begin()) c = std::prev(it)->clock;
-  c[p.stream] = std::max(c[p.stream], p.ticket);
+  const std::size_t own = slot(device, p.stream);
+  if (c.size() <= own) c.resize(own + 1, 0);
+  c[own] = std::max(c[own], p.ticket);
   return c;
 }
 
-void RaceChecker::issue(StreamId stream, Ticket ticket, const Op& op) {
-  Clock clock = clock_of({stream, ticket - 1});
-  bool joined = segments_[stream].empty();
-  const auto join = [&](const Clock& other) {
-    for (StreamId u = 0; u < kMaxStreams; ++u) {
-      if (other[u] > clock[u]) {
-        clock[u] = other[u];
-        joined = true;
-      }
-    }
-  };
-  join(host_);  // enqueued after whatever the host has seen complete
-  if (const auto* w = std::get_if<WaitOp>(&op)) join(clock_of(w->point));
-  clock[stream] = ticket;
-  if (joined) segments_[stream].push_back({ticket, clock});
+void RaceChecker::issue(std::uint32_t device, StreamId stream, Ticket ticket, const Op& op, const PeerSide* peer) {
+  std::lock_guard lock(mu_);
+  Device& dev = devices_[device];
+  Clock clock = clock_of(device, {stream, ticket - 1});
+  bool joined = dev.segments[stream].empty();
+  joined |= join(clock, host_);  // enqueued after whatever the host has seen complete
+  if (const auto* w = std::get_if<WaitOp>(&op)) joined |= join(clock, clock_of(device, w->point));
+  if (peer != nullptr && std::holds_alternative<NativeWaitOp>(op)) joined |= join(clock, clock_of(peer->device, peer->point));
+  clock[slot(device, stream)] = ticket;
+  if (joined) dev.segments[stream].push_back({ticket, clock});
 
   Side side;
+  side.device = device;
   side.op = {stream, ticket};
   side.kind = op_name(op);
   if (const auto* u = std::get_if<UserOp>(&op)) side.tag = u->tag;
   for_each_device_range(op, [&](const DeviceOperand& d) {
     if (d.bytes == 0) return;
     side.access = d.access;
-    access(shadow_, side, clock, d.addr, d.bytes);
+    access(dev.shadow, &dev.owners, side, clock, d.addr, d.bytes);
   });
   for_each_host_range(op, [&](const HostOperand& h) {
     if (h.bytes == 0) return;
     side.access = h.access;
-    access(host_shadow_, side, clock, reinterpret_cast<std::uintptr_t>(h.ptr), h.bytes);
+    access(host_shadow_, nullptr, side, clock, reinterpret_cast<std::uintptr_t>(h.ptr), h.bytes);
   });
-}
-
-void RaceChecker::host_waited(StreamPoint point) {
-  const Clock c = clock_of(point);
-  for (StreamId u = 0; u < kMaxStreams; ++u) host_[u] = std::max(host_[u], c[u]);
-}
-
-void RaceChecker::host_synchronized(const std::array<Ticket, kMaxStreams>& issued) {
-  for (StreamId s = 0; s < kMaxStreams; ++s) {
-    if (issued[s] > 0) host_waited({s, issued[s]});
+  // A peer copy's source is the peer's bytes, read on this device's stream.
+  if (const auto* p = std::get_if<PeerCopyOp>(&op); p != nullptr && peer != nullptr && p->dst.bytes > 0) {
+    side.access = Access::read;
+    Device& src = devices_[peer->device];
+    access(src.shadow, &src.owners, side, clock, p->src_addr, p->dst.bytes);
   }
 }
 
-void RaceChecker::block(std::uint64_t addr, std::uint64_t bytes, const DeviceHandle& handle,
+void RaceChecker::host_waited(std::uint32_t device, StreamPoint point) {
+  std::lock_guard lock(mu_);
+  host_waited_locked(device, point);
+}
+
+void RaceChecker::host_waited_locked(std::uint32_t device, StreamPoint point) {
+  join(host_, clock_of(device, point));
+}
+
+void RaceChecker::host_synchronized(std::uint32_t device, const std::array<Ticket, kMaxStreams>& issued) {
+  std::lock_guard lock(mu_);
+  for (StreamId s = 0; s < kMaxStreams; ++s) {
+    if (issued[s] > 0) host_waited_locked(device, {s, issued[s]});
+  }
+}
+
+void RaceChecker::block(std::uint32_t device, std::uint64_t addr, std::uint64_t bytes, const DeviceHandle& handle,
                         std::string_view tag) {
   if (bytes == 0) return;
+  std::lock_guard lock(mu_);
+  std::map<std::uint64_t, Owner>& owners = devices_[device].owners;
   const std::uint64_t end = addr + bytes;
   // Naming the same allocation again (a tag) renames it; a new one takes the bytes.
-  auto same = owners_.find(addr);
-  if (same != owners_.end() && same->second.end == end && same->second.block != kNoBlock &&
+  auto same = owners.find(addr);
+  if (same != owners.end() && same->second.end == end && same->second.block != kNoBlock &&
       blocks_[same->second.block].handle == handle) {
     blocks_[same->second.block].tag = std::string(tag);
     return;
   }
   // Cut the ranges that overlap [addr, end) to what lies outside it.
-  auto it = owners_.lower_bound(addr);
-  if (it != owners_.begin() && std::prev(it)->second.end > addr) --it;
-  while (it != owners_.end() && it->first < end) {
+  auto it = owners.lower_bound(addr);
+  if (it != owners.begin() && std::prev(it)->second.end > addr) --it;
+  while (it != owners.end() && it->first < end) {
     const std::uint64_t lo = it->first;
     const Owner o = it->second;
-    it = owners_.erase(it);
-    if (lo < addr) owners_.emplace(lo, Owner{addr, o.block});
-    if (o.end > end) it = owners_.emplace(end, Owner{o.end, o.block}).first;
+    it = owners.erase(it);
+    if (lo < addr) owners.emplace(lo, Owner{addr, o.block});
+    if (o.end > end) it = owners.emplace(end, Owner{o.end, o.block}).first;
   }
   blocks_.push_back(RaceBlock{handle, std::string(tag)});
-  owners_.emplace(addr, Owner{end, static_cast<std::uint32_t>(blocks_.size() - 1)});
+  owners.emplace(addr, Owner{end, static_cast<std::uint32_t>(blocks_.size() - 1)});
 }
 
-std::uint32_t RaceChecker::block_at(std::uint64_t addr) const {
-  auto it = owners_.upper_bound(addr);
-  if (it == owners_.begin()) return kNoBlock;
+std::uint32_t RaceChecker::block_at(const std::map<std::uint64_t, Owner>& owners, std::uint64_t addr) {
+  auto it = owners.upper_bound(addr);
+  if (it == owners.begin()) return kNoBlock;
   --it;
   return addr < it->second.end ? it->second.block : kNoBlock;
 }
@@ -106,9 +140,10 @@ void RaceChecker::split_at(ShadowMap& shadow, std::uint64_t addr) {
 
 void RaceChecker::host_access(const std::byte* ptr, std::uint64_t bytes, Access access) {
   if (bytes == 0) return;
+  std::lock_guard lock(mu_);
   const auto lo = reinterpret_cast<std::uintptr_t>(ptr);
   const std::uint64_t hi = lo + bytes;
-  const Side host{{kHostSide, 0}, "host", access, {}};
+  const Side host{0, {kHostSide, 0}, "host", access, {}};
   // The host's own later enqueues are ordered after this access (program order),
   // so only copies already issued can race with it, and nothing is recorded.
   auto it = host_shadow_.upper_bound(lo);
@@ -125,8 +160,8 @@ void RaceChecker::host_access(const std::byte* ptr, std::uint64_t bytes, Access 
   }
 }
 
-void RaceChecker::access(ShadowMap& shadow, const Side& side, const Clock& clock, std::uint64_t addr,
-                         std::uint64_t bytes) {
+void RaceChecker::access(ShadowMap& shadow, const std::map<std::uint64_t, Owner>* owners, const Side& side,
+                         const Clock& clock, std::uint64_t addr, std::uint64_t bytes) {
   const std::uint64_t end = addr + bytes;
   split_at(shadow, addr);
   split_at(shadow, end);
@@ -146,12 +181,11 @@ void RaceChecker::access(ShadowMap& shadow, const Side& side, const Clock& clock
     std::uint32_t block;  // this access's block at lo
   };
   std::vector<Found> found;  // one per earlier op: its overlap with this access
-  const bool named = &shadow == &shadow_;  // device bytes belong to pool blocks
   Side here = side;
   const auto conflict = [&](const Side& earlier, std::uint64_t lo, std::uint64_t hi) {
-    if (earlier.op.stream == side.op.stream || ordered(earlier, clock)) return;
+    if ((earlier.device == side.device && earlier.op.stream == side.op.stream) || ordered(earlier, clock)) return;
     for (Found& f : found) {
-      if (f.earlier.op == earlier.op) {
+      if (f.earlier.device == earlier.device && f.earlier.op == earlier.op) {
         if (lo < f.lo) f.block = here.block;
         f.lo = std::min(f.lo, lo);
         f.hi = std::max(f.hi, hi);
@@ -162,7 +196,7 @@ void RaceChecker::access(ShadowMap& shadow, const Side& side, const Clock& clock
   };
   for (auto it = shadow.lower_bound(addr); it != shadow.end() && it->first < end; ++it) {
     Shadow& sh = it->second;
-    if (named) here.block = block_at(it->first);
+    if (owners != nullptr) here.block = block_at(*owners, it->first);  // device bytes belong to pool blocks
     if (sh.write) conflict(*sh.write, it->first, sh.end);
     if (writes(side.access)) {
       for (const Side& r : sh.reads) conflict(r, it->first, sh.end);
@@ -171,7 +205,7 @@ void RaceChecker::access(ShadowMap& shadow, const Side& side, const Clock& clock
       if (reads(side.access)) sh.reads.push_back(here);
     } else {
       auto same = std::find_if(sh.reads.begin(), sh.reads.end(),
-                               [&](const Side& r) { return r.op.stream == side.op.stream; });
+                               [&](const Side& r) { return r.device == side.device && r.op.stream == side.op.stream; });
       if (same != sh.reads.end()) *same = here;
       else sh.reads.push_back(here);
     }
@@ -195,11 +229,12 @@ void RaceChecker::access(ShadowMap& shadow, const Side& side, const Clock& clock
     const Shadow& b = next->second;
     const auto same_side = [](const std::optional<Side>& x, const std::optional<Side>& y) {
       return x.has_value() == y.has_value() &&
-             (!x || (x->op == y->op && x->access == y->access && x->block == y->block));
+             (!x || (x->device == y->device && x->op == y->op && x->access == y->access && x->block == y->block));
     };
     bool same = same_side(a.write, b.write) && a.reads.size() == b.reads.size();
     for (std::size_t i = 0; same && i < a.reads.size(); ++i) {
-      same = a.reads[i].op == b.reads[i].op && a.reads[i].block == b.reads[i].block;
+      same = a.reads[i].device == b.reads[i].device && a.reads[i].op == b.reads[i].op &&
+             a.reads[i].block == b.reads[i].block;
     }
     if (!same) {
       it = next;
@@ -211,23 +246,24 @@ void RaceChecker::access(ShadowMap& shadow, const Side& side, const Clock& clock
 }
 
 void RaceChecker::report(const Side& earlier, const Side& later, std::uint64_t addr, std::uint64_t bytes) {
-  for (Race& r : log_->kept) {
-    if (r.earlier.op == earlier.op && r.later.op == later.op) {
+  const auto same = [](const RaceAccess& a, const Side& s) { return a.device == s.device && a.op == s.op; };
+  for (Race& r : log_.kept) {
+    if (same(r.earlier, earlier) && same(r.later, later)) {
       const std::uint64_t hi = std::max(r.addr + r.bytes, addr + bytes);
       r.addr = std::min(r.addr, addr);
       r.bytes = hi - r.addr;
       return;
     }
   }
-  ++log_->count;
-  if (log_->kept.size() >= keep_) return;
+  ++log_.count;
+  if (log_.kept.size() >= keep_) return;
   const auto to_access = [&](const Side& s) {
-    RaceAccess a{s.op, s.kind, s.tag, s.access, {}};
+    RaceAccess a{s.op, s.kind, s.tag, s.access, {}, s.device};
     if (s.block != kNoBlock) a.block = blocks_[s.block];
     return a;
   };
   const bool reuse = earlier.block != kNoBlock && later.block != kNoBlock && earlier.block != later.block;
-  log_->kept.push_back(Race{to_access(earlier), to_access(later), addr, bytes, reuse});
+  log_.kept.push_back(Race{to_access(earlier), to_access(later), addr, bytes, reuse});
 }
 
 }  // namespace ferry::sim

@@ -2,6 +2,16 @@
 // waits and host synchronization, as vector clocks; a shadow of the last
 // accesses to every byte range; each issued operation checked against it.
 //
+// Devices. One checker may serve several sims (a Runtime's devices, which join
+// device 0's: SimGpu::join_race_checker): each is a device of the checker, with
+// streams of its own, its own device bytes and pool blocks; the host, its clock
+// and its bytes are one. A clock then names a ticket for every stream of every
+// device (indexed device * kMaxStreams + stream; a clock made before a device
+// joined reads 0 for its streams). A wait across devices (a NativeWaitOp on a
+// peer's event) joins with the clock of the peer's point, and a peer copy reads
+// the peer's bytes in the peer's shadow, so a race between two devices' work is
+// found like one between two streams.
+//
 // Clocks. VC(s, t), the clock of ticket t of stream s, names for every stream u
 // the last ticket of u that completes before (s, t) starts. Within a stream the
 // clock only grows at a join: a WaitOp (join with the clock of its point) or the
@@ -21,19 +31,21 @@
 // everything issued before it, which is all that can race with it: an op issued
 // earlier cannot wait for one issued later.
 //
-// Cost: a 64-entry clock join per wait and per host wait, a lookup per range per
-// op (std::map of disjoint ranges, split where accesses differ), and memory for
-// one clock per join plus the shadow's ranges, and one name per allocation the
-// pool makes (kept for the run: a race may name a freed one). Not thread-safe:
-// the sim's lock guards it.
+// Cost: a clock join (64 entries per device) per wait and per host wait, a lookup
+// per range per op (std::map of disjoint ranges, split where accesses differ), and
+// memory for one clock per join plus the shadow's ranges, and one name per
+// allocation the pools make (kept for the run: a race may name a freed one).
+// Thread safety: every method takes the checker's own mutex, a leaf: a sim calls
+// it with its own mutex_ held (lock order: the sim's mutex_, then this one).
 #pragma once
 
 #include <array>
 #include <cstdint>
 #include <map>
+#include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
-#include <memory>
 #include <vector>
 
 #include "ferry/backend.hpp"
@@ -43,30 +55,44 @@ namespace ferry::sim {
 
 class RaceChecker {
  public:
-  explicit RaceChecker(std::size_t keep) : keep_(keep), log_(std::make_shared<RaceLog>()) {}
+  // One device (0); add_device adds the others.
+  explicit RaceChecker(std::size_t keep) : keep_(keep), devices_(1) {}
 
-  // `op` is issued as (stream, ticket); records its accesses, and the races they
-  // make with earlier ones.
-  void issue(StreamId stream, Ticket ticket, const Op& op);
+  // A further device, with nothing issued yet; returns its index.
+  std::uint32_t add_device();
+
+  // What a device's op reaches on another device of this checker: the peer's
+  // index and, for a wait across devices, the point it waits for.
+  struct PeerSide {
+    std::uint32_t device = 0;
+    StreamPoint point;
+  };
+  // `op` is issued as (stream, ticket) of `device`; records its accesses, and the
+  // races they make with earlier ones. `peer`: the device a PeerCopyOp reads or a
+  // NativeWaitOp waits on, when it is one of this checker's.
+  void issue(std::uint32_t device, StreamId stream, Ticket ticket, const Op& op, const PeerSide* peer = nullptr);
   // The host saw `point` complete (a wait), or every issued op (a synchronize).
-  void host_waited(StreamPoint point);
-  void host_synchronized(const std::array<Ticket, kMaxStreams>& issued);
+  void host_waited(std::uint32_t device, StreamPoint point);
+  void host_synchronized(std::uint32_t device, const std::array<Ticket, kMaxStreams>& issued);
   // The host reads or writes host bytes that copies may use: a race with any of
   // them the host has not seen complete.
   void host_access(const std::byte* ptr, std::uint64_t bytes, Access access);
   // Device bytes [addr, addr + bytes) are now the pool block `handle` (note_block).
-  void block(std::uint64_t addr, std::uint64_t bytes, const DeviceHandle& handle, std::string_view tag);
+  void block(std::uint32_t device, std::uint64_t addr, std::uint64_t bytes, const DeviceHandle& handle,
+             std::string_view tag);
 
-  std::shared_ptr<const RaceLog> log() const { return log_; }
+  // A copy of what was found so far.
+  RaceLog log() const;
 
  private:
-  using Clock = std::array<Ticket, kMaxStreams>;
+  using Clock = std::vector<Ticket>;  // by device * kMaxStreams + stream; missing entries are 0
   struct Segment {
     Ticket from = 0;  // first ticket this clock applies to
-    Clock clock{};
+    Clock clock;
   };
   static constexpr std::uint32_t kNoBlock = UINT32_MAX;
   struct Side {
+    std::uint32_t device = 0;
     StreamPoint op;
     std::string_view kind;  // op_name(): static storage
     Access access = Access::read;
@@ -78,33 +104,47 @@ class RaceChecker {
     std::optional<Side> write;
     std::vector<Side> reads;  // at most one per stream: its last read since `write`
   };
-
-  Clock clock_of(StreamPoint p) const;
-  static bool ordered(const Side& a, const Clock& b) { return b[a.op.stream] >= a.op.ticket; }
   using ShadowMap = std::map<std::uint64_t, Shadow>;  // by start; disjoint
-  // Splits the shadow so that [addr, end) starts and ends on range boundaries.
-  static void split_at(ShadowMap& shadow, std::uint64_t addr);
-  void access(ShadowMap& shadow, const Side& side, const Clock& clock, std::uint64_t addr, std::uint64_t bytes);
-  // Counts and keeps the race of `later` with `earlier` over [addr, addr + bytes),
-  // merged with one already kept for the same two ops.
-  void report(const Side& earlier, const Side& later, std::uint64_t addr, std::uint64_t bytes);
-  // The blocks_ entry of the allocation that holds `addr` now, or kNoBlock.
-  std::uint32_t block_at(std::uint64_t addr) const;
-
-  std::size_t keep_;
-  std::array<std::vector<Segment>, kMaxStreams> segments_;
-  Clock host_{};
-  ShadowMap shadow_;       // device bytes
-  ShadowMap host_shadow_;  // host bytes copies read or write
-  // Every allocation the pool named, in order; an index never changes, so a side
-  // keeps naming the allocation it touched after the bytes are handed out again.
-  std::vector<RaceBlock> blocks_;
   struct Owner {
     std::uint64_t end = 0;
     std::uint32_t block = kNoBlock;
   };
-  std::map<std::uint64_t, Owner> owners_;  // by start; disjoint: the allocation holding each range now
-  std::shared_ptr<RaceLog> log_;
+  struct Device {
+    std::array<std::vector<Segment>, kMaxStreams> segments;
+    ShadowMap shadow;                      // its device bytes
+    std::map<std::uint64_t, Owner> owners;  // by start; disjoint: the allocation holding each range now
+  };
+
+  // Everything below runs with mu_ held.
+  static std::size_t slot(std::uint32_t device, StreamId stream) {
+    return std::size_t{device} * kMaxStreams + stream;
+  }
+  static Ticket at(const Clock& c, std::size_t i) { return i < c.size() ? c[i] : 0; }
+  // c = max(c, other), entry by entry; true when an entry grew.
+  static bool join(Clock& c, const Clock& other);
+  Clock clock_of(std::uint32_t device, StreamPoint p) const;
+  static bool ordered(const Side& a, const Clock& b) { return at(b, slot(a.device, a.op.stream)) >= a.op.ticket; }
+  void host_waited_locked(std::uint32_t device, StreamPoint point);
+  // Splits the shadow so that [addr, end) starts and ends on range boundaries.
+  static void split_at(ShadowMap& shadow, std::uint64_t addr);
+  // `owners`: the device's blocks when the shadow is its device bytes, else null.
+  void access(ShadowMap& shadow, const std::map<std::uint64_t, Owner>* owners, const Side& side, const Clock& clock,
+              std::uint64_t addr, std::uint64_t bytes);
+  // Counts and keeps the race of `later` with `earlier` over [addr, addr + bytes),
+  // merged with one already kept for the same two ops.
+  void report(const Side& earlier, const Side& later, std::uint64_t addr, std::uint64_t bytes);
+  // The blocks_ entry of the allocation that holds `addr` now, or kNoBlock.
+  static std::uint32_t block_at(const std::map<std::uint64_t, Owner>& owners, std::uint64_t addr);
+
+  mutable std::mutex mu_;
+  std::size_t keep_;
+  std::vector<Device> devices_;
+  Clock host_;
+  ShadowMap host_shadow_;  // host bytes copies read or write (one host for every device)
+  // Every allocation the pools named, in order; an index never changes, so a side
+  // keeps naming the allocation it touched after the bytes are handed out again.
+  std::vector<RaceBlock> blocks_;
+  RaceLog log_;
 };
 
 }  // namespace ferry::sim

@@ -82,7 +82,7 @@ SimGpu::SimGpu(const SimOptions& options)
       streams_(kMaxStreams),
       compute_(1),
       copy_(profile_.copy_engines),
-      races_(options.race_check ? std::make_unique<RaceChecker>(options.races_kept) : nullptr) {
+      races_(options.race_check ? std::make_shared<RaceChecker>(options.races_kept) : nullptr) {
   info_.backend = BackendKind::sim;
   info_.device = profile_.name;
   info_.capacity = profile_.capacity;
@@ -152,6 +152,8 @@ Result<void> SimGpu::admit(StreamId stream, const Op& op) {
                                                          ": the peer is not another sim device");
     }
   }
+  const auto* wait = std::get_if<NativeWaitOp>(&op);
+  if (wait != nullptr && wait->peer != nullptr) FERRY_TRY(peer_of(stream, *wait));  // before mutex_ (leaf locks)
   std::lock_guard lock(mutex_);
   FERRY_TRY(check_healthy());
   // As on cuda, memory must be mapped when its op is enqueued; memory unmapped
@@ -163,8 +165,8 @@ Result<void> SimGpu::admit(StreamId stream, const Op& op) {
       unmapped = std::string(d.role) + " " + text::range(d.addr, d.bytes) + " is not mapped (at " + hex(*hole) + ")";
     }
   });
-  if (const auto* w = std::get_if<NativeWaitOp>(&op); w != nullptr && !events_.contains(w->event)) {
-    unmapped = "event " + hex(w->event) + " is not one export_event made (the sim has no other native events)";
+  if (wait != nullptr && wait->peer == nullptr && !events_.contains(wait->event)) {
+    unmapped = "event " + hex(wait->event) + " is not one export_event made (the sim has no other native events)";
   }
   if (!unmapped) {
     Result<void> held = prepare_storage(op);
@@ -181,10 +183,27 @@ Result<Ticket> SimGpu::issue(StreamId stream, Op op) {
   // Before mutex_: the peer's own lock is a leaf, so two devices copying from
   // each other on two threads cannot deadlock.
   std::vector<std::byte> peer_bytes;
-  if (const auto* p = std::get_if<PeerCopyOp>(&op)) FERRY_TRY(read_peer(*p, peer_bytes));
+  std::optional<RaceChecker::PeerSide> race_peer;  // the peer's device in races_, when they share it
+  if (const auto* p = std::get_if<PeerCopyOp>(&op)) {
+    FERRY_TRY(read_peer(*p, peer_bytes));
+    race_peer = races_shared_with(*p->peer, {});
+  }
+  std::optional<PeerPoint> across;  // a wait across devices, resolved on the peer (see the header)
+  if (const auto* w = std::get_if<NativeWaitOp>(&op); w != nullptr && w->peer != nullptr) {
+    Result<SimGpu*> peer = peer_of(stream, *w);
+    if (!peer.ok()) return std::move(peer).error();
+    Result<PeerPoint> at = (*peer)->run_to_event(w->event);
+    if (!at.ok()) {
+      Error e = std::move(at).error();
+      e.message = "native wait on stream " + std::to_string(stream) + " for another device's event: " + e.message;
+      return e;
+    }
+    across = *at;
+    race_peer = races_shared_with(*w->peer, at->point);
+  }
   std::lock_guard lock(mutex_);
   FERRY_TRY(check_healthy());
-  if (const auto* w = std::get_if<NativeWaitOp>(&op)) {
+  if (const auto* w = std::get_if<NativeWaitOp>(&op); w != nullptr && !across) {
     // The event stands for its point: from here on it is a wait like any other.
     const auto event = events_.find(w->event);
     if (event == events_.end()) {
@@ -194,13 +213,14 @@ Result<Ticket> SimGpu::issue(StreamId stream, Op op) {
     op = WaitOp{*event->second};
   }
   StreamState& st = streams_[stream];
-  if (races_) races_->issue(stream, st.submitted + 1, op);
+  if (races_) races_->issue(race_device_, stream, st.submitted + 1, op, race_peer ? &*race_peer : nullptr);
   PendingOp pending;
   pending.ticket = ++st.submitted;
   pending.engine = engine_of(op);
   pending.issued_ns = now_;
   pending.op = std::move(op);
   pending.peer_bytes = std::move(peer_bytes);
+  if (across) pending.not_before_ns = across->done_ns;
   st.ops.push_back(std::move(pending));
   active_ |= std::uint64_t{1} << stream;
   start_ready_ops();
@@ -212,7 +232,7 @@ Ticket SimGpu::issued_completed(StreamId stream) {
   // A pure read: polling must not change the schedule it observes. What the
   // host learns orders its later enqueues, though (race_checker.hpp).
   if (stream >= kMaxStreams) return 0;
-  if (races_) races_->host_waited({stream, streams_[stream].completed});
+  if (races_) races_->host_waited(race_device_, {stream, streams_[stream].completed});
   return streams_[stream].completed;
 }
 
@@ -229,7 +249,7 @@ Result<void> SimGpu::wait_issued(StreamPoint point, std::chrono::nanoseconds tim
   FERRY_TRY(check_healthy());
   switch (end) {
     case RunEnd::done:
-      if (races_) races_->host_waited(point);
+      if (races_) races_->host_waited(race_device_, point);
       return streams_[point.stream].fault.check(point.ticket);
     case RunEnd::reached:
       return make_error(ErrorCode::timeout,
@@ -243,13 +263,31 @@ Result<void> SimGpu::wait_issued(StreamPoint point, std::chrono::nanoseconds tim
                                             " can never complete: " + stuck_reason());
 }
 
+Result<SimGpu::PeerPoint> SimGpu::run_to_event(NativeEvent event) {
+  std::lock_guard lock(mutex_);
+  const auto found = events_.find(event);
+  if (found == events_.end()) {
+    return make_error(ErrorCode::invalid_argument, "event " + hex(event) + " was released before the wait on it was issued");
+  }
+  const StreamPoint point = *found->second;
+  FERRY_TRY(check_healthy());
+  const RunEnd end = run_until(UINT64_MAX, [&] { return point_complete(point); });
+  FERRY_TRY(check_healthy());
+  if (end != RunEnd::done) {
+    return make_error(ErrorCode::timeout, "the peer's " + text::point(point) + " can never complete: " + stuck_reason());
+  }
+  // The point completed at or before its stream's last completion (exactly then
+  // when this run completed it).
+  return PeerPoint{point, streams_[point.stream].last_completion_ns};
+}
+
 Result<void> SimGpu::synchronize_issued() {
   std::lock_guard lock(mutex_);
   const RunEnd end = run_until(UINT64_MAX, [&] { return active_ == 0; });
   if (races_ && end == RunEnd::done) {
     std::array<Ticket, kMaxStreams> issued{};
     for (StreamId s = 0; s < kMaxStreams; ++s) issued[s] = streams_[s].submitted;
-    races_->host_synchronized(issued);
+    races_->host_synchronized(race_device_, issued);
   }
   FERRY_TRY(check_healthy());
   if (end != RunEnd::done) {
@@ -327,8 +365,8 @@ void SimGpu::start_ready_ops() {
       op.unit = static_cast<std::uint32_t>(free_unit - units.begin());
     }
     op.started = true;
-    op.finish_ns = saturating_add(saturating_add(now_, duration_ns(op.op)),
-                                  faults_.completion_delay(s, op.ticket));
+    op.finish_ns = std::max(op.not_before_ns, saturating_add(saturating_add(now_, duration_ns(op.op)),
+                                                             faults_.completion_delay(s, op.ticket)));
   }
   heavy_check();
 }
@@ -365,47 +403,6 @@ std::uint64_t SimGpu::duration_ns(const Op& op) const {
   return modeled_ns(op, profile_, [&](const std::byte* ptr, std::uint64_t bytes) {
     return host_.find(ptr, bytes) != nullptr;
   });
-}
-
-// --- Native streams and events ----------------------------------------------
-
-Result<NativeStream> SimGpu::native_of(StreamId stream) {
-  std::lock_guard lock(mutex_);
-  return static_cast<NativeStream>(&streams_[stream]);
-}
-
-Result<void> SimGpu::bind_stream(StreamId stream, NativeStream native) {
-  std::lock_guard lock(mutex_);
-  const auto* p = static_cast<const std::byte*>(native);
-  const auto* first = reinterpret_cast<const std::byte*>(streams_.data());
-  if (p >= first && p < first + streams_.size() * sizeof(StreamState)) {
-    return make_error(ErrorCode::invalid_argument, "adopt_stream(" + hex(native) +
-                                                       "): that is one of the sim's own streams");
-  }
-  if (events_.contains(native)) {
-    return make_error(ErrorCode::invalid_argument, "adopt_stream(" + hex(native) + "): that is an event");
-  }
-  (void)stream;  // the sim runs no program work: the token is only the stream's identity
-  return {};
-}
-
-Result<void> SimGpu::unbind_stream(StreamId) { return {}; }
-
-Result<NativeEvent> SimGpu::export_issued(StreamPoint point) {
-  std::lock_guard lock(mutex_);
-  auto holder = std::make_unique<StreamPoint>(point);
-  const void* token = holder.get();
-  events_.emplace(token, std::move(holder));
-  return const_cast<void*>(token);
-}
-
-Result<void> SimGpu::release_export(NativeEvent event) {
-  std::lock_guard lock(mutex_);
-  if (events_.erase(event) == 0) {
-    return make_error(ErrorCode::invalid_argument, "release_event(" + hex(event) +
-                                                       "): not an event export_event made, or released already");
-  }
-  return {};
 }
 
 // --- Host memory ------------------------------------------------------------
@@ -484,7 +481,7 @@ void SimGpu::advance(std::uint64_t ns) {
 std::shared_ptr<const RaceLog> SimGpu::race_log() const {
   std::lock_guard lock(mutex_);
   if (!races_) return nullptr;
-  return std::make_shared<const RaceLog>(*races_->log());  // a snapshot
+  return std::make_shared<const RaceLog>(races_->log());  // a snapshot
 }
 
 void SimGpu::note_host_access(const std::byte* ptr, std::uint64_t bytes, Access access) {
@@ -493,13 +490,13 @@ void SimGpu::note_host_access(const std::byte* ptr, std::uint64_t bytes, Access 
 }
 
 void SimGpu::note_block(std::uint64_t addr, std::uint64_t bytes, const DeviceHandle& handle, std::string_view tag) {
-  if (races_) note_block_checked(addr, bytes, handle, tag);  // races_ is set once at construction
+  if (races_) note_block_checked(addr, bytes, handle, tag);  // races_ is set before the first op
 }
 
 void SimGpu::note_block_checked(std::uint64_t addr, std::uint64_t bytes, const DeviceHandle& handle,
                                 std::string_view tag) {
   std::lock_guard lock(mutex_);
-  races_->block(addr, bytes, handle, tag);
+  races_->block(race_device_, addr, bytes, handle, tag);
 }
 
 FaultCounters SimGpu::fault_counters() const {

@@ -26,6 +26,15 @@
 // (the caller ordered the source's writes before it and keeps the source until
 // it completed) and land in the destination at completion, like any copy's.
 //
+// Waits across devices (a NativeWaitOp on another sim's event, Runtime::order_after)
+// are resolved when issued: the peer's model runs until the event's point
+// completed there, as a host wait on the peer would run it (the peer's later work
+// is issued no earlier), and the wait completes here no earlier than that moment
+// of the peer's clock (the clocks of one process's sims share one axis from 0). A
+// point that had completed before stands at its stream's last completion then,
+// no earlier than its own. The peer's model never waits on another device's in
+// turn (its own such waits were resolved when issued), so this cannot recurse.
+//
 // Durations come from the one cost model (cost_model.hpp).
 //
 // Between calls every issued op that can start at now_ has started
@@ -36,7 +45,8 @@
 //
 // Thread safety: every public method takes mutex_; the model runs entirely under
 // it (a "blocking" wait costs no real time, only virtual time). Lock order: the
-// hold layer's lock, then mutex_.
+// hold layer's lock, then mutex_. A peer sim's mutex_ is taken only with this
+// one's not held (read_peer, a wait across devices): every mutex_ is a leaf.
 #pragma once
 
 #include <array>
@@ -85,6 +95,7 @@ class SimGpu final : public HoldingBackend<SimBackend> {
   void advance(std::uint64_t ns) override;
   FaultCounters fault_counters() const override;
   std::shared_ptr<const RaceLog> race_log() const override;
+  Result<void> join_race_checker(Backend& first) override;
   void note_host_access(const std::byte* ptr, std::uint64_t bytes, Access access) override;
   void note_block(std::uint64_t addr, std::uint64_t bytes, const DeviceHandle& handle,
                   std::string_view tag) override;
@@ -122,6 +133,13 @@ class SimGpu final : public HoldingBackend<SimBackend> {
     std::uint32_t unit = kNoUnit;  // index into compute_/copy_ owners while started
     std::uint64_t finish_ns = 0;
     std::vector<std::byte> peer_bytes;  // a PeerCopyOp's source, read from the peer at issue
+    std::uint64_t not_before_ns = 0;    // a wait across devices: its point's completion on the peer
+  };
+
+  // Where a peer's event stands once its point completed (run_to_event).
+  struct PeerPoint {
+    StreamPoint point;
+    std::uint64_t done_ns = 0;  // on the peer's clock
   };
 
   // completed <= submitted; ops.size() == submitted - completed;
@@ -161,6 +179,17 @@ class SimGpu final : public HoldingBackend<SimBackend> {
   bool swallowed(const CopyToDeviceOp& copy) const;
   // A PeerCopyOp's source bytes, read from the peer sim (no lock of this one held).
   Result<void> read_peer(const PeerCopyOp& op, std::vector<std::byte>& out) const;
+  // The other sim a NativeWaitOp's `peer` names, or invalid_argument (not a sim,
+  // this one, or an event it did not make). Takes the peer's mutex_, not this one's.
+  Result<SimGpu*> peer_of(StreamId stream, const NativeWaitOp& wait) const;
+  // Runs this sim's model until the point of `event` (one export_event made)
+  // completed; what a peer's wait across devices waits for. Takes mutex_.
+  // Errors: invalid_argument (an unknown event), backend_error (a device fault),
+  // timeout (the point can never complete: a bug).
+  Result<PeerPoint> run_to_event(NativeEvent event);
+  // `peer`'s device in this sim's race checker (with `point`, a wait's), when the
+  // peer is a sim sharing it; else none (the op is checked on this device alone).
+  std::optional<RaceChecker::PeerSide> races_shared_with(Backend& peer, StreamPoint point) const;
   std::optional<StreamPoint> host_pointer_user(const std::byte* begin, std::uint64_t bytes) const;
   // note_block's work when a race checker is on: out of line, so a pool allocation
   // without one pays only the test.
@@ -189,7 +218,11 @@ class SimGpu final : public HoldingBackend<SimBackend> {
   std::uint64_t swallowed_peer_copies_ = 0;
   std::uint64_t failed_maps_ = 0;
   std::map<const void*, std::unique_ptr<StreamPoint>> events_;  // export_event's, by token
-  std::unique_ptr<RaceChecker> races_;  // null unless SimOptions::race_check
+  // Null unless SimOptions::race_check; shared with the other sims of a Runtime
+  // (join_race_checker), where this one is device race_device_. Both change only
+  // in join_race_checker, before this sim's first op, so peers read them unlocked.
+  std::shared_ptr<RaceChecker> races_;
+  std::uint32_t race_device_ = 0;
   std::string first_fault_;  // set by the first illegal access; sticky
 };
 

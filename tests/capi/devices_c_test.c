@@ -1,8 +1,9 @@
 /* Several devices through the C ABI, from C11: the device count in the options
  * (an older caller's shorter struct still gets one device), handles of each device,
- * a handle of device 1 refused by device 0's calls, ferry_copy_peer verified, and
- * links between devices: a linked pair copies over its link (an injected peer-copy
- * no-op shows through under "off" and is caught under "verify"). */
+ * a handle of device 1 refused by device 0's calls, a stream of one device waiting
+ * for another's, ferry_copy_peer verified, and links between devices: a linked
+ * pair copies over its link (an injected peer-copy no-op shows through under "off"
+ * and is caught under "verify"). */
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -125,6 +126,17 @@ int main(void) {
   CHECK(ferry_free(rt, b) == FERRY_ERROR_STALE_HANDLE);
   CHECK(strstr(ferry_last_error(), "device 1") != NULL);
   CHECK(strstr(ferry_last_error(), "device 0") != NULL);
+
+  /* Device 1's stream 1 waits for device 0's stream 1 (the upload above), and
+   * device 0's stream 2 for its own stream 1; bad devices and streams are refused. */
+  OK(ferry_device_stream_wait(rt, 1, 1, 0, 1));
+  OK(ferry_device_stream_wait(rt, 0, 2, 0, 1));
+  CHECK(ferry_device_stream_wait(rt, 2, 1, 0, 1) == FERRY_ERROR_INVALID_ARGUMENT);
+  CHECK(strstr(ferry_last_error(), "no device 2") != NULL);
+  CHECK(ferry_device_stream_wait(rt, 1, 1, 3, 1) == FERRY_ERROR_INVALID_ARGUMENT);
+  CHECK(strstr(ferry_last_error(), "no device 3") != NULL);
+  CHECK(ferry_device_stream_wait(rt, 1, 1, 0, 64) == FERRY_ERROR_INVALID_ARGUMENT);
+  CHECK(ferry_device_stream_wait(rt, 1, 64, 0, 1) == FERRY_ERROR_INVALID_ARGUMENT);
 
   int verified = 0;
   OK(ferry_copy_peer(rt, b, 0, a, 0, N, 1, &verified));

@@ -242,6 +242,8 @@ extern "C" {
                                  dst: *mut c_void, bytes: u64) -> ferry_status;
     pub fn ferry_copy_peer(rt: ferry_runtime, dst: ferry_handle, dst_offset: u64, src: ferry_handle,
                            src_offset: u64, bytes: u64, stream: u32, verified: *mut c_int) -> ferry_status;
+    pub fn ferry_device_stream_wait(rt: ferry_runtime, device: u32, stream: u32, for_device: u32, for_stream: u32)
+        -> ferry_status;
 
     pub fn ferry_begin_capture(rt: ferry_runtime, stream: u32, share_pool_of: ferry_graph) -> ferry_status;
     pub fn ferry_end_capture(rt: ferry_runtime, stream: u32, out: *mut ferry_graph) -> ferry_status;
