@@ -105,6 +105,25 @@ struct CaptureOptions {
 // Never fails, never blocks.
 std::string graph_pools_summary(const Runtime& rt);
 
+// What a Runtime tells the calls in its pool adaptor slot about its graphs
+// (PoolCalls::note_graph), after each begin_capture, end_capture, launch and
+// Graph::destroy has run, on the caller's thread: an adaptor in the slot sees
+// a capture's calls (the capture sits behind it, pool_calls.hpp) but not these
+// Runtime calls, and a recorder needs both, in program order.
+struct GraphEvent {
+  enum class Kind : std::uint8_t { begin_capture, end_capture, launch, destroy };
+  Kind kind = Kind::begin_capture;
+  StreamId stream = 0;  // begin_capture, end_capture, launch
+  // end_capture (the graph made; 0 when none), launch, destroy: a number naming
+  // the graph, unique in its Runtime; 0 for an empty Graph.
+  std::uint64_t graph = 0;
+  // begin_capture: the private pool CaptureOptions::pool named (0: none, a pool
+  // of its own); end_capture: the graph's pool. Unique in the Runtime, never 0
+  // for a pool.
+  std::uint64_t pool = 0;
+  const Error* error = nullptr;  // the call failed with this (null: it succeeded)
+};
+
 struct GraphStats {
   std::uint64_t ops = 0;            // recorded calls, replayed in order
   std::uint64_t blocks = 0;         // distinct blocks the ops touch
