@@ -8,7 +8,11 @@
 // a Graph, and Runtime::launch(graph, stream) enqueues them again, each time
 // through the same calls, so each replay's ops take their leases (I2), are
 // ordered after the point each block became its allocation's (I3) and are seen
-// by the race checker as they are issued.
+// by the race checker as they are issued. The capture is the end of the
+// Runtime's chain of calls (pool_calls.hpp): an adaptor in the pool adaptor
+// slot (the trace recorder) sees a capture's calls as the program makes them,
+// and is told of begin_capture, end_capture, launch and destroy (GraphEvent),
+// but not of a launch's ops, which run behind it.
 //
 // What cannot be captured is refused when it is called, with a message naming
 // the op and why, and the refusal spoils the capture: end_capture returns it.

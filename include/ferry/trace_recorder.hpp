@@ -23,8 +23,8 @@
 //   fill            fill {id, stream, seed}
 //   compute         compute {inputs, output, stream}; with no inputs: fill of the
 //                   output with a fresh seed (the format needs inputs)
-//   copy_on_device  user {stream, operands: [{src, read}, {dst, write}] with the
-//                   copy's offsets and bytes, tag "copy"}
+//   copy_on_device  copy {src, dst, stream, bytes}, with src_offset and
+//                   dst_offset when not 0
 //   user            user {stream, operands: [{id, access, offset, bytes}], tag}
 //                   (the replay stands a kernel of its own in for the program's,
 //                   with the same marks and ranges)
@@ -62,7 +62,8 @@
 // Graphs are named "g<N>", N counting begin_capture calls from 1. In a capture:
 // a copy_to_host is recorded there, not run, and is not written (counted in
 // unrecorded); a download, or an upload or device copy that the capture refused
-// (integrity on), is written as the `sync` of its stream, which the replay's
+// (integrity on; a replay at another --integrity would not refuse its line), is
+// written as the `sync` of its stream, which the replay's
 // capture refuses the same way. A capture begun before recording did is not
 // written (its end, and its graph's launches and destroy, count as unrecorded,
 // and its calls are written as if run), so start recording outside captures.

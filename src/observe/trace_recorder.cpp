@@ -337,21 +337,14 @@ Result<TransferReceipt> RecordingPool::copy_on_device(StreamId stream, DeviceHan
   Impl& p = *impl_;
   const DeviceHandle named[] = {src, dst};
   std::optional<std::vector<std::string>> ids;
-  if (check_stream(stream, "trace").ok() && bytes > 0) ids = p.lookup(named);
-  else p.unrecorded();  // a user operand is never 0 bytes
+  if (check_stream(stream, "trace").ok()) ids = p.lookup(named);
+  else p.unrecorded();
   Result<TransferReceipt> r = p.up.copy_on_device(stream, dst, dst_offset, src, src_offset, bytes);
   if (ids && !p.refused_in_capture(stream, r)) {
-    // The ranges, not the whole blocks: copies of disjoint ranges on two streams
-    // must not replay as a race.
-    const auto operand = [&](const std::string& id, Access access, std::uint64_t offset) {
-      Line o{{"id", id}, {"access", std::string(to_string(access))}, {"bytes", bytes}};
-      if (offset != 0) o["offset"] = offset;
-      return o;
-    };
-    Line operands = Line::array();
-    operands.push_back(operand((*ids)[0], Access::read, src_offset));
-    operands.push_back(operand((*ids)[1], Access::write, dst_offset));
-    p.write(Line{{"op", "user"}, {"stream", stream}, {"operands", std::move(operands)}, {"tag", "copy"}}, r);
+    Line line{{"op", "copy"}, {"src", (*ids)[0]}, {"dst", (*ids)[1]}, {"stream", stream}, {"bytes", bytes}};
+    if (src_offset != 0) line["src_offset"] = src_offset;
+    if (dst_offset != 0) line["dst_offset"] = dst_offset;
+    p.write(std::move(line), r);
   }
   return r;
 }

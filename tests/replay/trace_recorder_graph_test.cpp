@@ -51,10 +51,11 @@ struct Recorded {
   std::shared_ptr<RecordingPool> rec;
   std::shared_ptr<PoolCalls> calls;
 
-  Recorded() {
+  explicit Recorded(IntegrityPolicy integrity = IntegrityPolicy::verify) {
     RuntimeOptions o;
     o.backend.profile = "h200";
     o.pool.capacity = kCapacity;
+    o.engine.policy = integrity;
     auto made = Runtime::create(o);
     EXPECT_TRUE(made.ok()) << made.error().message;
     if (!made.ok()) return;
@@ -81,8 +82,9 @@ struct Recorded {
   }
 };
 
-Result<ReplayReport> replay_of(const std::string& trace) {
+Result<ReplayReport> replay_of(const std::string& trace, IntegrityPolicy integrity = IntegrityPolicy::verify) {
   ReplayOptions o;
+  o.integrity = integrity;
   o.backend.profile = "h200";
   o.backend.race_check = true;
   return replay_trace_text(trace, "recorded.jsonl", o);
@@ -259,6 +261,51 @@ TEST(TraceRecorderGraph, ARefusedCaptureIsWrittenAsTheRefusalsTheReplayMeetsAgai
   EXPECT_EQ(r->expected_errors, 3u);
   EXPECT_EQ(r->unexpected_errors, 0u);
   EXPECT_EQ(r->unexpected_successes, 0u);
+}
+
+// A device copy in a capture (integrity off: no host compare) is written as a
+// `copy` line there, and the replay's launches copy the bytes the reference
+// follows; under verify the capture refuses it, written as its stream's sync.
+TEST(TraceRecorderGraph, ACapturedDeviceCopyIsWrittenAsACopyLineAndReplaysItsBytes) {
+  constexpr std::uint64_t n = 64 * kKiB;
+  for (const IntegrityPolicy policy : {IntegrityPolicy::off, IntegrityPolicy::verify}) {
+    SCOPED_TRACE(std::string(to_string(policy)));
+    const bool refused = policy == IntegrityPolicy::verify;
+    Recorded p(policy);
+    ASSERT_TRUE(p.rt);
+    const DeviceHandle a = p.alloc(n, 0, "a");
+    ASSERT_TRUE(p.calls->fill(0, a, 4).ok());
+    const DeviceHandle b = p.alloc(n, 1, "b");
+    ASSERT_TRUE(p.calls->wait(1, 0).ok());
+    ASSERT_TRUE(p.rt->begin_capture(1).ok());
+    EXPECT_EQ(p.calls->copy_on_device(1, b, 0, a, 0, n).ok(), !refused);
+    Result<Graph> graph = p.rt->end_capture(1);
+    ASSERT_EQ(graph.ok(), !refused);
+    if (!refused) {
+      ASSERT_TRUE(p.rt->launch(*graph, 1).ok());
+      EXPECT_EQ(p.download(b, n, 1), pattern(4, n));
+      ASSERT_TRUE(graph->destroy().ok());
+    }
+    ASSERT_TRUE(p.calls->synchronize().ok());
+    ASSERT_TRUE(p.rec->flush().ok());
+
+    const std::string trace = p.trace.str();
+    const std::vector<nlohmann::json> lines = lines_of(trace);
+    const std::vector<std::string> want =
+        refused ? std::vector<std::string>{"meta", "alloc", "fill", "alloc", "wait", "capture begin", "sync",
+                                           "capture end", "sync"}
+                : std::vector<std::string>{"meta", "alloc", "fill", "alloc", "wait", "capture begin", "copy",
+                                           "capture end", "replay", "check", "capture destroy", "sync"};
+    ASSERT_EQ(ops_of(lines), want) << trace;
+    if (!refused) {
+      EXPECT_EQ(lines.at(6), nlohmann::json::parse(R"({"op":"copy","src":"a#1","dst":"b#2","stream":1,"bytes":65536})"));
+    }
+    Result<ReplayReport> r = replay_of(trace, policy);
+    ASSERT_TRUE(r.ok()) << r.error().message;
+    EXPECT_TRUE(r->passed()) << report_summary(*r) << "\n" << trace;
+    EXPECT_EQ(r->checks, refused ? 0u : 1u) << "the launch's copy compared with the reference";
+    EXPECT_EQ(r->expected_errors, refused ? 2u : 0u);
+  }
 }
 
 }  // namespace
