@@ -222,8 +222,9 @@ class Runtime {
   // "capture on stream S spoiled: ": no graph then, and blocks the capture
   // allocated that the program freed are freed). Never blocks.
   Result<Graph> end_capture(StreamId stream);
-  // Enqueues the graph's ops on `stream`, in order, through the calls in the
-  // pool adaptor slot, then a record_use of every block it touches (each is
+  // Enqueues the graph's ops on `stream`, in order, on the direct calls behind
+  // the adaptor in the slot (which is told of the launch, not of its ops:
+  // PoolCalls::note_graph), then a record_use of every block it touches (each is
   // leased until this replay has completed). Errors, before anything is
   // enqueued: invalid_argument (an empty graph or another Runtime's, a stream out
   // of range or capturing), stale_handle (a block the graph touches was freed
