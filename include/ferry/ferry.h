@@ -362,7 +362,11 @@ FERRY_C_API ferry_status ferry_get_cache_stats(ferry_runtime FERRY_NONNULL rt, f
 /* ---- Trace recording: from ferry_trace_start until ferry_trace_stop, the pool
  * calls above (alloc, free, upload, download, hold, synchronize, trim) are written
  * to `path` in the replay format (docs/spec.md §3; `ferry replay FILE`). Blocks
- * live at start are recorded first, as allocs marked "existing". The file is
+ * live at start are recorded first, as allocs marked "existing". Graph capture
+ * (below) is recorded as the program made it: the calls on a capturing stream
+ * between `capture` begin and end lines, each ferry_graph_launch as a `replay`
+ * line, ferry_graph_destroy as a `capture` destroy line (start recording outside
+ * a capture: one begun before is not written). The file is
  * opened without blocking and its first lines are written and flushed before the
  * call returns. Errors: INVALID_ARGUMENT (already recording; the path cannot be
  * opened, is not a regular file — a FIFO, /dev/full — or cannot be written).

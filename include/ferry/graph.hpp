@@ -8,7 +8,11 @@
 // a Graph, and Runtime::launch(graph, stream) enqueues them again, each time
 // through the same calls, so each replay's ops take their leases (I2), are
 // ordered after the point each block became its allocation's (I3) and are seen
-// by the race checker as they are issued.
+// by the race checker as they are issued. The capture is the end of the
+// Runtime's chain of calls (pool_calls.hpp): an adaptor in the pool adaptor
+// slot (the trace recorder) sees a capture's calls as the program makes them,
+// and is told of begin_capture, end_capture, launch and destroy (GraphEvent),
+// but not of a launch's ops, which run behind it.
 //
 // What cannot be captured is refused when it is called, with a message naming
 // the op and why, and the refusal spoils the capture: end_capture returns it.
@@ -104,6 +108,25 @@ struct CaptureOptions {
 // its blocks, reserved and allocated bytes and graphs; empty when there is none.
 // Never fails, never blocks.
 std::string graph_pools_summary(const Runtime& rt);
+
+// What a Runtime tells the calls in its pool adaptor slot about its graphs
+// (PoolCalls::note_graph), after each begin_capture, end_capture, launch and
+// Graph::destroy has run, on the caller's thread: an adaptor in the slot sees
+// a capture's calls (the capture sits behind it, pool_calls.hpp) but not these
+// Runtime calls, and a recorder needs both, in program order.
+struct GraphEvent {
+  enum class Kind : std::uint8_t { begin_capture, end_capture, launch, destroy };
+  Kind kind = Kind::begin_capture;
+  StreamId stream = 0;  // begin_capture, end_capture, launch
+  // end_capture (the graph made; 0 when none), launch, destroy: a number naming
+  // the graph, unique in its Runtime; 0 for an empty Graph.
+  std::uint64_t graph = 0;
+  // begin_capture: the private pool CaptureOptions::pool named (0: none, a pool
+  // of its own); end_capture: the graph's pool. Unique in the Runtime, never 0
+  // for a pool.
+  std::uint64_t pool = 0;
+  const Error* error = nullptr;  // the call failed with this (null: it succeeded)
+};
 
 struct GraphStats {
   std::uint64_t ops = 0;            // recorded calls, replayed in order

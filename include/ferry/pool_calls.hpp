@@ -4,9 +4,12 @@
 // A policy over these calls (the trace recorder, trace_recorder.hpp) is an
 // adaptor: a PoolCalls that wraps another and forwards to it (STYLE practice 6).
 // DirectPoolCalls is the end of the chain: each call on the pool, the transfer
-// engine or the pool's backend itself. A Runtime holds one in its pool adaptor
-// slot (Runtime::calls), so a caller goes through whatever adaptor sits there
-// without asking whether one does.
+// engine or the pool's backend itself. A Runtime's chain is calls() -> the
+// adaptor in its slot, if any -> its graph capture (graph.hpp), which records
+// the calls on capturing streams and makes the rest on direct calls of its own
+// (Runtime::calls, direct_calls), so a caller goes through whatever adaptor
+// sits there without asking whether one does, and an adaptor sees captured
+// calls as the program made them.
 //
 // Errors and blocking: each call's are those of what it forwards to (named per
 // call below); an adaptor adds none of its own. Thread safety: as what it
@@ -27,6 +30,8 @@
 #include "ferry/user_op.hpp"
 
 namespace ferry FERRY_API {
+
+struct GraphEvent;  // graph.hpp
 
 class PoolCalls {
  public:
@@ -50,8 +55,8 @@ class PoolCalls {
   virtual Result<Ticket> user(StreamId stream, std::span<const Operand> operands, UserKernel kernel,
                               UserCost cost = {}, std::string tag = {}) = 0;
 
-  // record_use (user_op.hpp) on pool(). Not pure, so that an adaptor that does
-  // not care forwards nothing of it: the default calls record_use itself.
+  // record_use (user_op.hpp) on pool(): the default calls record_use itself.
+  // An adaptor forwards it instead, or a capture behind it would not record it.
   virtual Result<Ticket> record_use(StreamId stream, std::span<const DeviceHandle> handles);
 
   // TransferEngine::upload / download / copy_on_device on engine().
@@ -74,6 +79,15 @@ class PoolCalls {
   // backend_error.
   virtual Result<void> synchronize(StreamId stream) = 0;
   virtual Result<void> synchronize() = 0;
+
+  // Graph capture (graph.hpp): the Runtime tells the calls in its slot what
+  // each begin_capture, end_capture, launch and Graph::destroy did, after it
+  // ran. The capture itself is the end of the chain (Runtime::direct_calls): a
+  // call on a capturing stream passes through every adaptor before it is
+  // recorded, and a launch's ops run behind them all. An adaptor that wraps
+  // another forwards this too. The default does nothing. Never fails; must not
+  // block or call the Runtime back.
+  virtual void note_graph(const GraphEvent& event);
 };
 
 // The calls made straight on `pool`, `engine` (which must use `pool`) and the

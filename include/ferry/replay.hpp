@@ -31,8 +31,12 @@
 //     dispatches what its stream holds up to it. An upload returned as
 //     `transfer_corrupt` is an error like any other (expectable); the id's
 //     bytes are unknown after it, so later checks of it compare nothing.
+//   * `copy` runs TransferEngine::copy_on_device under the integrity policy; the
+//     reference follows a copy of the whole destination from the same offset
+//     (ExpectedBytes::copied), and leaves any other destination unknown.
 //   * `capture` / `replay` (graph.hpp): a capture's ops on its stream go through
-//     Runtime::calls(), which records them (fill, compute, user; an alloc there
+//     Runtime::calls(), which records them (fill, compute, user, copy — refused
+//     under verify; an alloc there
 //     comes from the graph's private pool, a free of such a block is deferred)
 //     or refuses them (hold, release, sync and wait with that stream; the
 //     capture is spoiled and its `end` returns the refusal). The replay records

@@ -57,6 +57,7 @@ namespace ferry FERRY_API {
 
 namespace detail {
 class FERRY_HIDDEN GraphCapture;  // src/runtime/graph_capture.hpp
+class FERRY_HIDDEN SlotFront;     // src/runtime/runtime.cpp
 }  // namespace detail
 
 struct RuntimeOptions {
@@ -199,22 +200,22 @@ class Runtime {
   Result<void> synchronize();
 
   // The pool adaptor slot. calls() is what a program's calls on the pool, the
-  // engine and the streams go through (pool_calls.hpp): the adaptor set last, or
-  // the direct calls, whose synchronize() is Runtime::synchronize, behind the
-  // graph capture's front (graph.hpp): calls() always returns that front, which
-  // records the calls on capturing streams and forwards every other call to
-  // what sits in the slot when it runs, so a pointer taken before a capture
-  // begins is captured too. The pointer it
-  // returns keeps that adaptor alive while the caller uses it, even once another
-  // replaces it. Never blocks.
+  // engine and the streams go through (pool_calls.hpp): a front that forwards
+  // each call, when it runs, to the adaptor set last, or to direct_calls() when
+  // none is set; so a pointer taken before an adaptor is set goes through it
+  // too. The pointer it returns keeps that adaptor alive while the caller uses
+  // it, even once another replaces it. Never blocks.
   std::shared_ptr<PoolCalls> calls() const;
   // Puts `adaptor` in the slot (null: the direct calls again) and returns the one
   // it replaced (null when none was set). An adaptor wraps direct_calls() (or an
-  // adaptor over them) and must not outlive the Runtime; the slot drops its
-  // reference before any component goes. Never blocks.
+  // adaptor over them), forwards every call it does not answer itself (record_use
+  // and note_graph included), and must not outlive the Runtime; the slot drops
+  // its reference before any component goes. Never blocks.
   std::shared_ptr<PoolCalls> set_pool_adaptor(std::shared_ptr<PoolCalls> adaptor);
-  // The end of the chain: the calls made straight on the components.
-  PoolCalls& direct_calls() noexcept { return *direct_; }
+  // The end of the chain: the graph capture's calls (graph.hpp), which record
+  // the calls made on capturing streams and make every other one straight on
+  // the components (Runtime::synchronize for synchronize()).
+  PoolCalls& direct_calls() noexcept;
 
   // Allocation::allocate(pool(), bytes, stream): an owned block, freed
   // (stream-ordered) when the Allocation goes, which must be before the Runtime.
@@ -237,8 +238,9 @@ class Runtime {
   // "capture on stream S spoiled: ": no graph then, and blocks the capture
   // allocated that the program freed are freed). Never blocks.
   Result<Graph> end_capture(StreamId stream);
-  // Enqueues the graph's ops on `stream`, in order, through the calls in the
-  // pool adaptor slot, then a record_use of every block it touches (each is
+  // Enqueues the graph's ops on `stream`, in order, on the direct calls behind
+  // the adaptor in the slot (which is told of the launch, not of its ops:
+  // PoolCalls::note_graph), then a record_use of every block it touches (each is
   // leased until this replay has completed). Errors, before anything is
   // enqueued: invalid_argument (an empty graph or another Runtime's, a stream out
   // of range or capturing), stale_handle (a block the graph touches was freed
@@ -249,13 +251,18 @@ class Runtime {
 
  private:
   friend class detail::GraphCapture;
+  friend class detail::SlotFront;
   friend class Graph;
   friend class GraphPool;
-  // The calls in the pool adaptor slot, or the direct ones: what calls() returns
-  // when no graph intercepts them.
+  // The calls in the pool adaptor slot, or direct_calls(): where calls() forwards.
   std::shared_ptr<PoolCalls> slot_calls() const;
-  // The graph capture's front (capture_, copied under calls_mu_). Never blocks.
+  // The graph capture (capture_, copied under calls_mu_). Never blocks.
   std::shared_ptr<detail::GraphCapture> graph_capture() const;
+  // Tells the calls in the slot (PoolCalls::note_graph); told() also sets the
+  // event's error from `result`, and returns it.
+  void note_graph(const GraphEvent& event) const;
+  template <class R>
+  R told(GraphEvent event, R result) const;
   // invalid_argument, naming `call`, when `stream` is capturing.
   Result<void> refuse_if_capturing(StreamId stream, std::string_view call) const;
 
@@ -267,12 +274,13 @@ class Runtime {
   // Built in index order; the destructor resets them in reverse. Never empty once built.
   std::vector<std::unique_ptr<RuntimeDevice>> devices_;
   std::unique_ptr<OffloadCache> cache_;
-  std::unique_ptr<PoolCalls> direct_;  // over device 0's pool and engine
+  std::unique_ptr<PoolCalls> direct_;  // over device 0's pool and engine: behind the capture
 
-  mutable std::mutex calls_mu_;  // guards pool_adaptor_ and capture_ (their copy and swap, never a call's run)
+  mutable std::mutex calls_mu_;  // guards front_, pool_adaptor_ and capture_ (their copy and swap, never a call's run)
+  std::shared_ptr<PoolCalls> front_;  // what calls() returns: forwards to slot_calls()
   std::shared_ptr<PoolCalls> pool_adaptor_;
-  // What calls() returns (made by create, a detail::GraphCapture): it records
-  // capturing streams' calls and defers frees of private pools' blocks.
+  // The end of the chain (made by create, a detail::GraphCapture over direct_):
+  // it records capturing streams' calls and defers frees of private pools' blocks.
   std::shared_ptr<PoolCalls> capture_;
 
   mutable std::mutex fault_mu_;  // guards first_fault_

@@ -23,8 +23,8 @@
 //   fill            fill {id, stream, seed}
 //   compute         compute {inputs, output, stream}; with no inputs: fill of the
 //                   output with a fresh seed (the format needs inputs)
-//   copy_on_device  user {stream, operands: [{src, read}, {dst, write}] with the
-//                   copy's offsets and bytes, tag "copy"}
+//   copy_on_device  copy {src, dst, stream, bytes}, with src_offset and
+//                   dst_offset when not 0
 //   user            user {stream, operands: [{id, access, offset, bytes}], tag}
 //                   (the replay stands a kernel of its own in for the program's,
 //                   with the same marks and ranges)
@@ -48,11 +48,25 @@
 // remembered, so a double free is recorded as a free that expects
 // stale_handle), or a stream outside 0..kMaxStreams-1.
 // Work enqueued on pool() or upstream directly is not recorded.
-// Graph capture (graph.hpp): the recorder sits in the slot, behind the capture
-// front, so the calls a capture records are not written when made; each
-// launch's ops reach it and are written as plain lines (the trace unrolls the
-// graph), and allocations on a capturing stream as allocs. It writes no
-// `capture` / `replay` lines yet (docs/spec.md §3 has them; the replay runs them).
+// Graph capture (graph.hpp): the capture sits behind the slot, so the calls a
+// program makes on a capturing stream reach the recorder as it makes them and
+// are written as their lines; the Runtime tells it of each begin_capture,
+// end_capture, launch and Graph::destroy (note_graph), written as
+//   begin_capture   capture {phase "begin", graph, stream}; with `pool` (the
+//                   latest live graph of that private pool) when
+//                   CaptureOptions::pool named one that a live graph uses
+//   end_capture     capture {phase "end", graph, stream} (a spoiled capture's
+//                   end expects its error)
+//   launch          replay {graph, stream}; a launch's ops are not written again
+//   Graph::destroy  capture {phase "destroy", graph}
+// Graphs are named "g<N>", N counting begin_capture calls from 1. In a capture:
+// a copy_to_host is recorded there, not run, and is not written (counted in
+// unrecorded); a download, or an upload or device copy that the capture refused
+// (integrity on; a replay at another --integrity would not refuse its line), is
+// written as the `sync` of its stream, which the replay's
+// capture refuses the same way. A capture begun before recording did is not
+// written (its end, and its graph's launches and destroy, count as unrecorded,
+// and its calls are written as if run), so start recording outside captures.
 //
 // Replaying: `ferry replay FILE` with the same device profile runs at the
 // recorded capacity (the meta line's), so that pressure (and any out_of_memory
@@ -140,6 +154,10 @@ class RecordingPool final : public PoolCalls {
   Result<void> wait(StreamId stream, StreamId for_stream) override;
   Result<void> synchronize(StreamId stream) override;
   Result<void> synchronize() override;
+  // Forwarded, not recorded (the format has no lease of its own).
+  Result<Ticket> record_use(StreamId stream, std::span<const DeviceHandle> handles) override;
+  // Writes the graph's `capture` or `replay` line (see above), then nothing else.
+  void note_graph(const GraphEvent& event) override;
 
   // --- inspection -----------------------------------------------------------------
   DevicePool& pool() noexcept override;

@@ -3,13 +3,17 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <array>
 #include <deque>
+#include <map>
 #include <mutex>
 #include <ostream>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "core/output_file.hpp"
+#include "ferry/graph.hpp"
 
 namespace ferry {
 namespace {
@@ -38,6 +42,11 @@ struct RecordingPool::Impl {
   std::deque<std::uint64_t> freed;  // remembered frees, oldest first
   std::uint64_t allocations = 0;    // N of the ids handed out
   std::uint64_t next_seed = 1;      // seeds of uploads and input-less computes
+  // Graph capture (note_graph): the name of the graph each stream captures, the
+  // live graphs' names and private pools by their GraphEvent numbers.
+  std::array<std::optional<std::string>, kMaxStreams> capturing;
+  std::map<std::uint64_t, std::pair<std::string, std::uint64_t>> graphs;  // graph -> (name, pool)
+  std::uint64_t captures = 0;  // N of the graph names "g<N>"
   RecordingStats st;
   Result<void> write_status;
 
@@ -120,6 +129,31 @@ struct RecordingPool::Impl {
   void write(Line line, const R& result) {
     std::lock_guard lock(mu);
     write_locked(std::move(line), result.ok() ? nullptr : &result.error());
+  }
+
+  bool capturing_on(StreamId stream) {
+    std::lock_guard lock(mu);
+    return stream < kMaxStreams && capturing[stream].has_value();
+  }
+
+  // A call on a capturing stream that the capture refused (and so spoiled) but
+  // that the format cannot write there (a download, a verified upload or copy):
+  // written as the `sync` of that stream, which the capture refuses the same
+  // way, so the replayed capture is spoiled too. True when it was written.
+  template <class R>
+  bool refused_in_capture(StreamId stream, const R& result) {
+    if (result.ok() || result.error().code != ErrorCode::invalid_argument || !capturing_on(stream)) return false;
+    write(Line{{"op", "sync"}, {"stream", stream}}, result);
+    return true;
+  }
+
+  // The latest live graph of private pool `pool`, which a capture sharing it names.
+  std::optional<std::string> graph_of_pool(std::uint64_t pool) const {
+    std::optional<std::string> name;
+    for (const auto& [graph, named] : graphs) {
+      if (named.second == pool) name = named.first;
+    }
+    return name;
   }
 
   std::uint64_t fresh_seed() {
@@ -258,7 +292,8 @@ Result<Ticket> RecordingPool::user(StreamId stream, std::span<const Operand> ope
 Result<Ticket> RecordingPool::copy_to_host(StreamId stream, DeviceHandle src, std::span<std::byte> dst) {
   Impl& p = *impl_;
   std::optional<std::vector<std::string>> id;
-  if (check_stream(stream, "trace").ok()) id = p.lookup({&src, 1});
+  // In a capture it is recorded, not run: a check there would compare nothing the graph did.
+  if (check_stream(stream, "trace").ok() && !p.capturing_on(stream)) id = p.lookup({&src, 1});
   else p.unrecorded();
   Result<Ticket> t = p.up.copy_to_host(stream, src, dst);
   if (id) p.write(Line{{"op", "check"}, {"id", (*id)[0]}}, t);
@@ -276,7 +311,7 @@ Result<TransferReceipt> RecordingPool::upload(StreamId stream, const TransferPla
   if (check_stream(stream, "trace").ok() && !dsts.empty()) ids = p.lookup(dsts);
   else p.unrecorded();
   Result<TransferReceipt> receipt = p.up.upload(stream, plan);
-  if (!ids) return receipt;
+  if (!ids || p.refused_in_capture(stream, receipt)) return receipt;
   std::lock_guard lock(p.mu);
   for (const std::string& id : *ids) {
     Line line{{"op", "upload"}, {"id", id}, {"stream", stream}, {"seed", p.next_seed++}};
@@ -292,7 +327,7 @@ Result<TransferReceipt> RecordingPool::download(StreamId stream, DeviceHandle sr
   if (check_stream(stream, "trace").ok()) id = p.lookup({&src, 1});
   else p.unrecorded();
   Result<TransferReceipt> r = p.up.download(stream, src, src_offset, dst);
-  if (id) p.write(Line{{"op", "check"}, {"id", (*id)[0]}}, r);
+  if (id && !p.refused_in_capture(stream, r)) p.write(Line{{"op", "check"}, {"id", (*id)[0]}}, r);
   return r;
 }
 
@@ -302,21 +337,14 @@ Result<TransferReceipt> RecordingPool::copy_on_device(StreamId stream, DeviceHan
   Impl& p = *impl_;
   const DeviceHandle named[] = {src, dst};
   std::optional<std::vector<std::string>> ids;
-  if (check_stream(stream, "trace").ok() && bytes > 0) ids = p.lookup(named);
-  else p.unrecorded();  // a user operand is never 0 bytes
+  if (check_stream(stream, "trace").ok()) ids = p.lookup(named);
+  else p.unrecorded();
   Result<TransferReceipt> r = p.up.copy_on_device(stream, dst, dst_offset, src, src_offset, bytes);
-  if (ids) {
-    // The ranges, not the whole blocks: copies of disjoint ranges on two streams
-    // must not replay as a race.
-    const auto operand = [&](const std::string& id, Access access, std::uint64_t offset) {
-      Line o{{"id", id}, {"access", std::string(to_string(access))}, {"bytes", bytes}};
-      if (offset != 0) o["offset"] = offset;
-      return o;
-    };
-    Line operands = Line::array();
-    operands.push_back(operand((*ids)[0], Access::read, src_offset));
-    operands.push_back(operand((*ids)[1], Access::write, dst_offset));
-    p.write(Line{{"op", "user"}, {"stream", stream}, {"operands", std::move(operands)}, {"tag", "copy"}}, r);
+  if (ids && !p.refused_in_capture(stream, r)) {
+    Line line{{"op", "copy"}, {"src", (*ids)[0]}, {"dst", (*ids)[1]}, {"stream", stream}, {"bytes", bytes}};
+    if (src_offset != 0) line["src_offset"] = src_offset;
+    if (dst_offset != 0) line["dst_offset"] = dst_offset;
+    p.write(std::move(line), r);
   }
   return r;
 }
@@ -371,6 +399,45 @@ Result<void> RecordingPool::synchronize() {
   Result<void> r = impl_->up.synchronize();
   impl_->write(Line{{"op", "sync"}}, r);
   return r;
+}
+
+Result<Ticket> RecordingPool::record_use(StreamId stream, std::span<const DeviceHandle> handles) {
+  impl_->unrecorded();
+  return impl_->up.record_use(stream, handles);
+}
+
+void RecordingPool::note_graph(const GraphEvent& event) {
+  Impl& p = *impl_;
+  p.up.note_graph(event);
+  std::lock_guard lock(p.mu);
+  const StreamId s = event.stream;
+  const auto named = p.graphs.find(event.graph);
+  switch (event.kind) {
+    case GraphEvent::Kind::begin_capture: {
+      Line line{{"op", "capture"}, {"phase", "begin"}, {"graph", "g" + std::to_string(++p.captures)}, {"stream", s}};
+      if (std::optional<std::string> shared = p.graph_of_pool(event.pool); event.pool != 0 && shared) {
+        line["pool"] = *shared;
+      }
+      if (event.error == nullptr) p.capturing[s] = line["graph"].get<std::string>();
+      return p.write_locked(std::move(line), event.error);
+    }
+    case GraphEvent::Kind::end_capture: {
+      if (!p.capturing[s]) break;  // begun before recording did
+      const std::string name = *std::exchange(p.capturing[s], std::nullopt);  // ended, even when spoiled
+      if (event.error == nullptr) p.graphs[event.graph] = {name, event.pool};
+      return p.write_locked(Line{{"op", "capture"}, {"phase", "end"}, {"graph", name}, {"stream", s}}, event.error);
+    }
+    case GraphEvent::Kind::launch:
+      if (named == p.graphs.end()) break;
+      return p.write_locked(Line{{"op", "replay"}, {"graph", named->second.first}, {"stream", s}}, event.error);
+    case GraphEvent::Kind::destroy: {
+      if (named == p.graphs.end()) break;
+      Line line{{"op", "capture"}, {"phase", "destroy"}, {"graph", named->second.first}};
+      p.graphs.erase(named);
+      return p.write_locked(std::move(line), event.error);
+    }
+  }
+  ++p.st.unrecorded;  // a graph captured before recording began, or an empty one
 }
 
 DevicePool& RecordingPool::pool() noexcept { return impl_->up.pool(); }

@@ -20,6 +20,15 @@ class ExpectedBytes {
   static ExpectedBytes pattern(std::uint64_t bytes, std::uint64_t seed) noexcept {
     return ExpectedBytes(bytes, seed);
   }
+  // What a device copy of `bytes` from `src` at `src_offset` leaves in a
+  // `dst_bytes` buffer at `dst_offset`: src's pattern when it covers the whole
+  // buffer from the same offset (a pattern's byte i depends on its seed and i
+  // only), unknown otherwise.
+  static ExpectedBytes copied(const ExpectedBytes& src, std::uint64_t src_offset, std::uint64_t dst_bytes,
+                              std::uint64_t dst_offset, std::uint64_t bytes) noexcept {
+    const bool whole = src.known() && src_offset == 0 && dst_offset == 0 && bytes == dst_bytes && bytes <= src.size();
+    return whole ? pattern(dst_bytes, *src.seed_) : unknown(dst_bytes);
+  }
   // What a compute kernel writes into an `output_bytes` buffer from `inputs`
   // (in order); unknown when any input is.
   static ExpectedBytes mixed(std::span<ExpectedBytes* const> inputs, std::uint64_t output_bytes);

@@ -77,7 +77,13 @@ void Replayer::replay(const TraceOp& op) {
         break;
       }
       case OpKind::user: user_wrote(*r, done, user_results(*r)); break;
-      default: break;  // only the three above are recorded (captured())
+      case OpKind::copy: {
+        ExpectedBytes result = copied(*r);
+        buffers_[r->inputs.front()].reads.add(done);
+        wrote(buffers_[r->id], done, std::move(result));
+        break;
+      }
+      default: break;  // only the four above are recorded (captured())
     }
   }
   expect_success(op);
@@ -88,6 +94,7 @@ bool Replayer::captured(const TraceOp& op) {
     case OpKind::fill:
     case OpKind::compute:
     case OpKind::user:
+    case OpKind::copy:
     case OpKind::upload:
     case OpKind::hold:
     case OpKind::release:
@@ -140,6 +147,17 @@ bool Replayer::captured(const TraceOp& op) {
         operands.push_back({buffers_[o.id].handle, o.access, o.offset, o.bytes});
       }
       if (!outcome(op, calls->user(op.stream, operands, stand_in_kernel, {}, op.tag))) return true;
+      break;
+    }
+    case OpKind::copy: {
+      Buffer& src = buffers_[op.inputs.front()];
+      Buffer& dst = buffers_[op.id];
+      if (skip(src) || skip(dst)) return true;
+      // Under verify the capture refuses it (a host compare), as the program's would be.
+      if (!outcome(op, calls->copy_on_device(op.stream, dst.handle, op.dst_offset, src.handle, op.src_offset,
+                                             op.bytes))) {
+        return true;
+      }
       break;
     }
     case OpKind::upload:

@@ -46,6 +46,7 @@ void Replayer::execute(const TraceOp& op) {
     case OpKind::upload: return upload(op);
     case OpKind::compute: return compute(op);
     case OpKind::user: return user(op);
+    case OpKind::copy: return copy(op);
     case OpKind::hold:
       backend_.set_hold(op.stream, true);
       return expect_success(op);
@@ -176,6 +177,27 @@ void Replayer::compute(const TraceOp& op) {
   for (IdIndex in : op.inputs) buffers_[in].reads.add({op.stream, *t});
   wrote(out, {op.stream, *t}, std::move(result));
   expect_success(op);
+}
+
+void Replayer::copy(const TraceOp& op) {
+  Buffer& src = buffers_[op.inputs.front()];
+  Buffer& dst = buffers_[op.id];
+  if (skip(src) || skip(dst)) return;
+  if (!outcome(op, order_after_writer(op.stream, src))) return;
+  if (!outcome(op, order_after_writers_and_readers(op.stream, dst))) return;
+  ExpectedBytes result = copied(op);  // before dst changes (src may be dst)
+  Result<TransferReceipt> r =
+      engine_->copy_on_device(op.stream, dst.handle, op.dst_offset, src.handle, op.src_offset, op.bytes);
+  if (!outcome(op, r)) return;
+  src.reads.add(r->done);
+  wrote(dst, r->done, std::move(result));
+  expect_success(op);
+}
+
+ExpectedBytes Replayer::copied(const TraceOp& op) const {
+  const Buffer& dst = buffers_[op.id];
+  return ExpectedBytes::copied(buffers_[op.inputs.front()].expected, op.src_offset, dst.expected.size(),
+                               op.dst_offset, op.bytes);
 }
 
 void Replayer::user(const TraceOp& op) {

@@ -100,6 +100,11 @@ class Replayer {
 
   void sync(const TraceOp& op);
 
+  // Device->device through the transfer engine, under its integrity policy; the
+  // reference follows the bytes where it can (ExpectedBytes::copied).
+  void copy(const TraceOp& op);
+  ExpectedBytes copied(const TraceOp& op) const;
+
   // --- graphs (replay_graphs.cpp) ------------------------------------------------
 
   // What a graph of the trace is: the Graph, and the ops its capture recorded.

@@ -15,7 +15,7 @@ namespace {
 
 using nlohmann::json;
 
-constexpr std::array<NamedValue<OpKind>, 15> kOps{{
+constexpr std::array<NamedValue<OpKind>, 16> kOps{{
     {OpKind::alloc, "alloc"},
     {OpKind::free, "free"},
     {OpKind::fill, "fill"},
@@ -28,6 +28,7 @@ constexpr std::array<NamedValue<OpKind>, 15> kOps{{
     {OpKind::check, "check"},
     {OpKind::wait, "wait"},
     {OpKind::user, "user"},
+    {OpKind::copy, "copy"},
     {OpKind::capture, "capture"},
     {OpKind::replay, "replay"},
     {OpKind::meta, "meta"},
@@ -256,6 +257,14 @@ class Validator {
         op.stream = f.stream("stream").value_or(0);
         op.operands = f.operands("operands", operand_ids).value_or(std::vector<TraceOperand>{});
         if (f.has("tag")) op.tag = f.text("tag").value_or("");
+        break;
+      case OpKind::copy:
+        if (std::optional<std::string> src = f.id("src")) inputs = std::vector<std::string>{*src};
+        id = f.id("dst");
+        op.stream = f.stream("stream").value_or(0);
+        op.bytes = f.u64("bytes").value_or(0);
+        if (f.has("src_offset")) op.src_offset = f.u64("src_offset").value_or(0);
+        if (f.has("dst_offset")) op.dst_offset = f.u64("dst_offset").value_or(0);
         break;
       case OpKind::capture:
       case OpKind::replay:

@@ -21,7 +21,7 @@ namespace ferry::replay {
 
 // meta is the optional first line (its fields go to Trace, never into ops).
 enum class OpKind : std::uint8_t {
-  alloc, free, fill, upload, compute, hold, release, sync, trim, check, wait, user, capture, replay, meta
+  alloc, free, fill, upload, compute, hold, release, sync, trim, check, wait, user, copy, capture, replay, meta
 };
 
 // A `capture` op's step in its graph's life (graph.hpp): begin recording a
@@ -44,13 +44,14 @@ struct TraceOperand {
 struct TraceOp {
   OpKind kind = OpKind::trim;
   std::size_t line = 0;             // 1-based line in the file
-  IdIndex id = 0;                   // alloc, free, fill, upload, check; compute's output
-  std::vector<IdIndex> inputs;      // compute
+  IdIndex id = 0;                   // alloc, free, fill, upload, check; compute's output; copy's dst
+  std::vector<IdIndex> inputs;      // compute; copy: its src alone
   std::vector<TraceOperand> operands;  // user
   std::string tag;                  // user: the program's name for its kernel (may be empty)
-  std::uint64_t bytes = 0;          // alloc
+  std::uint64_t bytes = 0;          // alloc, copy
+  std::uint64_t src_offset = 0, dst_offset = 0;  // copy
   std::uint64_t seed = 0;           // fill, upload
-  StreamId stream = 0;              // alloc, fill, upload, compute, hold, release, sync, wait, user,
+  StreamId stream = 0;              // alloc, fill, upload, compute, hold, release, sync, wait, user, copy,
                                     // capture begin and end, replay
   StreamId waits_for = 0;           // wait: the stream whose work so far `stream` waits for
   IdIndex graph = 0;                // capture, replay: index into Trace::graphs

@@ -33,7 +33,12 @@ Graph::~Graph() { (void)destroy(); }
 Result<void> Graph::destroy() {
   if (!state_) return {};
   std::shared_ptr<detail::GraphState> state = std::move(state_);
-  return state->runtime->graph_capture()->release(*state);
+  GraphEvent event{GraphEvent::Kind::destroy};
+  event.graph = state->id;
+  Result<void> r = state->runtime->graph_capture()->release(*state);
+  if (!r.ok()) event.error = &r.error();
+  state->runtime->note_graph(event);
+  return r;
 }
 
 GraphStats Graph::stats() const {
@@ -67,18 +72,30 @@ std::string graph_pools_summary(const Runtime& rt) {
   return out;
 }
 
+template <class R>
+R Runtime::told(GraphEvent event, R result) const {
+  if (!result.ok()) event.error = &result.error();
+  note_graph(event);
+  return result;
+}
+
 Result<void> Runtime::begin_capture(StreamId stream, CaptureOptions options) {
   FERRY_TRY(refuse_inside_user_kernel("Runtime::begin_capture"));
   FERRY_TRY(check_stream(stream, "begin_capture"));
-  return graph_capture()->begin(stream, std::move(options.pool.state_));
+  GraphEvent event{GraphEvent::Kind::begin_capture, stream};
+  if (options.pool.state_) event.pool = options.pool.state_->id;
+  return told(event, graph_capture()->begin(stream, std::move(options.pool.state_)));
 }
 
 Result<Graph> Runtime::end_capture(StreamId stream) {
   FERRY_TRY(refuse_inside_user_kernel("Runtime::end_capture"));
   FERRY_TRY(check_stream(stream, "end_capture"));
+  GraphEvent event{GraphEvent::Kind::end_capture, stream};
   Result<std::shared_ptr<detail::GraphState>> state = graph_capture()->end(stream);
-  if (!state.ok()) return std::move(state).error();
-  return Graph(std::move(state).value());
+  if (!state.ok()) return told<Result<Graph>>(event, std::move(state).error());
+  event.graph = (*state)->id;
+  event.pool = (*state)->pool->id;
+  return told<Result<Graph>>(event, Graph(std::move(state).value()));
 }
 
 Result<void> Runtime::refuse_if_capturing(StreamId stream, std::string_view call) const {
@@ -91,44 +108,19 @@ Result<void> Runtime::refuse_if_capturing(StreamId stream, std::string_view call
 Result<void> Runtime::launch(const Graph& graph, StreamId stream) {
   FERRY_TRY(refuse_inside_user_kernel("Runtime::launch"));
   FERRY_TRY(check_stream(stream, "launch"));
-  if (!graph.state_) return make_error(ErrorCode::invalid_argument, "launch: the graph is empty");
-  const detail::GraphState& state = *graph.state_;
-  if (state.runtime != this) {
-    return make_error(ErrorCode::invalid_argument, "launch: the graph was captured on another Runtime");
+  GraphEvent event{GraphEvent::Kind::launch, stream};
+  if (!graph.state_) return told<Result<void>>(event, make_error(ErrorCode::invalid_argument, "launch: the graph is empty"));
+  event.graph = graph.state_->id;
+  if (graph.state_->runtime != this) {
+    return told<Result<void>>(event,
+                              make_error(ErrorCode::invalid_argument, "launch: the graph was captured on another Runtime"));
   }
   if (Result<void> r = refuse_if_capturing(stream, "launch"); !r.ok()) {
-    return make_error(ErrorCode::invalid_argument,
-                      "launch: stream " + std::to_string(stream) + " is capturing (a graph in a graph is not recorded)");
+    return told<Result<void>>(event,
+                              make_error(ErrorCode::invalid_argument, "launch: stream " + std::to_string(stream) +
+                                                                          " is capturing (a graph in a graph is not recorded)"));
   }
-  const std::vector<DeviceHandle> now = graph_capture()->current_blocks(state);
-  const detail::Remap remap = [&](DeviceHandle h) {
-    const auto it = std::find(state.blocks.begin(), state.blocks.end(), h);
-    return it == state.blocks.end() ? h : now[static_cast<std::size_t>(it - state.blocks.begin())];
-  };
-  // Every block checked before anything is enqueued: a replay never runs half
-  // on blocks freed outside the graph (I1).
-  for (DeviceHandle h : now) {
-    if (Result<DeviceSpan> span = pool().resolve(h); !span.ok()) {
-      return make_error(ErrorCode::stale_handle,
-                        "launch: block " + text::handle(h) +
-                            " of the graph was freed outside it; nothing enqueued (" + span.error().message + ")");
-    }
-  }
-  const std::shared_ptr<PoolCalls> calls = slot_calls();
-  for (std::size_t i = 0; i < state.ops.size(); ++i) {
-    if (Result<void> r = state.ops[i].run(*calls, stream, remap); !r.ok()) {
-      Error e = std::move(r).error();
-      e.message = "launch: op " + std::to_string(i + 1) + " of " + std::to_string(state.ops.size()) + " (" +
-                  state.ops[i].what + ") stopped the replay: " + e.message;
-      return e;
-    }
-  }
-  if (!state.blocks.empty()) {
-    // One lease on every block until this whole replay has completed (I2 across replays).
-    if (Result<Ticket> t = calls->record_use(stream, now); !t.ok()) return std::move(t).error();
-  }
-  graph.state_->launches.fetch_add(1, std::memory_order_relaxed);
-  return {};
+  return told(event, graph_capture()->launch(*graph.state_, stream));
 }
 
 }  // namespace ferry

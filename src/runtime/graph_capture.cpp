@@ -4,6 +4,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/text.hpp"
 #include "ferry/user_kernel.hpp"
 
 namespace ferry::detail {
@@ -39,6 +40,7 @@ Result<void> GraphCapture::begin(StreamId stream, std::shared_ptr<GraphPoolState
   if (!pool) {
     pool = std::make_shared<GraphPoolState>();
     pool->runtime = &rt_;
+    pool->id = ++made_;
     std::erase_if(pools_, [](const std::weak_ptr<GraphPoolState>& p) { return p.expired(); });
     pools_.push_back(pool);
   }
@@ -46,6 +48,7 @@ Result<void> GraphCapture::begin(StreamId stream, std::shared_ptr<GraphPoolState
   ++pool->users;
   auto state = std::make_shared<GraphState>();
   state->runtime = &rt_;
+  state->id = ++made_;
   state->captured_on = stream;
   state->pool = std::move(pool);
   open_.emplace(stream, std::move(state));
@@ -93,10 +96,9 @@ Result<void> GraphCapture::release(GraphState& state) {
       pool.alias.clear();
     }
   }
-  const std::shared_ptr<PoolCalls> calls = rt_.slot_calls();
   Result<void> first;
   for (DeviceHandle h : to_free) {
-    Result<void> r = calls->free(h);
+    Result<void> r = direct_.free(h);
     if (!r.ok() && first.ok()) first = std::move(r);
   }
   return first;
@@ -149,7 +151,7 @@ GraphStats GraphCapture::stats(const GraphState& state) const {
 
 Result<DeviceHandle> GraphCapture::allocate(std::uint64_t bytes, StreamId stream, std::string_view tag) {
   std::shared_ptr<GraphState> state = open_on(stream);
-  if (!state) return rt_.slot_calls()->allocate(bytes, stream, tag);
+  if (!state) return direct_.allocate(bytes, stream, tag);
   // The pool rounds to 256; a request that does not fit now runs the reclaim
   // ladder, whose last rung waits for in-flight frees: a host wait.
   const std::uint64_t rounded = bytes > UINT64_MAX - 255 ? UINT64_MAX : (bytes + 255) / 256 * 256;
@@ -176,7 +178,7 @@ Result<DeviceHandle> GraphCapture::allocate(std::uint64_t bytes, StreamId stream
       return again;
     }
   }
-  Result<DeviceHandle> h = rt_.slot_calls()->allocate(bytes, stream, tag);
+  Result<DeviceHandle> h = direct_.allocate(bytes, stream, tag);
   if (!h.ok()) return h;
   std::lock_guard lock(mu_);
   GraphPoolState& pool = *state->pool;
@@ -208,21 +210,21 @@ Result<void> GraphCapture::free(DeviceHandle handle) {
       return {};
     }
   }
-  return rt_.slot_calls()->free(handle);
+  return direct_.free(handle);
 }
 
-Result<void> GraphCapture::trim() { return rt_.slot_calls()->trim(); }
+Result<void> GraphCapture::trim() { return direct_.trim(); }
 
 Result<Ticket> GraphCapture::fill(StreamId stream, DeviceHandle dst, std::uint64_t seed) {
   std::shared_ptr<GraphState> state = open_on(stream);
-  if (!state) return rt_.slot_calls()->fill(stream, dst, seed);
+  if (!state) return direct_.fill(stream, dst, seed);
   return record(*state, "fill", {dst}, [=](PoolCalls& c, StreamId s, const Remap& now) { return as_void(c.fill(s, now(dst), seed)); });
 }
 
 Result<Ticket> GraphCapture::compute(StreamId stream, std::span<const DeviceHandle> inputs, DeviceHandle output,
                                      double flops, std::uint64_t mem_bytes) {
   std::shared_ptr<GraphState> state = open_on(stream);
-  if (!state) return rt_.slot_calls()->compute(stream, inputs, output, flops, mem_bytes);
+  if (!state) return direct_.compute(stream, inputs, output, flops, mem_bytes);
   std::vector<DeviceHandle> in(inputs.begin(), inputs.end());
   std::vector<DeviceHandle> touched = in;
   touched.push_back(output);
@@ -235,7 +237,7 @@ Result<Ticket> GraphCapture::compute(StreamId stream, std::span<const DeviceHand
 
 Result<Ticket> GraphCapture::copy_to_host(StreamId stream, DeviceHandle src, std::span<std::byte> dst) {
   std::shared_ptr<GraphState> state = open_on(stream);
-  if (!state) return rt_.slot_calls()->copy_to_host(stream, src, dst);
+  if (!state) return direct_.copy_to_host(stream, src, dst);
   return record(*state, "copy_to_host", {src},
                 [=](PoolCalls& c, StreamId s, const Remap& now) { return as_void(c.copy_to_host(s, now(src), dst)); });
 }
@@ -243,7 +245,7 @@ Result<Ticket> GraphCapture::copy_to_host(StreamId stream, DeviceHandle src, std
 Result<Ticket> GraphCapture::user(StreamId stream, std::span<const Operand> operands, UserKernel kernel,
                                   UserCost cost, std::string tag) {
   std::shared_ptr<GraphState> state = open_on(stream);
-  if (!state) return rt_.slot_calls()->user(stream, operands, std::move(kernel), cost, std::move(tag));
+  if (!state) return direct_.user(stream, operands, std::move(kernel), cost, std::move(tag));
   if (!kernel) return spoil(*state, refused("user op", stream, "its kernel is empty"));
   std::vector<Operand> ops(operands.begin(), operands.end());
   std::vector<DeviceHandle> touched;
@@ -258,7 +260,7 @@ Result<Ticket> GraphCapture::user(StreamId stream, std::span<const Operand> oper
 
 Result<Ticket> GraphCapture::record_use(StreamId stream, std::span<const DeviceHandle> handles) {
   std::shared_ptr<GraphState> state = open_on(stream);
-  if (!state) return rt_.slot_calls()->record_use(stream, handles);
+  if (!state) return direct_.record_use(stream, handles);
   std::vector<DeviceHandle> hs(handles.begin(), handles.end());
   return record(*state, "record_use", hs, [hs](PoolCalls& c, StreamId s, const Remap& now) {
     std::vector<DeviceHandle> hs_now = hs;
@@ -269,7 +271,7 @@ Result<Ticket> GraphCapture::record_use(StreamId stream, std::span<const DeviceH
 
 Result<TransferReceipt> GraphCapture::upload(StreamId stream, const TransferPlan& plan) {
   std::shared_ptr<GraphState> state = open_on(stream);
-  if (!state) return rt_.slot_calls()->upload(stream, plan);
+  if (!state) return direct_.upload(stream, plan);
   const IntegrityPolicy policy = rt_.engine().policy();
   if (policy != IntegrityPolicy::off) {
     return spoil(*state, refused("upload", stream,
@@ -293,7 +295,7 @@ Result<TransferReceipt> GraphCapture::upload(StreamId stream, const TransferPlan
 Result<TransferReceipt> GraphCapture::download(StreamId stream, DeviceHandle src, std::uint64_t src_offset,
                                                std::span<std::byte> dst) {
   std::shared_ptr<GraphState> state = open_on(stream);
-  if (!state) return rt_.slot_calls()->download(stream, src, src_offset, dst);
+  if (!state) return direct_.download(stream, src, src_offset, dst);
   return spoil(*state, refused("download", stream,
                                "it waits on the host for the copy (record copy_to_host instead)"));
 }
@@ -302,7 +304,7 @@ Result<TransferReceipt> GraphCapture::copy_on_device(StreamId stream, DeviceHand
                                                      DeviceHandle src, std::uint64_t src_offset,
                                                      std::uint64_t bytes) {
   std::shared_ptr<GraphState> state = open_on(stream);
-  if (!state) return rt_.slot_calls()->copy_on_device(stream, dst, dst_offset, src, src_offset, bytes);
+  if (!state) return direct_.copy_on_device(stream, dst, dst_offset, src, src_offset, bytes);
   if (rt_.engine().policy() == IntegrityPolicy::verify) {
     return spoil(*state, refused("copy_on_device", stream,
                                  "the integrity policy is verify: its hash compare waits on the host"));
@@ -317,14 +319,14 @@ Result<void> GraphCapture::hold(StreamId stream) {
   if (std::shared_ptr<GraphState> state = open_on(stream)) {
     return spoil(*state, refused("hold", stream, "a graph is replayed whole; a held part would run apart from it"));
   }
-  return rt_.slot_calls()->hold(stream);
+  return direct_.hold(stream);
 }
 
 Result<void> GraphCapture::release(StreamId stream) {
   if (std::shared_ptr<GraphState> state = open_on(stream)) {
     return spoil(*state, refused("release", stream, "a graph is replayed whole; nothing of it is held"));
   }
-  return rt_.slot_calls()->release(stream);
+  return direct_.release(stream);
 }
 
 Result<void> GraphCapture::wait(StreamId stream, StreamId for_stream) {
@@ -336,14 +338,14 @@ Result<void> GraphCapture::wait(StreamId stream, StreamId for_stream) {
       }
     }
   }
-  return rt_.slot_calls()->wait(stream, for_stream);
+  return direct_.wait(stream, for_stream);
 }
 
 Result<void> GraphCapture::synchronize(StreamId stream) {
   if (std::shared_ptr<GraphState> state = open_on(stream)) {
     return spoil(*state, refused("synchronize(stream)", stream, "a host wait: nothing recorded has run"));
   }
-  return rt_.slot_calls()->synchronize(stream);
+  return direct_.synchronize(stream);
 }
 
 Result<void> GraphCapture::synchronize() {
@@ -357,7 +359,7 @@ Result<void> GraphCapture::synchronize() {
     for (auto& state : open) (void)spoil(*state, e);
     return e;
   }
-  return rt_.slot_calls()->synchronize();
+  return direct_.synchronize();
 }
 
 std::shared_ptr<GraphState> GraphCapture::open_on(StreamId stream) const {
@@ -392,6 +394,41 @@ TransferReceipt GraphCapture::recorded_receipt(StreamId stream) {
   return r;
 }
 
-std::shared_ptr<PoolCalls> make_graph_capture(Runtime& rt) { return std::make_shared<GraphCapture>(rt); }
+Result<void> GraphCapture::launch(GraphState& state, StreamId stream) {
+  const std::vector<DeviceHandle> now = current_blocks(state);
+  const Remap remap = [&](DeviceHandle h) {
+    const auto it = std::find(state.blocks.begin(), state.blocks.end(), h);
+    return it == state.blocks.end() ? h : now[static_cast<std::size_t>(it - state.blocks.begin())];
+  };
+  // Every block checked before anything is enqueued: a replay never runs half
+  // on blocks freed outside the graph (I1).
+  for (DeviceHandle h : now) {
+    if (Result<DeviceSpan> span = rt_.pool().resolve(h); !span.ok()) {
+      return make_error(ErrorCode::stale_handle,
+                        "launch: block " + text::handle(h) +
+                            " of the graph was freed outside it; nothing enqueued (" + span.error().message + ")");
+    }
+  }
+  // Straight on the components: the adaptors in the slot saw the capture's calls
+  // and see the launch (note_graph), not its ops again.
+  for (std::size_t i = 0; i < state.ops.size(); ++i) {
+    if (Result<void> r = state.ops[i].run(direct_, stream, remap); !r.ok()) {
+      Error e = std::move(r).error();
+      e.message = "launch: op " + std::to_string(i + 1) + " of " + std::to_string(state.ops.size()) + " (" +
+                  state.ops[i].what + ") stopped the replay: " + e.message;
+      return e;
+    }
+  }
+  if (!state.blocks.empty()) {
+    // One lease on every block until this whole replay has completed (I2 across replays).
+    if (Result<Ticket> t = direct_.record_use(stream, now); !t.ok()) return std::move(t).error();
+  }
+  state.launches.fetch_add(1, std::memory_order_relaxed);
+  return {};
+}
+
+std::shared_ptr<PoolCalls> make_graph_capture(Runtime& rt, PoolCalls& direct) {
+  return std::make_shared<GraphCapture>(rt, direct);
+}
 
 }  // namespace ferry::detail

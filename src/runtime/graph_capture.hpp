@@ -1,7 +1,8 @@
-// The graph capture's front (graph.hpp): what Runtime::calls() returns. It
-// records the calls made on capturing streams, keeps each graph's private pool
-// and defers the program's frees of that pool's blocks; every other call goes
-// to the calls in the Runtime's pool adaptor slot.
+// The graph capture (graph.hpp): the end of a Runtime's chain of calls
+// (Runtime::direct_calls), behind the adaptor in its slot. It records the calls
+// made on capturing streams, keeps each graph's private pool and defers the
+// program's frees of that pool's blocks; every other call, a launch's ops and
+// a pool's last frees go straight to the direct calls it wraps.
 #pragma once
 
 #include <algorithm>
@@ -50,6 +51,7 @@ struct GraphPoolState {
     bool held = false;        // the program holds `current`; else freed, the pool's to reuse
   };
   Runtime* runtime = nullptr;
+  std::uint64_t id = 0;  // GraphEvent::pool
   std::vector<Block> blocks;
   std::map<HandleKey, std::size_t> alias;  // every handle a block has had -> its index
   std::uint64_t users = 0;                 // graphs and open captures
@@ -58,6 +60,7 @@ struct GraphPoolState {
 
 struct GraphState {
   Runtime* runtime = nullptr;
+  std::uint64_t id = 0;  // GraphEvent::graph
   StreamId captured_on = 0;
   std::shared_ptr<GraphPoolState> pool;
   std::vector<RecordedOp> ops;
@@ -72,7 +75,8 @@ struct GraphState {
 
 class GraphCapture final : public PoolCalls {
  public:
-  explicit GraphCapture(Runtime& rt) noexcept : rt_(rt) {}
+  // `direct` (the Runtime's own calls on its components) must outlive it.
+  GraphCapture(Runtime& rt, PoolCalls& direct) noexcept : rt_(rt), direct_(direct) {}
 
   DevicePool& pool() noexcept override { return rt_.pool(); }
   TransferEngine& engine() noexcept override { return rt_.engine(); }
@@ -89,6 +93,9 @@ class GraphCapture final : public PoolCalls {
   // The handles the recorded blocks of `state` have now, in the order of state.blocks.
   std::vector<DeviceHandle> current_blocks(const GraphState& state) const;
   GraphStats stats(const GraphState& state) const;
+  // Enqueues the graph's ops on `stream`, then a record_use of its blocks
+  // (Runtime::launch says when, and its errors).
+  Result<void> launch(GraphState& state, StreamId stream);
 
   Result<DeviceHandle> allocate(std::uint64_t bytes, StreamId stream, std::string_view tag) override;
   Result<void> free(DeviceHandle handle) override;
@@ -119,11 +126,13 @@ class GraphCapture final : public PoolCalls {
   static TransferReceipt recorded_receipt(StreamId stream);
 
   Runtime& rt_;
+  PoolCalls& direct_;
   mutable std::mutex mu_;  // guards open_, owners_, the open states' ops and every pool's state
   std::map<StreamId, std::shared_ptr<GraphState>> open_;
   std::vector<std::weak_ptr<GraphPoolState>> pools_;  // every pool made, for all_pools
   // Pool blocks the program holds, by their handle now: its free() of one is deferred.
   std::map<HandleKey, std::shared_ptr<GraphPoolState>> owners_;
+  std::uint64_t made_ = 0;  // graphs and pools made so far: their ids
 };
 
 }  // namespace ferry::detail

@@ -34,6 +34,8 @@ Result<Ticket> PoolCalls::record_use(StreamId stream, std::span<const DeviceHand
   return ::ferry::record_use(pool(), stream, handles);
 }
 
+void PoolCalls::note_graph(const GraphEvent&) {}
+
 Result<TransferReceipt> DirectPoolCalls::upload(StreamId stream, const TransferPlan& plan) {
   return engine_.upload(stream, plan);
 }

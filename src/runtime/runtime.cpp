@@ -1,15 +1,17 @@
 #include "ferry/runtime.hpp"
 
 #include <cstdint>
+#include <span>
 #include <string>
+#include <string_view>
 #include <utility>
 
 #include "ferry/user_kernel.hpp"
 
 namespace ferry {
 namespace detail {
-// The graph capture's front of calls() (src/runtime/graph_capture.cpp).
-std::shared_ptr<PoolCalls> make_graph_capture(Runtime& rt);
+// The graph capture at the end of the chain, over `direct` (src/runtime/graph_capture.cpp).
+std::shared_ptr<PoolCalls> make_graph_capture(Runtime& rt, PoolCalls& direct);
 }  // namespace detail
 
 namespace {
@@ -31,6 +33,61 @@ class RuntimeCalls final : public DirectPoolCalls {
 };
 
 }  // namespace
+
+namespace detail {
+
+// What calls() returns: each call goes to what sits in the slot when it runs.
+class SlotFront final : public PoolCalls {
+ public:
+  explicit SlotFront(Runtime& rt) noexcept : rt_(rt) {}
+  DevicePool& pool() noexcept override { return rt_.pool(); }
+  TransferEngine& engine() noexcept override { return rt_.engine(); }
+  Result<DeviceHandle> allocate(std::uint64_t bytes, StreamId stream, std::string_view tag) override {
+    return up()->allocate(bytes, stream, tag);
+  }
+  Result<void> free(DeviceHandle handle) override { return up()->free(handle); }
+  Result<void> trim() override { return up()->trim(); }
+  Result<Ticket> fill(StreamId stream, DeviceHandle dst, std::uint64_t seed) override {
+    return up()->fill(stream, dst, seed);
+  }
+  Result<Ticket> compute(StreamId stream, std::span<const DeviceHandle> inputs, DeviceHandle output, double flops,
+                         std::uint64_t mem_bytes) override {
+    return up()->compute(stream, inputs, output, flops, mem_bytes);
+  }
+  Result<Ticket> copy_to_host(StreamId stream, DeviceHandle src, std::span<std::byte> dst) override {
+    return up()->copy_to_host(stream, src, dst);
+  }
+  Result<Ticket> user(StreamId stream, std::span<const Operand> operands, UserKernel kernel, UserCost cost,
+                      std::string tag) override {
+    return up()->user(stream, operands, std::move(kernel), cost, std::move(tag));
+  }
+  Result<Ticket> record_use(StreamId stream, std::span<const DeviceHandle> handles) override {
+    return up()->record_use(stream, handles);
+  }
+  Result<TransferReceipt> upload(StreamId stream, const TransferPlan& plan) override {
+    return up()->upload(stream, plan);
+  }
+  Result<TransferReceipt> download(StreamId stream, DeviceHandle src, std::uint64_t src_offset,
+                                   std::span<std::byte> dst) override {
+    return up()->download(stream, src, src_offset, dst);
+  }
+  Result<TransferReceipt> copy_on_device(StreamId stream, DeviceHandle dst, std::uint64_t dst_offset,
+                                         DeviceHandle src, std::uint64_t src_offset, std::uint64_t bytes) override {
+    return up()->copy_on_device(stream, dst, dst_offset, src, src_offset, bytes);
+  }
+  Result<void> hold(StreamId stream) override { return up()->hold(stream); }
+  Result<void> release(StreamId stream) override { return up()->release(stream); }
+  Result<void> wait(StreamId stream, StreamId for_stream) override { return up()->wait(stream, for_stream); }
+  Result<void> synchronize(StreamId stream) override { return up()->synchronize(stream); }
+  Result<void> synchronize() override { return up()->synchronize(); }
+  void note_graph(const GraphEvent& event) override { up()->note_graph(event); }
+
+ private:
+  std::shared_ptr<PoolCalls> up() const { return rt_.slot_calls(); }
+  Runtime& rt_;
+};
+
+}  // namespace detail
 
 Result<void> Runtime::build_device(const BackendSpec& spec, std::uint32_t index) {
   const RuntimeOptions& o = options_;
@@ -90,7 +147,8 @@ Result<std::unique_ptr<Runtime>> Runtime::create(RuntimeOptions options) {
     if (!rt->cache_->status().ok()) return prefixed(rt->cache_->status().error(), "offload cache");
   }
   rt->direct_ = std::make_unique<RuntimeCalls>(*rt);
-  rt->capture_ = detail::make_graph_capture(*rt);
+  rt->capture_ = detail::make_graph_capture(*rt, *rt->direct_);
+  rt->front_ = std::make_shared<detail::SlotFront>(*rt);
   return rt;
 }
 
@@ -99,6 +157,7 @@ Runtime::~Runtime() {
   // waits would otherwise be all that stands between the device and freed memory.
   {
     std::lock_guard lock(calls_mu_);
+    front_.reset();
     pool_adaptor_.reset();
     capture_.reset();
   }
@@ -162,14 +221,19 @@ Result<void> Runtime::synchronize() {
 
 std::shared_ptr<PoolCalls> Runtime::calls() const {
   std::lock_guard lock(calls_mu_);
-  return capture_;
+  return front_;
 }
 
 std::shared_ptr<PoolCalls> Runtime::slot_calls() const {
   std::lock_guard lock(calls_mu_);
   if (pool_adaptor_) return pool_adaptor_;
-  return std::shared_ptr<PoolCalls>(std::shared_ptr<void>(), direct_.get());  // owned by the Runtime
+  return capture_;
 }
+
+// Set by create and reset only by the destructor, which races with no use.
+PoolCalls& Runtime::direct_calls() noexcept { return *capture_; }
+
+void Runtime::note_graph(const GraphEvent& event) const { slot_calls()->note_graph(event); }
 
 std::shared_ptr<PoolCalls> Runtime::set_pool_adaptor(std::shared_ptr<PoolCalls> adaptor) {
   std::lock_guard lock(calls_mu_);

@@ -114,6 +114,45 @@ TEST(ReplayGraph, ABlockFreedInACaptureIsReusedInsideIt) {
   EXPECT_EQ(r->peak_live_bytes, 2 * kMiB);
 }
 
+// A `copy` in a capture is recorded (integrity off) and each launch copies: the
+// reference follows the whole-block copy, so the check compares bytes; a
+// partial one leaves the destination unknown. Under verify the capture refuses
+// the copy (a host compare) and is spoiled.
+TEST(ReplayGraph, ACopyInACaptureRunsAtEachLaunchAndIsRefusedUnderVerify) {
+  constexpr std::string_view kTrace = R"({"op":"alloc","id":"a","bytes":65536,"stream":0}
+{"op":"fill","id":"a","stream":0,"seed":5}
+{"op":"alloc","id":"b","bytes":65536,"stream":0}
+{"op":"alloc","id":"c","bytes":65536,"stream":0}
+{"op":"capture","phase":"begin","graph":"g","stream":0}
+{"op":"copy","src":"a","dst":"b","stream":0,"bytes":65536}
+{"op":"copy","src":"a","dst":"c","stream":0,"bytes":4096,"src_offset":4096,"dst_offset":8192}
+{"op":"capture","phase":"end","graph":"g","stream":0}
+{"op":"check","id":"b"}
+{"op":"replay","graph":"g","stream":0}
+{"op":"check","id":"b"}
+{"op":"check","id":"c"}
+)";
+  ReplayOptions o;
+  o.capacity = 64 * kMiB;
+  o.integrity = IntegrityPolicy::off;
+  o.backend.race_check = true;
+  Result<ReplayReport> r = replay_trace_text(kTrace, "graph.jsonl", o);
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_TRUE(r->passed()) << report_summary(*r);
+  EXPECT_EQ(r->checks, 1u) << "b after the launch; b before it and the partial c compare nothing";
+  EXPECT_EQ(r->unwritten_checks, 2u);
+
+  Result<ReplayReport> verified = replay(R"({"op":"alloc","id":"a","bytes":65536,"stream":0}
+{"op":"alloc","id":"b","bytes":65536,"stream":0}
+{"op":"capture","phase":"begin","graph":"g","stream":0}
+{"op":"copy","src":"a","dst":"b","stream":0,"bytes":65536,"expect":"invalid_argument"}
+{"op":"capture","phase":"end","graph":"g","stream":0,"expect":"invalid_argument"}
+)");
+  ASSERT_TRUE(verified.ok()) << verified.error().message;
+  EXPECT_TRUE(verified->passed()) << report_summary(*verified);
+  EXPECT_EQ(verified->expected_errors, 2u);
+}
+
 TEST(ReplayGraph, TheValidatorNamesABadCaptureLine) {
   for (const auto& [text, want] : {
            std::pair<std::string_view, std::string_view>{R"({"op":"replay","graph":"g","stream":0})",

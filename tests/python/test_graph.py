@@ -1,5 +1,7 @@
 """ferry.Graph on the sim: Runtime.begin_capture / end_capture, Graph.launch and
 destroy over the C ABI's graph capture (include/ferry/graph.hpp)."""
+import json
+
 import pytest
 
 import ferry
@@ -80,3 +82,35 @@ def test_an_upload_on_a_capturing_stream_is_refused_here():
             rt.upload(h, bytes(4096), stream=0)
         rt.upload(h, bytes(4096), stream=1)  # another stream runs as before
         rt.end_capture(0).destroy()
+
+
+def test_a_recorded_capture_is_written_as_capture_and_replay_lines(tmp_path):
+    """ferry_trace_start over a program that captures: the trace holds the capture's
+    calls once, between its begin and end lines, and one replay line per launch
+    (the recorder sits in front of the capture, include/ferry/trace_recorder.hpp)."""
+    with ferry.Runtime(profile="tiny") as rt:
+        trace = tmp_path / "graph.jsonl"
+        rt.trace_start(str(trace))
+        kv = rt.alloc(4096)
+        rt.upload(kv, bytes(4096), stream=1)
+        rt.begin_capture(1)
+        act = rt.alloc(4096, 1)
+        rt.launch(1, [(act, "w")], lambda ctx: None)
+        rt.launch(1, [(kv, "rw"), (act, "r")], _add_one)
+        rt.free(act)  # deferred: the graph's pool keeps it
+        graph = rt.end_capture(1)
+        for _ in range(3):
+            graph.launch(1)
+        rt.synchronize()  # the callables run at completion on the sim; destroy drops them
+        graph.destroy()
+        assert rt.download(kv, 1, stream=1) == bytes([3])
+        rt.free(kv)
+        rt.trace_stop()
+    lines = [json.loads(line) for line in trace.read_text().splitlines()]
+    ops = [line["op"] + (" " + line["phase"] if line["op"] == "capture" else "") for line in lines]
+    assert ops == ["meta", "alloc", "upload", "capture begin", "alloc", "user", "user", "free", "capture end",
+                   "replay", "replay", "replay", "sync", "capture destroy", "check", "free"]
+    assert lines[3] == {"op": "capture", "phase": "begin", "graph": "g1", "stream": 1}
+    assert lines[6]["operands"] == [{"id": "b1", "access": "read_write"}, {"id": "b2", "access": "read"}]
+    assert all(line == {"op": "replay", "graph": "g1", "stream": 1} for line in lines[9:12])
+    assert lines[13] == {"op": "capture", "phase": "destroy", "graph": "g1"}

@@ -144,7 +144,7 @@ TEST(TraceRecorder, ARecordedProgramReplaysWithEveryCheckMatchingAndTheSameError
   EXPECT_EQ(count_op(lines, "check"), 3u);
   EXPECT_EQ(count_op(lines, "upload"), 1u);
   EXPECT_EQ(count_op(lines, "compute"), 1u) << "the kernel (the input-less one is a fill)";
-  EXPECT_EQ(count_op(lines, "user"), 1u) << "the device copy, with its ranges";
+  EXPECT_EQ(count_op(lines, "copy"), 1u) << "the device copy";
   EXPECT_EQ(count_op(lines, "hold"), 1u);
   EXPECT_EQ(count_op(lines, "release"), 1u);
   EXPECT_EQ(count_op(lines, "trim"), 1u);
@@ -427,9 +427,10 @@ TEST(TraceRecorder, AFailingOutputIsReportedButNeverFailsTheProgram) {
   EXPECT_EQ(rec.stats().lines, 0u);
 }
 
-// Device copies are recorded with their ranges: two copies into disjoint halves
-// of one block on two streams replay race-free under --strict; had the recorder
-// written them as whole-block writes, the replay would report a race.
+// Device copies are recorded as `copy` lines with their ranges: two copies into
+// disjoint halves of one block on two streams replay race-free under --strict
+// (integrity off: no host compare orders them); had the recorder written them
+// as whole-block writes, the replay would report a race.
 TEST(TraceRecorder, DeviceCopiesOfDisjointRangesOnTwoStreamsReplayWithoutARace) {
   Rig rig(h200_at(64 * kMiB));
   std::ostringstream trace;
@@ -449,30 +450,31 @@ TEST(TraceRecorder, DeviceCopiesOfDisjointRangesOnTwoStreamsReplayWithoutARace) 
     ASSERT_TRUE(rec.synchronize().ok());
     EXPECT_EQ(back, testing::pattern(3, 2 * kMiB)) << "the program's copies moved its bytes";
     auto none = rec.copy_on_device(0, *dst, 0, *src, 0, 0);
-    EXPECT_FALSE(none.ok()) << "a 0-byte copy is refused";
-    EXPECT_EQ(rec.stats().unrecorded, 1u) << "and left out: a trace operand is never 0 bytes";
+    ASSERT_FALSE(none.ok()) << "a 0-byte copy is refused";
+    EXPECT_EQ(none.error().code, ErrorCode::invalid_argument);
+    EXPECT_EQ(rec.stats().unrecorded, 0u) << "and recorded, expecting the refusal";
     ASSERT_TRUE(rec.flush().ok());
   }
   const std::vector<nlohmann::json> lines = lines_of(trace.str());
-  ASSERT_EQ(count_op(lines, "user"), 2u) << trace.str();
-  for (const auto& l : lines) {
-    if (l.at("op") != "user") continue;
-    EXPECT_EQ(l.at("tag"), "copy");
-    EXPECT_EQ(l.at("operands").at(0).at("access"), "read");
-    EXPECT_EQ(l.at("operands").at(1).at("access"), "write");
-    EXPECT_EQ(l.at("operands").at(1).at("bytes"), kMiB);
-  }
+  ASSERT_EQ(count_op(lines, "copy"), 3u) << trace.str();
+  EXPECT_EQ(lines.at(5), nlohmann::json::parse(
+                             R"({"op":"copy","src":"src#1","dst":"dst#2","stream":0,"bytes":1048576})"));
+  EXPECT_EQ(lines.at(6), nlohmann::json::parse(R"({"op":"copy","src":"src#1","dst":"dst#2","stream":1,)"
+                                               R"("bytes":1048576,"src_offset":1048576,"dst_offset":1048576})"));
+  EXPECT_EQ(lines.back().at("expect"), "invalid_argument") << trace.str();
   ReplayOptions o = replay_at(64 * kMiB);
+  o.integrity = IntegrityPolicy::off;
   o.strict = true;
   o.backend.race_check = true;
   Result<ReplayReport> r = replay_trace_text(trace.str(), "recorded.jsonl", o);
   ASSERT_TRUE(r.ok()) << r.error().message;
   EXPECT_TRUE(r->passed()) << report_summary(*r) << "\n" << trace.str();
   EXPECT_EQ(r->races, 0u) << report_summary(*r);
-  // What a partial stand-in write leaves is not modeled: the check reads, but
-  // compares nothing (a whole-block copy, as in run_program, is compared).
+  // What a partial copy leaves is not modeled: the check reads, but compares
+  // nothing (a whole-block copy, as in run_program, is compared).
   EXPECT_EQ(r->checks, 0u);
   EXPECT_EQ(r->unwritten_checks, 1u);
+  EXPECT_EQ(r->expected_errors, 1u);
 }
 
 
