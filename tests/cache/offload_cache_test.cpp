@@ -461,7 +461,7 @@ TEST_P(OffloadCacheTest, ThreadsShareTheCache) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Profiles, OffloadCacheTest, ::testing::Values(std::string("tiny"), std::string("h200")),
-                         [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
+                         [](const ::testing::TestParamInfo<std::string>& p) { return p.param; });
 
 }  // namespace
 }  // namespace ferry
