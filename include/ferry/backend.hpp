@@ -155,6 +155,8 @@ struct DeviceInfo {
   bool fault_injection = false;    // BackendSpec::faults are injected
   bool lazy_host_ranges = false;   // a registered host range may stay unbacked until read (no driver pins it)
   bool peer_copy = false;          // PeerCopyOp runs (the sim: from another sim device of the process)
+  bool native_graphs = false;      // begin_graph / end_graph make a stream's ops one native graph, replayed
+                                   // as one launch (cuda: a CUDA graph; the sim: when its spec asks)
   bool profiled = false;           // the device is a DeviceProfile the spec names (spec_profile): its capacity,
                                    // granule and latencies are known before it opens, and a run may scale them
 };
@@ -174,6 +176,20 @@ struct FaultCounters {
   std::uint64_t failed_maps = 0;
   // Sim: peer copies that the injected peer-noop fault swallowed.
   std::uint64_t swallowed_peer_copies = 0;
+};
+
+// A stream's device work made one graph of the device's own (Backend::end_graph):
+// `launch` is a user kernel (user_kernel.hpp) that replays every op of it on the
+// stream it is given, as one launch (cuda: cudaGraphLaunch; the sim: the ops'
+// effects on its operands' views, in order). Enqueue it as a UserOp whose operands
+// cover every device range of the ops (read_write): that op's leases and order are
+// the replay's. What the graph holds on the device is freed once the last copy of
+// `launch` is gone and every launch of it has completed.
+struct NativeGraph {
+  UserKernel launch;
+  std::uint64_t ops = 0;       // device ops in the graph
+  double flops = 0;            // the ops' stated cost (op_contract.hpp), summed: the UserOp's
+  std::uint64_t mem_bytes = 0;
 };
 
 struct HostMemoryStats {
@@ -279,6 +295,20 @@ class Backend {
                           std::string_view tag) {
     (void)addr, (void)bytes, (void)handle, (void)tag;
   }
+
+  // --- Native graphs (DeviceInfo::native_graphs). begin_graph(s): from now on
+  // the device work enqueued on `s` (every op but waits) is kept for a graph
+  // instead of run; each such op still gets its ticket, carried by a no-op in
+  // its place, so its leases retire as always. Waits run as always (the order
+  // they give is the launch's to give again). end_graph(s) stops that and makes
+  // the kept ops one graph. Errors: unsupported (no native graphs; an op the
+  // device cannot put in a graph, named: host memory, a batched copy, a peer
+  // copy, a hash), invalid_argument (bad stream; begin: s keeps ops already;
+  // end: s keeps none or no op was kept), backend_error. Whatever end_graph
+  // answers, `s` runs its ops again. Only one thread may enqueue on `s` between
+  // the two calls. Never block on device work.
+  virtual Result<void> begin_graph(StreamId stream);
+  virtual Result<NativeGraph> end_graph(StreamId stream);
 
   // The backend that runs the ops: this one, or for an adaptor (forwarding_backend.hpp)
   // the one at the end of its chain. A backend layer reaches its own backend's

@@ -54,6 +54,8 @@ class ForwardingBackend : public Backend {
                   std::string_view tag) override {
     inner_.note_block(addr, bytes, handle, tag);
   }
+  Result<void> begin_graph(StreamId stream) override { return inner_.begin_graph(stream); }
+  Result<NativeGraph> end_graph(StreamId stream) override { return inner_.end_graph(stream); }
   Backend& innermost() noexcept override { return inner_.innermost(); }
   Result<NativeStream> native_stream(StreamId stream) override { return inner_.native_stream(stream); }
   Result<StreamId> adopt_stream(NativeStream native) override { return inner_.adopt_stream(native); }

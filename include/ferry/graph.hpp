@@ -14,6 +14,31 @@
 // and is told of begin_capture, end_capture, launch and destroy (GraphEvent),
 // but not of a launch's ops, which run behind it.
 //
+// A replay as one op (GraphStats::native). On a device with native graphs
+// (DeviceInfo::native_graphs: cuda, or the sim when its spec asks), end_capture
+// enqueues the recorded ops once more on the capture stream while the backend
+// keeps their device work for a graph of its own (Backend::begin_graph; a no-op
+// runs in each one's place, so nothing recorded runs) and builds it (cuda:
+// stream capture on a private stream, cudaGraphInstantiate). A launch is then
+// one user op over every block the graph touches, read and written, whose
+// kernel replays the graph (cuda: one cudaGraphLaunch): the same refusal of a
+// freed block first, the same leases until the replay completed (I2), ordered
+// after each block's earlier users (I3). Only fills, computes, user ops and
+// record_use go in a native graph; a graph with a transfer engine call (an
+// upload, a device copy, a copy to the host: the engine counts and checks each
+// one), or whose ops the device cannot capture (a program's kernel that
+// synchronizes, allocates or fails), replays op by op as on every device, and
+// GraphStats::per_op_reason says why. A program's kernel in a native graph is
+// called once, when the graph is built (cuda; on the sim at each launch, on the
+// operands' views): what it enqueues on the stream it is given is what every
+// replay runs. Work the program enqueues straight on the native stream
+// (Backend::native_stream) during a capture is not captured: the capture is
+// above the backend, so ferry's own ops reach the stream only at end_capture,
+// and a CUDA capture of the stream begun at begin_capture would hold the
+// program's kernels without ferry's between them; make such work a user op.
+// end_capture and the capture stream's other calls must not run at once on
+// two threads (the backend keeps whatever is enqueued on it meanwhile).
+//
 // What cannot be captured is refused when it is called, with a message naming
 // the op and why, and the refusal spoils the capture: end_capture returns it.
 //   - a verified upload or device copy, a probed upload (the compare needs the host)
@@ -132,6 +157,12 @@ struct GraphStats {
   std::uint64_t ops = 0;            // recorded calls, replayed in order
   std::uint64_t blocks = 0;         // distinct blocks the ops touch
   std::uint64_t launches = 0;       // replays enqueued so far
+  // A launch is one op: the device's native graph of the ops (DeviceInfo::
+  // native_graphs; cuda: one cudaGraphLaunch). Else each op is enqueued again,
+  // and per_op_reason says why (the device has none; a transfer engine call; an
+  // op the device cannot put in a graph, named).
+  bool native = false;
+  std::string per_op_reason;
 };
 
 class Graph {

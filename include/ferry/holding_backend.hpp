@@ -44,6 +44,7 @@
 #include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 #include "ferry/api.hpp"
 #include "ferry/backend.hpp"
@@ -97,6 +98,10 @@ class HoldQueues {
     // An event that completes when the issued `point` has.
     virtual Result<NativeEvent> export_issued(StreamPoint point) = 0;
     virtual Result<void> release_export(NativeEvent event) = 0;
+    // Makes `ops` (the device work begin_graph kept, in enqueue order; each met
+    // check_op and admit) one native graph (Backend::end_graph says the errors).
+    // Runs with no lock of the layer's held. The default: unsupported.
+    virtual Result<NativeGraph> build_graph(StreamId stream, std::vector<Op> ops);
   };
 
   // `info` is the device's (check_op reads its capabilities); both outlive this.
@@ -116,6 +121,9 @@ class HoldQueues {
   Result<void> release_stream(StreamId stream, std::chrono::nanoseconds timeout);
   Result<NativeEvent> export_event(StreamPoint point);
   Result<void> release_event(NativeEvent event);
+  // Backend::begin_graph / end_graph: the layer keeps the ops, the device builds.
+  Result<void> begin_graph(StreamId stream);
+  Result<NativeGraph> end_graph(StreamId stream);
   // The first held op that reads or writes host bytes [begin, begin + bytes),
   // if any (such memory must not be freed yet).
   std::optional<StreamPoint> held_user(const std::byte* begin, std::uint64_t bytes) const;
@@ -136,6 +144,7 @@ class HoldQueues {
     NativeStream adopted = nullptr;  // the program's stream, never held
     Ticket released_at = 0;          // `submitted` when it was last released
     bool native_given = false;       // native_stream() handed out ferry's own stream
+    std::optional<std::vector<Op>> graphing;  // begin_graph: device work kept, a no-op issued instead
   };
 
   // Everything below runs with mu_ held.
@@ -190,6 +199,8 @@ class HoldingBackend : public Base, protected HoldQueues::Device {
   }
   Result<NativeEvent> export_event(StreamPoint point) final { return queues_->export_event(point); }
   Result<void> release_event(NativeEvent event) final { return queues_->release_event(event); }
+  Result<void> begin_graph(StreamId stream) final { return queues_->begin_graph(stream); }
+  Result<NativeGraph> end_graph(StreamId stream) final { return queues_->end_graph(stream); }
 
  protected:
   // Call once the backend's DeviceInfo is final (the end of its constructor).

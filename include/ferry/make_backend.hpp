@@ -29,6 +29,7 @@ struct BackendSpec {
   int device = 0;          // cuda: the device ordinal
   bool race_check = false; // sim: report stream races (race.hpp); a backend that cannot refuses
   std::uint64_t sim_model_bytes_limit = 0;  // sim: SimOptions::model_bytes_limit (0: none)
+  bool sim_native_graphs = false;  // sim: SimOptions::native_graphs (cuda always has them)
 };
 
 // The profile a sim spec models (custom_profile, else the named preset).

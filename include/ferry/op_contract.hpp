@@ -15,6 +15,7 @@
 #include <concepts>
 #include <cstdint>
 #include <functional>
+#include <span>
 #include <string_view>
 #include <variant>
 
@@ -288,5 +289,16 @@ inline bool touches_host(const Op& op, const std::byte* begin, std::uint64_t byt
   });
   return touches;
 }
+
+// Whether `op` may be in a native graph (Backend::end_graph): device work on this
+// device's memory alone — a fill, a compute, a device-to-device copy, a user op, a
+// no-op. Errors: unsupported naming the op and why (host memory, which a graph
+// would read at a replay after the host changed or freed it; a batched copy; a
+// peer copy, across devices; a hash, whose result the host reads).
+Result<void> check_graphable(const Op& op);
+
+// A graph of `ops`' count and summed stated cost, without its launch: an op that
+// states none costs one pass over its device operands (cost_model.hpp's rule).
+NativeGraph graph_figures(std::span<const Op> ops);
 
 }  // namespace ferry

@@ -34,6 +34,11 @@ struct SimOptions {
   // 0: as many as the host gives. Past it, or when the host refuses, the op that
   // needed them fails with out_of_memory as its stream's fault; bytes unchanged.
   std::uint64_t model_bytes_limit = 0;
+  // DeviceInfo::native_graphs: end_graph makes the kept ops one graph, whose launch
+  // is one user op applying their effects in order (fills, computes, device
+  // copies, user kernels) on its operands' views; the native path of graph replay
+  // (graph.hpp) in the deterministic model. Off: the sim makes no native graphs.
+  bool native_graphs = false;
 };
 
 // Sim-only controls beyond the Backend interface.

@@ -40,7 +40,9 @@ DeviceInfo capabilities_of(BackendKind kind) noexcept {
   info.backend = kind;
   switch (kind) {
     case BackendKind::sim: return sim_capabilities(info);
-    case BackendKind::cuda: return info;
+    case BackendKind::cuda:
+      info.native_graphs = true;  // what its info() says once a device opens (src/cuda/setup.cpp)
+      return info;
   }
   return info;
 }
@@ -72,6 +74,7 @@ Result<std::unique_ptr<Backend>> make_backend(const BackendSpec& spec) {
       SimOptions options{*spec_profile(spec), spec.seed, spec.faults};
       options.race_check = spec.race_check;
       options.model_bytes_limit = spec.sim_model_bytes_limit;
+      options.native_graphs = spec.sim_native_graphs;
       std::unique_ptr<Backend> sim = make_sim_backend(options);
       return sim;
     }

@@ -2,6 +2,8 @@
 
 #include <array>
 #include <chrono>
+#include <string>
+#include <string_view>
 #include <thread>
 
 namespace ferry {
@@ -22,5 +24,15 @@ Result<BackendKind> parse_backend_kind(std::string_view text) {
 }
 
 void Backend::advance(std::uint64_t ns) { std::this_thread::sleep_for(std::chrono::nanoseconds(ns)); }
+
+namespace {
+Error no_native_graphs(const Backend& b, std::string_view call) {
+  return make_error(ErrorCode::unsupported, std::string(call) + ": the " + std::string(to_string(b.info().backend)) +
+                                                " backend makes no native graphs (DeviceInfo::native_graphs)");
+}
+}  // namespace
+
+Result<void> Backend::begin_graph(StreamId) { return no_native_graphs(*this, "begin_graph"); }
+Result<NativeGraph> Backend::end_graph(StreamId) { return no_native_graphs(*this, "end_graph"); }
 
 }  // namespace ferry

@@ -1,6 +1,8 @@
 #include <limits>
 #include <string>
 #include <utility>
+#include <variant>
+#include <vector>
 
 #include "core/invariant.hpp"
 #include "core/text.hpp"
@@ -31,6 +33,11 @@ Result<Ticket> HoldQueues::enqueue(StreamId stream, Op op) {
   std::lock_guard lock(mu_);
   Queue& q = queues_[stream];
   if (q.broken) return *q.fault.error;
+  if (q.graphing && !std::holds_alternative<WaitOp>(op) && !std::holds_alternative<NativeWaitOp>(op)) {
+    // Kept for the graph; the no-op carries its ticket, so its leases retire.
+    q.graphing->push_back(std::move(op));
+    op = NopOp{};
+  }
   if (q.hold || !q.queued.empty() || blocked(op)) {  // behind a hold, or a wait on held work
     q.queued.push_back(std::move(op));
     const Ticket ticket = ++q.submitted;
@@ -48,6 +55,49 @@ Result<Ticket> HoldQueues::enqueue(StreamId stream, Op op) {
   q.issued = q.submitted = *got;
   check();
   return *got;
+}
+
+Result<NativeGraph> HoldQueues::Device::build_graph(StreamId stream, std::vector<Op> ops) {
+  (void)ops;
+  return make_error(ErrorCode::unsupported,
+                    "end_graph on stream " + std::to_string(stream) + ": this device makes no native graphs");
+}
+
+Result<void> HoldQueues::begin_graph(StreamId stream) {
+  FERRY_TRY(refuse_inside_user_kernel("begin_graph"));
+  if (stream >= kMaxStreams) return bad_stream("begin_graph", stream);
+  if (!info_.native_graphs) {
+    return make_error(ErrorCode::unsupported, "begin_graph: this device makes no native graphs");
+  }
+  std::lock_guard lock(mu_);
+  Queue& q = queues_[stream];
+  if (q.graphing) {
+    return make_error(ErrorCode::invalid_argument,
+                      "begin_graph: stream " + std::to_string(stream) + " keeps ops for a graph already");
+  }
+  q.graphing.emplace();
+  return {};
+}
+
+Result<NativeGraph> HoldQueues::end_graph(StreamId stream) {
+  FERRY_TRY(refuse_inside_user_kernel("end_graph"));
+  if (stream >= kMaxStreams) return bad_stream("end_graph", stream);
+  std::vector<Op> ops;
+  {
+    std::lock_guard lock(mu_);
+    Queue& q = queues_[stream];
+    if (!q.graphing) {
+      return make_error(ErrorCode::invalid_argument,
+                        "end_graph: stream " + std::to_string(stream) + " keeps no ops for a graph");
+    }
+    ops = std::move(*q.graphing);
+    q.graphing.reset();
+  }
+  if (ops.empty()) {
+    return make_error(ErrorCode::invalid_argument,
+                      "end_graph: no device work was enqueued on stream " + std::to_string(stream));
+  }
+  return device_.build_graph(stream, std::move(ops));
 }
 
 Ticket HoldQueues::submitted(StreamId stream) const {

@@ -2,6 +2,8 @@
 
 #include <cmath>
 #include <string>
+#include <string_view>
+#include <variant>
 #include <utility>
 
 #include "core/text.hpp"
@@ -144,6 +146,44 @@ Result<void> check_op(StreamId stream, const Op& op, const DeviceInfo& info,
     }
   });
   return host_ranges;
+}
+
+Result<void> check_graphable(const Op& op) {
+  const auto no = [&](std::string_view why) -> Result<void> {
+    return make_error(ErrorCode::unsupported,
+                      std::string("a ") + std::string(op_name(op)) + " op cannot be in a native graph: " + std::string(why));
+  };
+  return std::visit(
+      Overloaded{
+          [](const FillOp&) { return Result<void>(); },
+          [](const ComputeOp&) { return Result<void>(); },
+          [](const CopyOnDeviceOp&) { return Result<void>(); },
+          [](const UserOp&) { return Result<void>(); },
+          [](const NopOp&) { return Result<void>(); },
+          [&](const CopyToDeviceOp&) { return no("it reads host memory, which may change or go between replays"); },
+          [&](const BatchCopyToDeviceOp&) { return no("it reads host memory, which may change or go between replays"); },
+          [&](const CopyToHostOp&) { return no("it writes host memory, which may go between replays"); },
+          [&](const HashOp&) { return no("its result is for the host to read"); },
+          [&](const PeerCopyOp&) { return no("it reads another device's memory"); },
+          [&](const WaitOp&) { return no("a wait is the launch's to give"); },
+          [&](const NativeWaitOp&) { return no("a wait is the launch's to give"); },
+      },
+      op);
+}
+
+NativeGraph graph_figures(std::span<const Op> ops) {
+  NativeGraph g;
+  for (const Op& op : ops) {
+    ++g.ops;
+    const OpFigures f = figures_of(op);
+    g.flops += f.flops;
+    if (f.flops != 0 || f.mem_bytes != 0) {
+      g.mem_bytes += f.mem_bytes;
+      continue;
+    }
+    for_each_device_range(op, [&](const DeviceOperand& d) { g.mem_bytes += d.bytes; });
+  }
+  return g;
 }
 
 }  // namespace ferry

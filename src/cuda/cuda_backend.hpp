@@ -88,6 +88,38 @@ cudaError_t memcpy_batch_to_device(std::vector<void*>& dsts, std::vector<void*>&
                                    std::vector<std::size_t>& sizes, int device,
                                    cudaStream_t stream);
 
+// A ComputeOp's device scratch, in words: its seed, one hash per input, the
+// partial sums of the largest input. launch_compute enqueues its kernels on
+// `stream` over that scratch (issue.cpp).
+std::uint64_t compute_scratch_words(const ComputeOp& op);
+cudaError_t launch_compute(const ComputeOp& op, std::uint64_t* scratch, cudaStream_t stream);
+
+// A native graph (graphs.cpp): the CUDA graph of a stream's kept ops, its
+// instantiation and the scratch of its computes.
+struct CudaGraph {
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  void* scratch = nullptr;
+  // The last launch of it on each stream. Written by its launch kernel, which
+  // only run_user calls, under the backend's mu_; read under mu_.
+  std::map<StreamId, Ticket> launched;
+};
+
+// Graphs whose last NativeGraph::launch copy is gone, freed once their launches
+// have completed. Shared with the deleters of the graphs it receives, so a graph
+// dropped after its backend still finds it. `mu` is a leaf.
+struct RetiredGraphs {
+  std::mutex mu;
+  std::vector<CudaGraph*> graphs;
+  void retire(CudaGraph* g) {
+    std::lock_guard lock(mu);
+    graphs.push_back(g);
+  }
+  // Destroys the graph, its instantiation and scratch. Blocks (cudaFree).
+  static void destroy(CudaGraph* g) noexcept;
+  ~RetiredGraphs();
+};
+
 class CudaBackend final : public HoldingBackend<Backend> {
  public:
   struct Setup {
@@ -169,6 +201,10 @@ class CudaBackend final : public HoldingBackend<Backend> {
   Result<void> unbind_stream(StreamId stream) override;
   Result<NativeEvent> export_issued(StreamPoint point) override;
   Result<void> release_export(NativeEvent event) override;
+  // Native graphs: graphs.cpp. Captures `ops` on a private stream (thread-local
+  // capture mode, so other threads' CUDA calls are untouched) into a CUDA graph,
+  // instantiated once.
+  Result<NativeGraph> build_graph(StreamId stream, std::vector<Op> ops) override;
 
  private:
   struct Inflight {
@@ -207,6 +243,12 @@ class CudaBackend final : public HoldingBackend<Backend> {
   // Takes host_mu_ (a leaf, so callers may hold mu_). Whether [p, p + bytes) lies
   // inside one pinned block or registered range.
   bool host_pinned(const void* p, std::uint64_t bytes) const;
+
+  // graphs.cpp, no lock held. Enqueues `op`'s work on the capturing stream `capture`.
+  Result<void> capture_op(StreamId s, cudaStream_t capture, const Op& op, std::uint64_t* scratch);
+  // Takes mu_. The retired graphs whose every launch has completed, taken out of
+  // retired_graphs_ for the caller to destroy with no lock held.
+  std::vector<CudaGraph*> finished_graphs();
 
   // --- Everything below runs with mu_ held.
 
@@ -273,6 +315,8 @@ class CudaBackend final : public HoldingBackend<Backend> {
 
   // Declared before the streams' teardown needs it, freed after (the destructor).
   HostJobs host_jobs_;
+  // Freed by synchronize_issued (no lock held: freeing may block) and the destructor.
+  const std::shared_ptr<RetiredGraphs> retired_graphs_ = std::make_shared<RetiredGraphs>();
 
   mutable std::mutex host_mu_;
   std::map<std::byte*, std::uint64_t> pinned_;      // allocate_pinned blocks

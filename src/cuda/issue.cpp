@@ -198,28 +198,34 @@ Result<void> CudaBackend::hash(StreamId s, Stream& st, const HashOp& op) {
                "cudaLaunchHostFunc");
 }
 
+std::uint64_t compute_scratch_words(const ComputeOp& op) {
+  std::uint64_t max_blocks = 0;
+  for (const DeviceRange& in : op.inputs) max_blocks = std::max(max_blocks, hash_block_count(in.bytes));
+  return 1 + op.inputs.size() + max_blocks;
+}
+
 // mix_kernel: every input hashed on the device, the hashes folded into the seed,
 // the output filled from it; all in stream order, nothing returns to the host.
 // Every hash is enqueued before the fill, so an output that overlaps an input (an
 // in-place epilogue) is read in full before it is written.
-Result<void> CudaBackend::compute(Stream& st, const ComputeOp& op) {
-  std::uint64_t max_blocks = 0;
-  for (const DeviceRange& in : op.inputs) max_blocks = std::max(max_blocks, hash_block_count(in.bytes));
+cudaError_t launch_compute(const ComputeOp& op, std::uint64_t* scratch, cudaStream_t stream) {
   const std::uint64_t k = op.inputs.size();
-  auto buf = scratch(st, 8 * (1 + k + max_blocks));
-  if (!buf.ok()) return std::move(buf).error();
-  std::uint64_t* seed = *buf;
+  std::uint64_t* seed = scratch;
   std::uint64_t* hashes = seed + 1;
   std::uint64_t* partials = hashes + k;
   for (std::uint64_t i = 0; i < k; ++i) {
-    FERRY_TRY(check(launch_content_hash(device_ptr(op.inputs[i].addr), op.inputs[i].bytes,
-                                        partials, hashes + i, st.handle),
-                    "launching the hash kernel"));
+    const cudaError_t err =
+        launch_content_hash(device_ptr(op.inputs[i].addr), op.inputs[i].bytes, partials, hashes + i, stream);
+    if (err != cudaSuccess) return err;
   }
-  FERRY_TRY(check(launch_mix_seed(hashes, k, seed, st.handle), "launching the mix kernel"));
-  return check(launch_fill(device_ptr(op.output.addr), op.output.bytes, op.pattern, 0, seed,
-                           st.handle),
-               "launching the fill kernel");
+  if (const cudaError_t err = launch_mix_seed(hashes, k, seed, stream); err != cudaSuccess) return err;
+  return launch_fill(device_ptr(op.output.addr), op.output.bytes, op.pattern, 0, seed, stream);
+}
+
+Result<void> CudaBackend::compute(Stream& st, const ComputeOp& op) {
+  auto buf = scratch(st, 8 * compute_scratch_words(op));
+  if (!buf.ok()) return std::move(buf).error();
+  return check(launch_compute(op, *buf, st.handle), "launching the compute kernels");
 }
 
 Result<void> CudaBackend::wait_on(StreamId s, Stream& st, const WaitOp& op) {

@@ -134,6 +134,7 @@ Result<std::unique_ptr<Backend>> create_backend(int device) {
     (void)cudaGetLastError();
   }
   info.host_register = device_attribute(cudaDevAttrHostRegisterSupported, device) != 0;
+  info.native_graphs = true;  // stream capture and cudaGraphLaunch: every device this runtime supports
   setup.register_read_only = device_attribute(cudaDevAttrHostRegisterReadOnlySupported, device) != 0;
   setup.memory_pools = device_attribute(cudaDevAttrMemoryPoolsSupported, device) != 0;
 

@@ -87,6 +87,7 @@ Result<void> CudaBackend::synchronize_issued() {
     if (!r.ok() && issued_completed(s) >= last[s]) continue;
     if (!r.ok() && first.ok()) first = std::move(r);
   }
+  for (CudaGraph* g : finished_graphs()) RetiredGraphs::destroy(g);
   return first;
 }
 

@@ -74,6 +74,7 @@ Result<std::shared_ptr<GraphState>> GraphCapture::end(StreamId stream) {
     why.message = "capture on stream " + std::to_string(stream) + " spoiled: " + why.message;
     return why;
   }
+  build_native(*state);
   return state;
 }
 
@@ -145,6 +146,8 @@ GraphStats GraphCapture::stats(const GraphState& state) const {
   s.ops = state.ops.size();
   s.blocks = state.blocks.size();
   s.launches = state.launches.load(std::memory_order_relaxed);
+  s.native = state.native.has_value();
+  s.per_op_reason = state.per_op_reason;
   return s;
 }
 
@@ -218,7 +221,9 @@ Result<void> GraphCapture::trim() { return direct_.trim(); }
 Result<Ticket> GraphCapture::fill(StreamId stream, DeviceHandle dst, std::uint64_t seed) {
   std::shared_ptr<GraphState> state = open_on(stream);
   if (!state) return direct_.fill(stream, dst, seed);
-  return record(*state, "fill", {dst}, [=](PoolCalls& c, StreamId s, const Remap& now) { return as_void(c.fill(s, now(dst), seed)); });
+  return record(
+      *state, "fill", {dst},
+      [=](PoolCalls& c, StreamId s, const Remap& now) { return as_void(c.fill(s, now(dst), seed)); }, true);
 }
 
 Result<Ticket> GraphCapture::compute(StreamId stream, std::span<const DeviceHandle> inputs, DeviceHandle output,
@@ -232,7 +237,7 @@ Result<Ticket> GraphCapture::compute(StreamId stream, std::span<const DeviceHand
     std::vector<DeviceHandle> in_now = in;
     for (DeviceHandle& h : in_now) h = now(h);
     return as_void(c.compute(s, in_now, now(output), flops, mem_bytes));
-  });
+  }, true);
 }
 
 Result<Ticket> GraphCapture::copy_to_host(StreamId stream, DeviceHandle src, std::span<std::byte> dst) {
@@ -255,7 +260,8 @@ Result<Ticket> GraphCapture::user(StreamId stream, std::span<const Operand> oper
                   std::vector<Operand> ops_now = ops;
                   for (Operand& o : ops_now) o.handle = now(o.handle);
                   return as_void(c.user(s, ops_now, kernel, cost, tag));
-                });
+                },
+                true);
 }
 
 Result<Ticket> GraphCapture::record_use(StreamId stream, std::span<const DeviceHandle> handles) {
@@ -266,7 +272,7 @@ Result<Ticket> GraphCapture::record_use(StreamId stream, std::span<const DeviceH
     std::vector<DeviceHandle> hs_now = hs;
     for (DeviceHandle& h : hs_now) h = now(h);
     return as_void(c.record_use(s, hs_now));
-  });
+  }, true);
 }
 
 Result<TransferReceipt> GraphCapture::upload(StreamId stream, const TransferPlan& plan) {
@@ -374,7 +380,8 @@ Error GraphCapture::spoil(GraphState& state, Error e) {
   return e;
 }
 
-Result<Ticket> GraphCapture::record(GraphState& state, std::string what, std::vector<DeviceHandle> touched, Replay run) {
+Result<Ticket> GraphCapture::record(GraphState& state, std::string what, std::vector<DeviceHandle> touched, Replay run,
+                                    bool device_only) {
   for (DeviceHandle h : touched) {
     if (Result<DeviceSpan> span = rt_.pool().resolve(h); !span.ok()) {
       return spoil(state, make_error(ErrorCode::stale_handle, what + " on capturing stream " +
@@ -384,7 +391,7 @@ Result<Ticket> GraphCapture::record(GraphState& state, std::string what, std::ve
   }
   std::lock_guard lock(mu_);
   for (DeviceHandle h : touched) state.touch(h);
-  state.ops.push_back({std::move(what), std::move(run)});
+  state.ops.push_back({std::move(what), std::move(run), device_only});
   return Ticket{0};
 }
 
@@ -394,12 +401,76 @@ TransferReceipt GraphCapture::recorded_receipt(StreamId stream) {
   return r;
 }
 
-Result<void> GraphCapture::launch(GraphState& state, StreamId stream) {
-  const std::vector<DeviceHandle> now = current_blocks(state);
-  const Remap remap = [&](DeviceHandle h) {
+Remap GraphCapture::remap_to(const GraphState& state, const std::vector<DeviceHandle>& now) {
+  return [&state, &now](DeviceHandle h) {
     const auto it = std::find(state.blocks.begin(), state.blocks.end(), h);
     return it == state.blocks.end() ? h : now[static_cast<std::size_t>(it - state.blocks.begin())];
   };
+}
+
+void GraphCapture::build_native(GraphState& state) {
+  Backend& device = rt_.backend();
+  if (!device.info().native_graphs) {
+    state.per_op_reason = "the device makes no native graphs";
+    return;
+  }
+  if (state.ops.empty()) {
+    state.per_op_reason = "nothing was captured";
+    return;
+  }
+  for (std::size_t i = 0; i < state.ops.size(); ++i) {
+    if (!state.ops[i].device_only) {
+      state.per_op_reason = "op " + std::to_string(i + 1) + " (" + state.ops[i].what +
+                            ") is a transfer engine call, which counts and checks each of its replays";
+      return;
+    }
+  }
+  const StreamId stream = state.captured_on;
+  if (Result<void> r = device.begin_graph(stream); !r.ok()) {
+    state.per_op_reason = r.error().message;
+    return;
+  }
+  // The ops enqueued once more, on the capture stream: the device keeps their work
+  // for its graph and runs a no-op in each one's place (Backend::begin_graph), so
+  // their leases and the waits that order them after their blocks' users retire.
+  const std::vector<DeviceHandle> now = current_blocks(state);
+  const Remap remap = remap_to(state, now);
+  for (std::size_t i = 0; i < state.ops.size(); ++i) {
+    if (Result<void> r = state.ops[i].run(direct_, stream, remap); !r.ok()) {
+      (void)device.end_graph(stream);
+      state.per_op_reason = "op " + std::to_string(i + 1) + " (" + state.ops[i].what + "): " + r.error().message;
+      return;
+    }
+  }
+  Result<NativeGraph> graph = device.end_graph(stream);
+  if (!graph.ok()) {
+    state.per_op_reason = graph.error().message;
+    return;
+  }
+  state.native = std::move(graph).value();
+}
+
+Result<void> GraphCapture::launch_native(GraphState& state, StreamId stream, const std::vector<DeviceHandle>& now) {
+  // One op over every block, read and written: it leases them until the whole
+  // replay has completed (I2) and is ordered after each block's earlier users (I3).
+  std::vector<Operand> operands;
+  operands.reserve(now.size());
+  for (DeviceHandle h : now) operands.push_back(Operand{h, Access::read_write});
+  const NativeGraph& g = *state.native;
+  Result<Ticket> t = direct_.user(stream, operands, g.launch, UserCost{g.flops, g.mem_bytes},
+                                  "graph " + std::to_string(state.id));
+  if (!t.ok()) {
+    Error e = std::move(t).error();
+    e.message = "launch: the graph's native launch was refused: " + e.message;
+    return e;
+  }
+  state.launches.fetch_add(1, std::memory_order_relaxed);
+  return {};
+}
+
+Result<void> GraphCapture::launch(GraphState& state, StreamId stream) {
+  const std::vector<DeviceHandle> now = current_blocks(state);
+  const Remap remap = remap_to(state, now);
   // Every block checked before anything is enqueued: a replay never runs half
   // on blocks freed outside the graph (I1).
   for (DeviceHandle h : now) {
@@ -409,6 +480,7 @@ Result<void> GraphCapture::launch(GraphState& state, StreamId stream) {
                             " of the graph was freed outside it; nothing enqueued (" + span.error().message + ")");
     }
   }
+  if (state.native) return launch_native(state, stream, now);
   // Straight on the components: the adaptors in the slot saw the capture's calls
   // and see the launch (note_graph), not its ops again.
   for (std::size_t i = 0; i < state.ops.size(); ++i) {

@@ -40,6 +40,10 @@ using Replay = std::function<Result<void>(PoolCalls&, StreamId, const Remap&)>;
 struct RecordedOp {
   std::string what;
   Replay run;
+  // Device work on pool memory alone (fill, compute, user op, record_use): it may
+  // go in the device's native graph. The transfer engine's calls never do: each
+  // is counted and checked by the engine at its enqueue, replay after replay.
+  bool device_only = false;
 };
 
 // A private pool: blocks allocated on its capturing streams, kept until its last
@@ -67,6 +71,10 @@ struct GraphState {
   std::vector<DeviceHandle> blocks;  // every block an op touches, each once, as recorded
   std::optional<Error> spoiled;      // the first refused call of the capture
   std::atomic<std::uint64_t> launches{0};
+  // Set at end_capture, then constant. The device's graph of the ops, when it made
+  // one: a launch is then one user op over every block; else why not (GraphStats).
+  std::optional<NativeGraph> native;
+  std::string per_op_reason;
 
   void touch(DeviceHandle h) {
     if (std::find(blocks.begin(), blocks.end(), h) == blocks.end()) blocks.push_back(h);
@@ -120,9 +128,16 @@ class GraphCapture final : public PoolCalls {
 
  private:
   std::shared_ptr<GraphState> open_on(StreamId stream) const;
+  // The handle each recorded block has now: `now` is current_blocks(state).
+  static Remap remap_to(const GraphState& state, const std::vector<DeviceHandle>& now);
+  // end_capture on a device with native graphs: replays the ops once into
+  // Backend::begin_graph / end_graph. Sets state.native, or state.per_op_reason.
+  void build_native(GraphState& state);
+  Result<void> launch_native(GraphState& state, StreamId stream, const std::vector<DeviceHandle>& now);
   Error spoil(GraphState& state, Error e);
   // Ticket 0: nothing was enqueued (graph.hpp).
-  Result<Ticket> record(GraphState& state, std::string what, std::vector<DeviceHandle> touched, Replay run);
+  Result<Ticket> record(GraphState& state, std::string what, std::vector<DeviceHandle> touched, Replay run,
+                        bool device_only = false);
   static TransferReceipt recorded_receipt(StreamId stream);
 
   Runtime& rt_;

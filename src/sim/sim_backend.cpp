@@ -94,6 +94,7 @@ SimGpu::SimGpu(const SimOptions& options)
   info_.mem_bytes_per_s = profile_.mem_bytes_per_s;
   info_.flops_per_s = profile_.flops_per_s;
   info_ = sim_capabilities(std::move(info_));
+  info_.native_graphs = options.native_graphs;
   start_queues();
 }
 

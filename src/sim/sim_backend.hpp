@@ -116,6 +116,8 @@ class SimGpu final : public HoldingBackend<SimBackend> {
   Result<void> unbind_stream(StreamId stream) override;
   Result<NativeEvent> export_issued(StreamPoint point) override;
   Result<void> release_export(NativeEvent event) override;
+  // sim_graph.cpp: SimOptions::native_graphs.
+  Result<NativeGraph> build_graph(StreamId stream, std::vector<Op> ops) override;
 
  private:
   bool validate_locked(std::string* why) const;

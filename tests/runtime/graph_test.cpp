@@ -8,15 +8,18 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <functional>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "backend_fixture.hpp"
+#include "ferry/make_backend.hpp"
 #include "ferry/pool_calls.hpp"
 #include "ferry/runtime.hpp"
 #include "pool_helpers.hpp"
+#include "program_kernels.hpp"
 
 namespace ferry {
 namespace {
@@ -26,6 +29,9 @@ using testing::pattern;
 using testing::read_back;
 
 constexpr std::uint64_t KiB = 1024;
+// The suite once more on the sim with native graphs (SimOptions::native_graphs):
+// every replay one op, as on cuda, where the ops allow.
+constexpr const char* kSimGraphs = "sim_graphs";
 
 class GraphTest : public ::testing::TestWithParam<std::string> {
  protected:
@@ -34,7 +40,9 @@ class GraphTest : public ::testing::TestWithParam<std::string> {
   void make(const std::function<void(RuntimeOptions&)>& tweak) {
     rt_.reset();
     RuntimeOptions o;
-    o.backend = testing::backend_spec(GetParam());  // the sim's "tiny" profile: 64 MiB
+    const bool sim_graphs = GetParam() == kSimGraphs;
+    o.backend = testing::backend_spec(sim_graphs ? "sim" : GetParam());  // the sim's "tiny" profile: 64 MiB
+    o.backend.sim_native_graphs = sim_graphs;
     if (tweak) tweak(o);
     auto made = Runtime::create(o);
     if (!made.ok() && !testing::backend_skip_reason(GetParam()).empty()) {
@@ -398,7 +406,179 @@ TEST_P(GraphTest, TheRaceCheckerSeesAReplayRacingAnUncapturedOp) {
   ASSERT_TRUE(graph->destroy().ok());
 }
 
+// --- native graphs: a replay as one op (DeviceInfo::native_graphs) -----------------
+
+TEST_P(GraphTest, AReplayIsOneOpWhereTheDeviceMakesNativeGraphs) {
+  constexpr std::uint64_t n = 16 * KiB;
+  const DeviceHandle in = alloc(n, 1), out = alloc(n, 1), copy = alloc(n, 1);
+  ASSERT_TRUE(calls().synchronize(1).ok());
+  ASSERT_TRUE(rt_->begin_capture(1).ok());
+  const DeviceHandle tmp = alloc(n, 1);  // the graph's own
+  ASSERT_TRUE(calls().fill(1, tmp, 40).ok());
+  const DeviceHandle both[] = {in, tmp};
+  ASSERT_TRUE(calls().compute(1, both, out).ok());
+  ASSERT_TRUE(calls().user(1, std::vector<Operand>{{out, Access::read}, {copy, Access::write}},
+                           [](const KernelLaunch& l) { return testing::copy_operand(l, 1, 0); }, {}, "copy")
+                  .ok());
+  ASSERT_TRUE(calls().record_use(1, std::span<const DeviceHandle>(&out, 1)).ok());
+  ASSERT_TRUE(calls().free(tmp).ok());
+  const Ticket before_end = rt_->backend().submitted(1);
+  auto graph = rt_->end_capture(1);
+  ASSERT_TRUE(graph.ok()) << graph.error().message;
+  const bool native = rt_->backend().info().native_graphs;
+  EXPECT_EQ(graph->stats().native, native) << graph->stats().per_op_reason;
+  if (!native) {
+    EXPECT_NE(graph->stats().per_op_reason.find("no native graphs"), std::string::npos);
+    EXPECT_EQ(rt_->backend().submitted(1), before_end);
+  } else {
+    EXPECT_EQ(graph->stats().per_op_reason, "");
+    // Built by enqueueing the ops once: a no-op ran in each one's place.
+    EXPECT_GE(rt_->backend().submitted(1), before_end + graph->stats().ops);
+  }
+  ASSERT_TRUE(calls().synchronize(1).ok());
+  EXPECT_EQ(bytes_of(out), std::vector<std::byte>(n));  // nothing recorded has run
+
+  for (std::uint64_t i = 0; i < 4; ++i) {
+    ASSERT_TRUE(calls().fill(1, in, 300 + i).ok());
+    const Ticket before = rt_->backend().submitted(1);
+    ASSERT_TRUE(rt_->launch(*graph, 1).ok());
+    if (native) EXPECT_EQ(rt_->backend().submitted(1), before + 1) << "one op per replay";
+    else EXPECT_GT(rt_->backend().submitted(1), before + 1);
+    ASSERT_TRUE(calls().synchronize(1).ok());
+    const std::vector<std::byte> want = mix_bytes({pattern(300 + i, n), pattern(40, n)}, n);
+    ASSERT_EQ(bytes_of(out), want) << "replay " << i;
+    ASSERT_EQ(bytes_of(copy), want) << "replay " << i;
+  }
+  // The graph's memory is leased by its one op as by the ops one by one: a
+  // held replay keeps the pool's block from anyone else after destroy.
+  ASSERT_TRUE(calls().hold(1).ok());
+  ASSERT_TRUE(rt_->launch(*graph, 1).ok());
+  ASSERT_TRUE(graph->destroy().ok());
+  EXPECT_GE(rt_->pool().stats().pending_free_bytes, n);
+  ASSERT_TRUE(calls().release(1).ok());
+  ASSERT_TRUE(calls().synchronize().ok());
+  EXPECT_EQ(rt_->pool().stats().pending_free_bytes, 0u);
+  for (DeviceHandle h : {in, out, copy}) EXPECT_TRUE(calls().free(h).ok());
+}
+
+TEST_P(GraphTest, AGraphWithATransferReplaysOpByOpAndSaysWhy) {
+  constexpr std::uint64_t n = 4 * KiB;
+  const DeviceHandle a = alloc(n, 1);
+  std::vector<std::byte> host(n);
+  ASSERT_TRUE(rt_->begin_capture(1).ok());
+  ASSERT_TRUE(calls().fill(1, a, 6).ok());
+  ASSERT_TRUE(calls().copy_to_host(1, a, host).ok());
+  auto graph = rt_->end_capture(1);
+  ASSERT_TRUE(graph.ok()) << graph.error().message;
+  EXPECT_FALSE(graph->stats().native);
+  const std::string& why = graph->stats().per_op_reason;
+  if (rt_->backend().info().native_graphs) {
+    EXPECT_NE(why.find("op 2 (copy_to_host)"), std::string::npos) << why;
+  } else {
+    EXPECT_NE(why.find("no native graphs"), std::string::npos) << why;
+  }
+  ASSERT_TRUE(rt_->launch(*graph, 1).ok());
+  ASSERT_TRUE(calls().synchronize(1).ok());
+  EXPECT_EQ(host, pattern(6, n));
+  ASSERT_TRUE(graph->destroy().ok());
+  EXPECT_TRUE(calls().free(a).ok());
+}
+
+TEST_P(GraphTest, AFailedNativeBuildKeepsPerOpReplay) {
+  if (!rt_->backend().info().native_graphs) GTEST_SKIP() << "this device makes no native graphs";
+  // A kernel that fails when its graph is built (on sim, when it is applied): on
+  // cuda the build calls it, on the sim only a launch does.
+  constexpr std::uint64_t n = 4 * KiB;
+  const DeviceHandle a = alloc(n, 1);
+  int calls_made = 0;
+  ASSERT_TRUE(rt_->begin_capture(1).ok());
+  ASSERT_TRUE(calls().user(1, std::vector<Operand>{{a, Access::write}},
+                           [&calls_made](const KernelLaunch&) -> Result<void> {
+                             ++calls_made;
+                             return make_error(ErrorCode::backend_error, "this kernel cannot be captured");
+                           },
+                           {}, "refuses")
+                  .ok());
+  auto graph = rt_->end_capture(1);
+  ASSERT_TRUE(graph.ok()) << graph.error().message;
+  if (!rt_->backend().info().host_visible) {
+    EXPECT_FALSE(graph->stats().native);
+    EXPECT_NE(graph->stats().per_op_reason.find("cannot be captured"), std::string::npos)
+        << graph->stats().per_op_reason;
+  }
+  ASSERT_TRUE(rt_->launch(*graph, 1).ok());
+  Result<void> r = calls().synchronize(1);
+  (void)r;
+  EXPECT_GE(calls_made, 1);
+  auto w = rt_->backend().wait(StreamPoint{1, rt_->backend().submitted(1)}, std::chrono::seconds(10));
+  ASSERT_FALSE(w.ok());
+  EXPECT_NE(w.error().message.find("cannot be captured"), std::string::npos) << w.error().message;
+  ASSERT_TRUE(graph->destroy().ok());
+  EXPECT_TRUE(calls().free(a).ok());
+}
+
 INSTANTIATE_TEST_SUITE_P(Backends, GraphTest, FERRY_BACKENDS);
+INSTANTIATE_TEST_SUITE_P(NativeGraphs, GraphTest, ::testing::Values(std::string(kSimGraphs)),
+                         testing::backend_name);
+
+// --- the hold layer's part: ops kept for a graph, no-ops in their place -----------
+
+TEST(NativeGraphHoldLayer, KeptOpsTakeTicketsRunNothingAndBuildOneGraph) {
+  BackendSpec spec = testing::backend_spec("sim");
+  spec.sim_native_graphs = true;
+  auto made = make_backend(spec);
+  ASSERT_TRUE(made.ok()) << made.error().message;
+  Backend& b = **made;
+  ASSERT_TRUE(b.info().native_graphs);
+  auto base = b.reserve_address(1 << 20);
+  ASSERT_TRUE(base.ok());
+  ASSERT_TRUE(b.map(*base, 1 << 20).ok());
+  const DeviceRange r{*base, 4 * KiB};
+
+  EXPECT_EQ(b.end_graph(1).error().code, ErrorCode::invalid_argument);  // keeps nothing
+  EXPECT_EQ(b.begin_graph(kMaxStreams).error().code, ErrorCode::invalid_argument);
+  ASSERT_TRUE(b.begin_graph(1).ok());
+  EXPECT_EQ(b.begin_graph(1).error().code, ErrorCode::invalid_argument);
+  auto t = b.enqueue(1, FillOp{r, 7});
+  ASSERT_TRUE(t.ok());
+  EXPECT_EQ(*t, 1u);
+  ASSERT_TRUE(b.wait({1, *t}, std::chrono::seconds(1)).ok());  // a no-op carried its ticket
+  auto g = b.end_graph(1);
+  ASSERT_TRUE(g.ok()) << g.error().message;
+  EXPECT_EQ(g->ops, 1u);
+  EXPECT_EQ(g->mem_bytes, r.bytes);  // a fill states no cost: one pass
+  std::vector<std::byte> host(r.bytes);
+  ASSERT_TRUE(b.enqueue(1, CopyToHostOp{host.data(), r}).ok());  // runs again: not kept
+  ASSERT_TRUE(b.synchronize().ok());
+  EXPECT_EQ(host, std::vector<std::byte>(r.bytes));  // the fill did not run
+
+  // The graph's launch: one user op over the range.
+  ASSERT_TRUE(b.enqueue(1, UserOp{{UserOperand{r, Access::read_write}}, g->launch, 0, 0, "graph"}).ok());
+  ASSERT_TRUE(b.enqueue(1, CopyToHostOp{host.data(), r}).ok());
+  ASSERT_TRUE(b.synchronize().ok());
+  EXPECT_EQ(host, pattern(7, r.bytes));
+
+  // Host memory is refused, naming the op; the stream runs its ops after.
+  ASSERT_TRUE(b.begin_graph(1).ok());
+  ASSERT_TRUE(b.enqueue(1, CopyToHostOp{host.data(), r}).ok());
+  auto refused = b.end_graph(1);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.error().code, ErrorCode::unsupported);
+  EXPECT_NE(refused.error().message.find("copy_to_host"), std::string::npos) << refused.error().message;
+  ASSERT_TRUE(b.enqueue(1, FillOp{r, 8}).ok());
+  ASSERT_TRUE(b.enqueue(1, CopyToHostOp{host.data(), r}).ok());
+  ASSERT_TRUE(b.synchronize().ok());
+  EXPECT_EQ(host, pattern(8, r.bytes));
+}
+
+TEST(NativeGraphHoldLayer, ADeviceWithoutNativeGraphsSaysSo) {
+  auto made = make_backend(testing::backend_spec("sim"));
+  ASSERT_TRUE(made.ok());
+  EXPECT_FALSE((*made)->info().native_graphs);
+  Result<void> r = (*made)->begin_graph(1);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().code, ErrorCode::unsupported);
+}
 
 }  // namespace
 }  // namespace ferry
