@@ -1,5 +1,5 @@
-// What the examples share: their options (--backend sim|cuda, --race-check) and
-// how they fail.
+// What the examples share: their options (--backend sim|cuda, --race-check,
+// --sim-native-graphs) and how they fail.
 #pragma once
 
 #include <cstdio>
@@ -21,6 +21,10 @@ inline int parse_args(int argc, char** argv, const char* what, ferry::BackendSpe
       spec->race_check = true;
       continue;
     }
+    if (std::strcmp(argv[i], "--sim-native-graphs") == 0) {
+      spec->sim_native_graphs = true;
+      continue;
+    }
     if (std::strcmp(argv[i], "--backend") == 0 && i + 1 < argc) {
       auto parsed = ferry::parse_backend_kind(argv[++i]);
       if (!parsed.ok()) {
@@ -32,7 +36,8 @@ inline int parse_args(int argc, char** argv, const char* what, ferry::BackendSpe
     }
     const bool help = std::strcmp(argv[i], "--help") == 0 || std::strcmp(argv[i], "-h") == 0;
     std::fprintf(help ? stdout : stderr,
-                 "%s\nusage: %s [--backend sim|cuda] [--race-check]   (default: sim; --race-check: sim only)\n",
+                 "%s\nusage: %s [--backend sim|cuda] [--race-check] [--sim-native-graphs]   (default: sim; --race-check: "
+                 "sim only; --sim-native-graphs: the sim replays graphs as cuda does, one op each)\n",
                  what, argv[0]);
     return help ? 0 : 2;
   }
