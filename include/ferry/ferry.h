@@ -419,7 +419,8 @@ FERRY_C_API ferry_status ferry_begin_capture(ferry_runtime FERRY_NONNULL rt, uin
  * named after "spoiled: "), OUT_OF_MEMORY (host). Never blocks. */
 FERRY_C_API ferry_status ferry_end_capture(ferry_runtime FERRY_NONNULL rt, uint32_t stream,
                                            ferry_graph FERRY_NULLABLE* FERRY_NONNULL out);
-/* Enqueues the graph's calls on `stream`, in order; every block it touches is
+/* Enqueues the graph's calls on `stream`, in order (one native graph launch
+ * where the device makes them, ferry/graph.hpp); every block it touches is
  * leased until this replay completes. Errors: STALE_HANDLE (a block of the graph
  * was freed outside it: nothing is enqueued), INVALID_ARGUMENT (another runtime's
  * graph, bad or capturing stream), what a recorded call's enqueue returns. Never
