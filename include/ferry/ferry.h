@@ -365,12 +365,12 @@ FERRY_C_API ferry_status ferry_get_cache_stats(ferry_runtime FERRY_NONNULL rt, f
  * live at start are recorded first, as allocs marked "existing". Graph capture
  * (below) is recorded as the program made it: the calls on a capturing stream
  * between `capture` begin and end lines, each ferry_graph_launch as a `replay`
- * line, ferry_graph_destroy as a `capture` destroy line (start recording outside
- * a capture: one begun before is not written). The file is
+ * line, ferry_graph_destroy as a `capture` destroy line. The file is
  * opened without blocking and its first lines are written and flushed before the
- * call returns. Errors: INVALID_ARGUMENT (already recording; the path cannot be
- * opened, is not a regular file — a FIFO, /dev/full — or cannot be written).
- * Never waits behind other threads' calls. */
+ * call returns. Errors: INVALID_ARGUMENT (already recording; a stream is
+ * capturing: the calls its capture recorded so far were not seen, so it could
+ * not be written; the path cannot be opened, is not a regular file — a FIFO,
+ * /dev/full — or cannot be written). Never waits behind other threads' calls. */
 FERRY_C_API ferry_status ferry_trace_start(ferry_runtime FERRY_NONNULL rt, const char* FERRY_NONNULL path);
 /* Flushes and closes the trace, once the calls that were recording when it was
  * called have returned (never later ones). Errors: INVALID_ARGUMENT (not
@@ -396,17 +396,21 @@ FERRY_C_API ferry_status ferry_import_torch_snapshot(const void* FERRY_NULLABLE 
  * replayed many times, over memory that stays the graph's while it lives.
  * Between ferry_begin_capture and ferry_end_capture the calls on `stream`
  * (ferry_launch, ferry_record_use, ferry_upload under integrity "off",
- * ferry_alloc and ferry_free) are recorded, not run; what cannot be captured
- * (ferry_upload under "probe" or "verify", ferry_download, ferry_synchronize,
- * ferry_hold, ferry_stream_wait across streams, an allocation that would need
- * the reclaim ladder) returns INVALID_ARGUMENT naming the call and why, and
+ * ferry_copy_peer within device 0 unless under "verify", ferry_alloc and
+ * ferry_free) are recorded, not run; what cannot be captured (ferry_upload under
+ * "probe" or "verify", ferry_download, ferry_synchronize, ferry_hold,
+ * ferry_stream_wait across streams, ferry_copy_peer across devices, an
+ * allocation that would need the reclaim ladder) returns INVALID_ARGUMENT
+ * naming the call and why, and
  * spoils the capture. Blocks allocated on the capturing stream are the graph's
  * private pool: a ferry_free of one is deferred until the pool's last graph is
  * destroyed, and a later same-size ferry_alloc of a capture of the same pool
  * reuses it. A graph must be destroyed before its runtime. A captured
- * ferry_upload reads the caller's bytes again at every replay (the call keeps
+ * ferry_upload reads the caller's bytes again at every launch (the call keeps
  * the pointer, not a copy): they must stay valid and unchanged while the graph
- * lives; a captured ferry_launch's callback and user data likewise. */
+ * lives. A captured ferry_launch's callback and user data must stay valid until
+ * the graph is destroyed and its last replay ran: ferry_graph_destroy does not
+ * wait for replays in flight (a ferry_synchronize after it does). */
 typedef struct ferry_graph_s* ferry_graph;
 /* Starts recording `stream`. share_pool_of: nullable; a graph whose private pool
  * the capture allocates from (PyTorch's pool=), or NULL for a pool of its own.
@@ -436,7 +440,8 @@ FERRY_C_API ferry_status ferry_graph_destroy(ferry_graph FERRY_NULLABLE graph);
 /* ---- Several devices (docs/scale.md). The calls above act on device 0; a
  * handle names its device's pool, so a handle of device 1 given to them is
  * STALE_HANDLE (the message names both devices). The calls below take any
- * device's handle. */
+ * device's handle; on device 0 they are the calls above (a capture records
+ * them, a trace writes them). */
 /* The runtime's device count in *out. Errors: INVALID_ARGUMENT (NULL out). Never blocks. */
 FERRY_C_API ferry_status ferry_device_count(ferry_runtime FERRY_NONNULL rt, uint32_t* FERRY_NONNULL out);
 /* The link between devices a and b as ferry_runtime_options.links set it, in *out:

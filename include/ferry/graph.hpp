@@ -45,7 +45,9 @@
 //   - a download, synchronize(stream) on the capturing stream (a host wait)
 //   - synchronize() of every stream while any stream captures
 //   - hold / release of the capturing stream (a graph is replayed whole)
-//   - a wait between the capturing stream and another (one stream per capture)
+//   - a wait between the capturing stream and another (one stream per capture),
+//     and Runtime::copy_peer between devices (its source leg waits on the host;
+//     within device 0 it is a device-to-device copy, recorded)
 //   - an allocation on the capturing stream larger than the largest free extent
 //     (it would need the reclaim ladder, whose last rung waits)
 //

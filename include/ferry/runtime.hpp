@@ -144,7 +144,8 @@ class Runtime {
 
   // Copies bytes [src_offset, src_offset + bytes) of `src` to [dst_offset, ...) of
   // `dst`, whichever devices' pools the handles name (devices.hpp). On one device:
-  // the engine's copy_on_device. Across two linked devices (DevicesOptions::links)
+  // the engine's copy_on_device (device 0's through calls(): a capture records it,
+  // graph.hpp; across devices a capturing stream of device 0 refuses it). Across two linked devices (DevicesOptions::links)
   // whose destination `stream` is not held: direct, once the source's earlier work
   // on its `stream` completed, the destination's device pulling over the link
   // (PeerCopyOp); under probe and verify both sides are hashed on their devices (a
@@ -238,6 +239,9 @@ class Runtime {
   // "capture on stream S spoiled: ": no graph then, and blocks the capture
   // allocated that the program freed are freed). Never blocks.
   Result<Graph> end_capture(StreamId stream);
+  // Whether `stream` is between begin_capture and end_capture (false for a stream
+  // out of range). Never fails, never blocks.
+  bool capturing(StreamId stream) const;
   // Enqueues the graph's ops on `stream`, in order, on the direct calls behind
   // the adaptor in the slot (which is told of the launch, not of its ops:
   // PoolCalls::note_graph), then a record_use of every block it touches (each is

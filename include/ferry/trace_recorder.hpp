@@ -33,7 +33,8 @@
 //                   the program's bytes with patterns; the replay's reference
 //                   model follows them, so checks stay meaningful)
 //   copy_to_host,
-//   download        check {id} (the format's read-back; the replay waits for it)
+//   download        check {id} (the format's read-back; the replay waits for it);
+//                   a copy_to_host in a capture is check {id, stream} (below)
 //   hold / release  hold / release {stream}
 //   wait            wait {stream, for}
 //   synchronize     sync {stream} or sync {}
@@ -60,13 +61,17 @@
 //   launch          replay {graph, stream}; a launch's ops are not written again
 //   Graph::destroy  capture {phase "destroy", graph}
 // Graphs are named "g<N>", N counting begin_capture calls from 1. In a capture:
-// a copy_to_host is recorded there, not run, and is not written (counted in
-// unrecorded); a download, or an upload or device copy that the capture refused
-// (integrity on; a replay at another --integrity would not refuse its line), is
-// written as the `sync` of its stream, which the replay's
-// capture refuses the same way. A capture begun before recording did is not
-// written (its end, and its graph's launches and destroy, count as unrecorded,
-// and its calls are written as if run), so start recording outside captures.
+// a copy_to_host is recorded there, not run, and is written as check {id,
+// stream} (the replay's graph copies at each launch, and the latest copy is
+// compared at the next sync covering the stream); a download, or an upload or
+// device copy that the capture refused (integrity on; a replay at another
+// --integrity would not refuse its line), is written as the `sync` of its
+// stream, which the replay's capture refuses the same way. A capture begun
+// before recording cannot be written: the calls it recorded before were not
+// seen, and its later ones would be written as if run. So install the recorder
+// outside captures (Runtime::capturing; ferry_trace_start refuses while a stream
+// captures); a graph captured before recording began is not written either (its
+// launches and destroy count as unrecorded).
 //
 // Replaying: `ferry replay FILE` with the same device profile runs at the
 // recorded capacity (the meta line's), so that pressure (and any out_of_memory

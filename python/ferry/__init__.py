@@ -227,13 +227,17 @@ class Graph:
     end_capture) and replayed by launch(); the blocks allocated in the capture are
     its private pool's until its pool's last graph is destroyed. A context manager:
     leaving the `with` destroys it; so does dropping it, and Runtime.close() destroys
-    the graphs still alive first. Thread safety: as the runtime's, but one Graph
-    must not be destroyed while another thread launches it."""
+    the graphs still alive first. What its replays run (the launch callables, the
+    copies of uploaded bytes) outlives destroy() until the replays launched before
+    it completed: until the runtime's next synchronize() that returns, or close().
+    Thread safety: as the runtime's, but one Graph must not be destroyed while
+    another thread launches it."""
 
-    def __init__(self, runtime, ptr, keys):
+    def __init__(self, runtime, ptr, keys, kept):
         self._runtime = runtime
         self._ptr = ptr
         self._keys = keys  # the launch callables it replays
+        self._kept = kept  # the bytes its recorded uploads read
 
     def _live(self):
         if not self._ptr:
@@ -252,15 +256,18 @@ class Graph:
     def destroy(self):
         """ferry_graph_destroy; idempotent. When it was its pool's last graph, the
         pool frees the blocks the program freed, stream-ordered after the last
-        replay. StaleHandleError (the graph is gone all the same)."""
+        replay. Replays launched before keep running: their callables stay until
+        the runtime's next synchronize() returns (or close()). StaleHandleError
+        (the graph is gone all the same). Never blocks."""
         _refuse_inside_callable("Graph.destroy")
         ptr, self._ptr = self._ptr, None
         if not ptr:
             return
         rt = self._runtime
         status = rt._lib.ferry_graph_destroy(ptr)
-        for key in self._keys:
-            rt._graph_callables.pop(key, None)
+        # Replays in flight still call back (ferry_graph_destroy does not wait for them).
+        rt._retire(self._keys, self._kept)
+        self._keys, self._kept = [], []
         rt._graphs.discard(self)
         rt._check(status)
 
@@ -341,11 +348,16 @@ class Runtime:
         # cache_define's pieces: ferry reads them while the runtime lives.
         self._cache_buffers = []
         self._cache_pieces = {}
-        # Graph capture: the launch keys each capturing stream recorded, and the
-        # callables of every live graph (run at each replay, never popped).
+        # Graph capture: what each capturing stream recorded ([launch keys], [kept
+        # upload bytes]), the callables of every graph (run at each replay, never
+        # popped by a run), and those of destroyed graphs whose replays may still
+        # run: (keys, kept bytes) pairs, dropped by the next synchronize() that
+        # returns after them, or close().
         self._capturing = {}
         self._graph_callables = {}
         self._graphs = weakref.WeakSet()
+        self._retired = []
+        self._retired_lock = threading.Lock()
 
     # -- lifetime
     def close(self):
@@ -359,8 +371,10 @@ class Runtime:
         rt, self._rt = self._rt, None
         if rt:
             self._lib.ferry_runtime_destroy(rt)
-        # Only now: destroy may still have run queued launch callables.
+        # Only now: destroy may still have run queued launch callables and replays.
         self._pending = {}
+        self._graph_callables = {}
+        self._retired = []
         for buf in getattr(self, "_cache_buffers", ()):
             buf.release()
         self._cache_buffers = []
@@ -488,10 +502,13 @@ class Runtime:
         dst = _handle(h, "upload")
         stream = _int(stream, "upload: stream", 32)
         offset = _int(offset, "upload: offset", 64)
-        if stream in self._capturing:
-            # A recorded upload reads its host bytes at every replay; `data` is lent for this call only.
-            raise _invalid("upload on capturing stream %d is refused: the graph would read `data` at each replay, "
-                           "after this call returns" % stream)
+        capture = self._capturing.get(stream)
+        if capture is not None:
+            # A recorded upload reads its host bytes at every replay, and `data` is
+            # lent for this call only: the graph reads a copy it keeps.
+            with _lib.Buffer(data) as lent:
+                data = ctypes.create_string_buffer(ctypes.string_at(lent.address, lent.nbytes), lent.nbytes)
+            capture[1].append(data)
         with _lib.Buffer(data) as buf:
             upload = self._lib.ferry_upload if self._devices == 1 else self._lib.ferry_device_upload
             self._check(upload(rt, stream, dst, offset, buf.address, buf.nbytes))
@@ -561,7 +578,7 @@ class Runtime:
         if stream in self._capturing:
             # Recorded, not run: the callable runs at each replay of the graph.
             self._graph_callables[key] = (fn, writable)
-            self._capturing[stream].append(key)
+            self._capturing[stream][0].append(key)
         else:
             self._pending[key] = (fn, writable)
         try:
@@ -641,8 +658,22 @@ class Runtime:
         stream fault (a failed launch: BackendError with the callable's exception),
         BackendError, FerryTimeoutError. Blocks."""
         # Each launch's callable is dropped as it runs (_run_callable), not here:
-        # another thread may be launching meanwhile.
+        # another thread may be launching meanwhile. Destroyed graphs' callables
+        # retired before the wait began go once it returned: their replays were
+        # enqueued before it, so none can call back after.
+        with self._retired_lock:
+            before = {id(entry) for entry in self._retired}
         self._check(self._lib.ferry_synchronize(self._live()))
+        with self._retired_lock:
+            done = [entry for entry in self._retired if id(entry) in before]
+            self._retired = [entry for entry in self._retired if id(entry) not in before]
+        for keys, _ in done:
+            for key in keys:
+                self._graph_callables.pop(key, None)
+
+    def _retire(self, keys, kept):
+        with self._retired_lock:
+            self._retired.append((keys, kept))
 
     def native_stream(self, stream):
         """The native stream behind ferry stream `stream` (a cudaStream_t as int on
@@ -772,17 +803,19 @@ class Runtime:
     # -- trace recording
     # -- graph capture (include/ferry/graph.hpp)
     def begin_capture(self, stream=0, pool=None):
-        """Records the calls on `stream` (alloc, free, launch, record_use) until
-        end_capture; a launch's callable then runs at each replay. upload there is
-        refused (its bytes are lent for the call only). pool: a Graph whose private pool the capture shares (PyTorch's
-        pool=), or None. InvalidArgumentError (a bad or capturing stream, a pool in
-        use by another capture, a destroyed graph). Never blocks."""
+        """Records the calls on `stream` (alloc, free, launch, record_use, copy_peer
+        within device 0, and upload under integrity "off") until end_capture; a
+        launch's callable then runs at each replay, and an upload's bytes are copied
+        once, the graph keeping the copy. pool: a Graph whose private pool the
+        capture shares (PyTorch's pool=), or None. InvalidArgumentError (a bad or
+        capturing stream, a pool in use by another capture, a destroyed graph).
+        Never blocks."""
         stream = _int(stream, "begin_capture: stream", 32)
         if pool is not None and not isinstance(pool, Graph):
             raise _invalid("begin_capture: pool %r is not a ferry.Graph" % (pool,))
         share = pool._live() if pool is not None else None
         self._check(self._lib.ferry_begin_capture(self._live(), stream, share))
-        self._capturing[stream] = []
+        self._capturing[stream] = ([], [])
 
     def end_capture(self, stream=0):
         """The Graph of what `stream` recorded. InvalidArgumentError (not capturing;
@@ -791,19 +824,20 @@ class Runtime:
         stream = _int(stream, "end_capture: stream", 32)
         out = ctypes.c_void_p()
         status = self._lib.ferry_end_capture(self._live(), stream, ctypes.byref(out))
-        keys = self._capturing.pop(stream, [])
+        keys, kept = self._capturing.pop(stream, ([], []))
         if status != _lib.OK:
             for key in keys:
                 self._graph_callables.pop(key, None)
             self._check(status)
-        graph = Graph(self, out, keys)
+        graph = Graph(self, out, keys, kept)
         self._graphs.add(graph)
         return graph
 
     def trace_start(self, path):
         """Records the pool calls to `path` (a str or path object) in the replay format
-        (`ferry replay PATH`). InvalidArgumentError (None, already recording, a path
-        that is not a writable regular file: a FIFO, a device). Never blocks."""
+        (`ferry replay PATH`). InvalidArgumentError (None, already recording, a stream
+        capturing: a capture begun before recording cannot be written; a path that is
+        not a writable regular file: a FIFO, a device). Never blocks."""
         if isinstance(path, os.PathLike):
             path = os.fspath(path)
         self._check(self._lib.ferry_trace_start(self._live(), _text(path, "trace_start: path", optional=False)))

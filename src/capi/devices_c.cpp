@@ -76,7 +76,8 @@ ferry_status ferry_device_alloc(ferry_runtime rt, uint32_t device, uint64_t byte
     if (out == nullptr) return null_argument("ferry_device_alloc", "out");
     auto d = runtime_of(rt).find_device(device);
     if (!d.ok()) return fail(d.error());
-    auto h = (*d)->pool().allocate(bytes, stream);
+    // Device 0's calls go through calls(), as ferry_alloc's: a capture and a trace see them.
+    auto h = device == 0 ? rt->calls()->allocate(bytes, stream) : (*d)->pool().allocate(bytes, stream);
     if (!h.ok()) return fail(h.error());
     *out = ferry_handle{h->pool, h->slot, h->generation};
     return ok();
@@ -88,6 +89,7 @@ ferry_status ferry_device_free(ferry_runtime rt, ferry_handle h) {
     if (rt == nullptr) return null_argument("ferry_device_free", "rt");
     auto d = owner_of(runtime_of(rt), h);
     if (!d.ok()) return fail(d.error());
+    if ((*d)->index() == 0) return done(rt->calls()->free(to_cpp(h)));
     return done((*d)->pool().free(to_cpp(h)));
   });
 }
@@ -101,6 +103,7 @@ ferry_status ferry_device_upload(ferry_runtime rt, uint32_t stream, ferry_handle
     if (!d.ok()) return fail(d.error());
     ferry::TransferPlan plan;
     plan.add(static_cast<const std::byte*>(src), to_cpp(dst), dst_offset, bytes);
+    if ((*d)->index() == 0) return done(rt->calls()->upload(stream, plan));
     return done((*d)->engine().upload(stream, plan));
   });
 }
@@ -112,8 +115,9 @@ ferry_status ferry_device_download(ferry_runtime rt, uint32_t stream, ferry_hand
     if (dst == nullptr) return null_argument("ferry_device_download", "dst");
     auto d = owner_of(runtime_of(rt), src);
     if (!d.ok()) return fail(d.error());
-    return done((*d)->engine().download(stream, to_cpp(src), src_offset,
-                                        std::span<std::byte>(static_cast<std::byte*>(dst), bytes)));
+    const std::span<std::byte> out(static_cast<std::byte*>(dst), bytes);
+    if ((*d)->index() == 0) return done(rt->calls()->download(stream, to_cpp(src), src_offset, out));
+    return done((*d)->engine().download(stream, to_cpp(src), src_offset, out));
   });
 }
 

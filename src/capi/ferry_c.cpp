@@ -506,6 +506,16 @@ ferry_status ferry_trace_start(ferry_runtime rt, const char* path) {
       std::lock_guard lock(rt->trace_mu);
       if (rt->trace) return fail(FERRY_ERROR_INVALID_ARGUMENT, "ferry_trace_start: already recording");
     }
+    for (uint32_t s = 0; s < ferry::kMaxStreams; ++s) {
+      // Its calls recorded so far were not seen: the trace could not capture them again.
+      if (rt->runtime->capturing(s)) {
+        return fail(ferry::make_error(ferry::ErrorCode::invalid_argument,
+                                      "ferry_trace_start: stream " + std::to_string(s) +
+                                          " is capturing; a capture begun before recording cannot be written "
+                                          "(the calls it recorded so far were not seen, and a replay would "
+                                          "run the rest at once): start recording outside a capture"));
+      }
+    }
     // Opened (without blocking) and its first lines written with no lock held.
     auto recorder = ferry::RecordingPool::to_file(rt->runtime->direct_calls(), path);
     if (!recorder.ok()) return fail(recorder.error());

@@ -292,11 +292,15 @@ Result<Ticket> RecordingPool::user(StreamId stream, std::span<const Operand> ope
 Result<Ticket> RecordingPool::copy_to_host(StreamId stream, DeviceHandle src, std::span<std::byte> dst) {
   Impl& p = *impl_;
   std::optional<std::vector<std::string>> id;
-  // In a capture it is recorded, not run: a check there would compare nothing the graph did.
-  if (check_stream(stream, "trace").ok() && !p.capturing_on(stream)) id = p.lookup({&src, 1});
+  if (check_stream(stream, "trace").ok()) id = p.lookup({&src, 1});
   else p.unrecorded();
+  const bool captured = id && p.capturing_on(stream);
   Result<Ticket> t = p.up.copy_to_host(stream, src, dst);
-  if (id) p.write(Line{{"op", "check"}, {"id", (*id)[0]}}, t);
+  if (!id) return t;
+  Line line{{"op", "check"}, {"id", (*id)[0]}};
+  // In a capture it names the stream: the replay's graph copies at each launch.
+  if (captured) line["stream"] = stream;
+  p.write(std::move(line), t);
   return t;
 }
 

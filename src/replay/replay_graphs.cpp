@@ -10,8 +10,10 @@
 #include <utility>
 #include <vector>
 
+#include "ferry/content.hpp"
 #include "ferry/graph.hpp"
 #include "ferry/pool_calls.hpp"
+#include "ferry/transfer_engine.hpp"
 
 namespace ferry::replay_runner {
 
@@ -49,7 +51,11 @@ void Replayer::replay(const TraceOp& op) {
       if (!outcome(op, order_after_writer(op.stream, buffers_[in]))) return;
     }
     std::vector<IdIndex> written;
-    if (r->kind != OpKind::user) written.push_back(r->id);
+    if (r->kind == OpKind::check) {
+      if (!outcome(op, order_after_writer(op.stream, buffers_[r->id]))) return;
+    } else if (r->kind != OpKind::user) {
+      written.push_back(r->id);
+    }
     for (const replay::TraceOperand& o : r->operands) {
       if (writes(o.access)) written.push_back(o.id);
       else if (!outcome(op, order_after_writer(op.stream, buffers_[o.id]))) return;
@@ -83,7 +89,21 @@ void Replayer::replay(const TraceOp& op) {
         wrote(buffers_[r->id], done, std::move(result));
         break;
       }
-      default: break;  // only the four above are recorded (captured())
+      case OpKind::upload: {
+        Buffer& b = buffers_[r->id];
+        wrote(b, done, ExpectedBytes::pattern(b.expected.size(), r->seed));
+        break;
+      }
+      case OpKind::check: {
+        Buffer& b = buffers_[r->id];
+        b.reads.add(done);
+        const std::vector<std::byte>* host = run.check_targets.at(r);
+        // This launch's copy overwrites the bytes an earlier one left: only the latest is compared.
+        std::erase_if(pending_checks_, [&](const PendingCheck& p) { return p.host == host; });
+        pending_checks_.push_back({r, host, b.expected, op.stream, op.graph});
+        break;
+      }
+      default: break;  // only the six above are recorded (captured())
     }
   }
   expect_success(op);
@@ -99,6 +119,9 @@ bool Replayer::captured(const TraceOp& op) {
     case OpKind::hold:
     case OpKind::release:
       if (!recording(op.stream)) return false;
+      break;
+    case OpKind::check:
+      if (!op.on_stream || !recording(op.stream)) return false;
       break;
     case OpKind::sync:
       if (op.all_streams ? std::none_of(capturing_.begin(), capturing_.end(), [](const auto& g) { return g.has_value(); })
@@ -161,12 +184,23 @@ bool Replayer::captured(const TraceOp& op) {
       break;
     }
     case OpKind::upload:
-      // The runner's host bytes for an upload live only while its line runs.
-      record(op, make_error(ErrorCode::invalid_argument,
-                            "upload on capturing stream " + std::to_string(op.stream) +
-                                ": the replay records no uploads in a capture (their host bytes would be gone "
-                                "before a launch)"));
-      return true;
+    case OpKind::check: {
+      Buffer& b = buffers_[op.id];
+      if (skip(b)) return true;
+      GraphRun& run = graphs_[*capturing_[op.stream]];
+      std::vector<std::byte>& host = run.host.emplace_back(static_cast<std::size_t>(b.expected.size()));
+      if (op.kind == OpKind::check) {
+        if (!outcome(op, calls->copy_to_host(op.stream, b.handle, host))) return true;
+        run.check_targets[&op] = &host;
+        break;
+      }
+      fill_pattern(op.seed, 0, host);
+      // Under probe and verify the capture refuses it (a host compare), as the program's was.
+      if (!outcome(op, calls->upload(op.stream, TransferPlan().add(std::span<const std::byte>(host), b.handle)))) {
+        return true;
+      }
+      break;
+    }
     case OpKind::hold:
     case OpKind::release:
     case OpKind::sync:
@@ -185,6 +219,29 @@ bool Replayer::captured(const TraceOp& op) {
   graphs_[*capturing_[op.stream]].ops.push_back(&op);
   expect_success(op);
   return true;
+}
+
+void Replayer::compare_pending_checks(std::optional<StreamId> stream) {
+  std::vector<PendingCheck> now;
+  std::erase_if(pending_checks_, [&](PendingCheck& p) {
+    if (stream && p.stream != *stream) return false;
+    now.push_back(std::move(p));
+    return true;
+  });
+  for (const PendingCheck& p : now) {
+    if (!p.expected.known() || p.expected.size() != p.host->size()) {
+      ++report_.unwritten_checks;
+      continue;
+    }
+    ++report_.checks;
+    if (std::optional<std::uint64_t> at = p.expected.first_mismatch(*p.host)) {
+      ++report_.corrupt;
+      add_problem(p.op->line, *p.op, "corrupt",
+                  "check of " + replay::quoted_id(trace_.ids[p.op->id]) + " in graph " +
+                      replay::quoted_id(trace_.graphs[p.graph]) + ": byte " + std::to_string(*at) + " of " +
+                      std::to_string(p.host->size()) + " differs from the reference");
+    }
+  }
 }
 
 void Replayer::close_graphs() {

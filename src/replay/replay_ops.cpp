@@ -275,6 +275,7 @@ void Replayer::sync(const TraceOp& op) {
     const Ticket last = backend_.submitted(op.stream);
     if (!outcome(op, order_.wait(StreamPoint{op.stream, last}))) return;
   }
+  compare_pending_checks(op.all_streams ? std::nullopt : std::optional<StreamId>(op.stream));
   expect_success(op);
 }
 

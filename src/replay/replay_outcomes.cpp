@@ -153,6 +153,8 @@ void Replayer::finish() {
     ++report_.unexpected_errors;
     add_problem(0, "end", std::string(to_string(r.error().code)),
                 "synchronizing at the end of the trace: " + r.error().message);
+  } else {
+    compare_pending_checks(std::nullopt);
   }
   for (Buffer& b : buffers_) {
     if (b.allocated) (void)pool_->free(b.handle);

@@ -111,6 +111,20 @@ class Replayer {
   struct GraphRun {
     Graph graph;
     std::vector<const TraceOp*> ops;
+    // Host bytes its recorded uploads read and its recorded checks' copies write
+    // at every launch: kept until the replay ends (a launch may still run after
+    // the graph's destroy), never moved (a deque).
+    std::deque<std::vector<std::byte>> host;
+    std::map<const TraceOp*, std::vector<std::byte>*> check_targets;  // a recorded check -> its bytes
+  };
+  // A recorded check's copy launched by a replay: compared at the next sync that
+  // covers its stream (or the end), against the reference at that launch.
+  struct PendingCheck {
+    const TraceOp* op;
+    const std::vector<std::byte>* host;
+    ExpectedBytes expected;
+    StreamId stream;
+    IdIndex graph;
   };
 
   void capture(const TraceOp& op);
@@ -127,6 +141,9 @@ class Replayer {
 
   // Ends the captures still open and destroys every graph (before the end's frees).
   void close_graphs();
+
+  // Compares the pending checks of `stream` (every stream: nullopt), whose copies completed.
+  void compare_pending_checks(std::optional<StreamId> stream);
 
   // The references a user op leaves in the ids it writes, in operand order.
   std::vector<ExpectedBytes> user_results(const TraceOp& op);
@@ -191,6 +208,7 @@ class Replayer {
   std::array<std::vector<WorkRun>, kMaxStreams> work_;
   std::vector<GraphRun> graphs_;  // by Trace::graphs index
   std::array<std::optional<IdIndex>, kMaxStreams> capturing_;  // the graph each stream records
+  std::vector<PendingCheck> pending_checks_;  // at most one per recorded check: its latest launch
   // For an observer: which id's allocation last covered each byte, as disjoint
   // ranges start -> (end, id), so a pending-free block (or the part of one that
   // a same-stream reuse left) is still named after its id was freed.

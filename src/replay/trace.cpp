@@ -222,8 +222,14 @@ class Validator {
         op.stream = f.stream("stream").value_or(0);
         break;
       case OpKind::free:
+        id = f.id("id");
+        break;
       case OpKind::check:
         id = f.id("id");
+        if (f.has("stream")) {
+          op.stream = f.stream("stream").value_or(0);
+          op.on_stream = true;
+        }
         break;
       case OpKind::fill:
       case OpKind::upload:

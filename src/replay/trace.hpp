@@ -58,6 +58,7 @@ struct TraceOp {
   CapturePhase phase = CapturePhase::begin;  // capture
   std::optional<IdIndex> pool;      // capture begin: the graph whose private pool it shares
   bool all_streams = false;         // sync without a stream
+  bool on_stream = false;           // check: `stream` was given (a check inside a capture on it)
   std::optional<ErrorCode> expect;  // the error the trace says this op returns
 };
 

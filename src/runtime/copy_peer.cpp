@@ -9,6 +9,7 @@
 #include "core/text.hpp"
 #include "ferry/runtime.hpp"
 #include "ferry/user_kernel.hpp"
+#include "runtime/graph_capture.hpp"
 
 namespace ferry {
 namespace {
@@ -130,10 +131,16 @@ Result<PeerCopyReceipt> Runtime::copy_peer(DeviceHandle dst, std::uint64_t dst_o
   PeerCopyReceipt out;
   out.src_device = from, out.dst_device = to, out.bytes = bytes;
   if (from == to) {
-    Result<TransferReceipt> r = target.engine().copy_on_device(stream, dst, dst_offset, src, src_offset, bytes);
+    // Device 0's through calls(): a capture there records it, a recorder writes it.
+    Result<TransferReceipt> r = to == 0 ? calls()->copy_on_device(stream, dst, dst_offset, src, src_offset, bytes)
+                                        : target.engine().copy_on_device(stream, dst, dst_offset, src, src_offset, bytes);
     if (!r.ok()) return std::move(r).error();
     out.direct = true, out.verified = r->verified, out.recovered = r->recovered, out.done = r->done;
     return out;
+  }
+  if (from == 0 || to == 0) {
+    FERRY_TRY(graph_capture()->refuse_on(stream, "copy_peer across devices",
+                                         "it waits on the host for its source leg, which a replay cannot"));
   }
   out.link = link_between(options_.devices, from, to);
   // A held destination stream goes through the host: a pull held there would

@@ -98,6 +98,8 @@ Result<Graph> Runtime::end_capture(StreamId stream) {
   return told<Result<Graph>>(event, Graph(std::move(state).value()));
 }
 
+bool Runtime::capturing(StreamId stream) const { return graph_capture()->capturing(stream); }
+
 Result<void> Runtime::refuse_if_capturing(StreamId stream, std::string_view call) const {
   if (graph_capture()->capturing(stream)) {
     return detail::refused(call, stream, "an Allocation frees through the pool, past the graph; allocate through calls()");

@@ -83,6 +83,11 @@ bool GraphCapture::capturing(StreamId stream) const {
   return open_.count(stream) != 0;
 }
 
+Result<void> GraphCapture::refuse_on(StreamId stream, std::string_view call, std::string_view why) {
+  if (std::shared_ptr<GraphState> state = open_on(stream)) return spoil(*state, refused(call, stream, why));
+  return {};
+}
+
 Result<void> GraphCapture::release(GraphState& state) {
   std::vector<DeviceHandle> to_free;
   {

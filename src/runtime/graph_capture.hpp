@@ -92,6 +92,8 @@ class GraphCapture final : public PoolCalls {
   Result<void> begin(StreamId stream, std::shared_ptr<GraphPoolState> pool);
   Result<std::shared_ptr<GraphState>> end(StreamId stream);
   bool capturing(StreamId stream) const;
+  // invalid_argument, spoiling the capture, when `stream` captures: `call` cannot be recorded.
+  Result<void> refuse_on(StreamId stream, std::string_view call, std::string_view why);
   // One user of the pool fewer; the last one frees the blocks the program freed
   // and hands the others back to the program.
   Result<void> release(GraphState& state);

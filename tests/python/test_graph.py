@@ -1,6 +1,8 @@
 """ferry.Graph on the sim: Runtime.begin_capture / end_capture, Graph.launch and
 destroy over the C ABI's graph capture (include/ferry/graph.hpp)."""
+import gc
 import json
+import weakref
 
 import pytest
 
@@ -74,14 +76,71 @@ def test_graphs_share_a_private_pool_and_close_destroys_them():
     assert first.destroyed and second.destroyed
 
 
-def test_an_upload_on_a_capturing_stream_is_refused_here():
+class _CountingAddOne:
+    """_add_one as an object, so a test can see when ferry's side lets it go."""
+
+    def __init__(self):
+        self.calls = 0
+
+    def __call__(self, ctx):
+        self.calls += 1
+        _add_one(ctx)
+
+
+def test_replays_in_flight_run_after_destroy_until_synchronize(rt):
+    h = rt.alloc(4096)
+    rt.upload(h, bytes(4096), stream=1)
+    fn = _CountingAddOne()
+    rt.begin_capture(1)
+    rt.launch(1, [(h, "rw")], fn)
+    graph = rt.end_capture(1)
+    for _ in range(4):
+        graph.launch(1)
+    gone = weakref.ref(fn)
+    del fn
+    graph.destroy()  # the sim runs the callables at completion: during synchronize
+    rt.synchronize()
+    assert rt.download(h, 1, stream=1) == b"\x04"
+    gc.collect()
+    assert gone() is None  # dropped once the replays before the synchronize completed
+
+
+def test_uploads_copies_launches_and_record_use_are_captured():
     with ferry.Runtime(integrity="off") as rt:
-        h = rt.alloc(4096)
+        src, dst = rt.alloc(4096), rt.alloc(4096)
+        rt.upload(dst, bytes(4096), stream=0)
+        data = bytearray(b"\x05" * 4096)
         rt.begin_capture(0)
-        with pytest.raises(ferry.InvalidArgumentError, match="at each replay"):
-            rt.upload(h, bytes(4096), stream=0)
-        rt.upload(h, bytes(4096), stream=1)  # another stream runs as before
-        rt.end_capture(0).destroy()
+        rt.upload(src, data, stream=0)
+        data[:] = b"\x09" * 4096  # the graph reads the copy it took
+        rt.launch(0, [(src, "rw")], _add_one)
+        rt.copy_peer(dst, src, 4096, stream=0)
+        rt.record_use(0, [src, dst])
+        graph = rt.end_capture(0)
+        assert rt.download(dst, 4096, stream=0) == bytes(4096)  # recorded, not run
+        for _ in range(3):
+            graph.launch(0)
+        graph.destroy()
+        del data
+        gc.collect()
+        rt.synchronize()
+        assert rt.download(dst, 4096, stream=0) == b"\x06" + b"\x05" * 4095
+
+
+def test_a_verified_upload_and_a_copy_across_devices_spoil_the_capture():
+    with ferry.Runtime(devices=2) as rt:  # integrity verify
+        a, b = rt.alloc(4096), rt.alloc(4096, device=1)
+        rt.begin_capture(0)
+        with pytest.raises(ferry.InvalidArgumentError, match="integrity policy is verify"):
+            rt.upload(a, bytes(4096), stream=0)
+        with pytest.raises(ferry.InvalidArgumentError, match="spoiled"):
+            rt.end_capture(0)
+        rt.begin_capture(0)
+        with pytest.raises(ferry.InvalidArgumentError, match="copy_peer across devices on capturing stream 0"):
+            rt.copy_peer(b, a, 4096, stream=0)
+        with pytest.raises(ferry.InvalidArgumentError, match="spoiled"):
+            rt.end_capture(0)
+        rt.upload(a, bytes(4096), stream=1)  # another stream runs as before
 
 
 def test_a_recorded_capture_is_written_as_capture_and_replay_lines(tmp_path):
@@ -101,7 +160,7 @@ def test_a_recorded_capture_is_written_as_capture_and_replay_lines(tmp_path):
         graph = rt.end_capture(1)
         for _ in range(3):
             graph.launch(1)
-        rt.synchronize()  # the callables run at completion on the sim; destroy drops them
+        rt.synchronize()
         graph.destroy()
         assert rt.download(kv, 1, stream=1) == bytes([3])
         rt.free(kv)
@@ -114,3 +173,15 @@ def test_a_recorded_capture_is_written_as_capture_and_replay_lines(tmp_path):
     assert lines[6]["operands"] == [{"id": "b1", "access": "read_write"}, {"id": "b2", "access": "read"}]
     assert all(line == {"op": "replay", "graph": "g1", "stream": 1} for line in lines[9:12])
     assert lines[13] == {"op": "capture", "phase": "destroy", "graph": "g1"}
+
+
+def test_recording_refuses_to_start_inside_a_capture(tmp_path):
+    """A capture begun before recording cannot be written (its calls so far were
+    not seen): ferry_trace_start refuses, naming the stream."""
+    with ferry.Runtime(profile="tiny") as rt:
+        rt.begin_capture(2)
+        with pytest.raises(ferry.InvalidArgumentError, match="stream 2 is capturing"):
+            rt.trace_start(str(tmp_path / "t.jsonl"))
+        rt.end_capture(2).destroy()
+        rt.trace_start(str(tmp_path / "t.jsonl"))
+        rt.trace_stop()

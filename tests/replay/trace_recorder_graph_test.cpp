@@ -16,6 +16,7 @@
 #include "ferry/replay.hpp"
 #include "ferry/runtime.hpp"
 #include "ferry/trace_recorder.hpp"
+#include "ferry/transfer_engine.hpp"
 #include "pool_helpers.hpp"
 
 namespace ferry {
@@ -126,7 +127,7 @@ TEST(TraceRecorderGraph, ACapturedDecodeStepIsWrittenAsCaptureAndReplayLinesAndR
   ASSERT_TRUE(p.calls->compute(1, last, logits).ok());
   ASSERT_TRUE(p.calls->free(tmp2).ok());
   std::vector<std::byte> in_graph(kLogits);
-  ASSERT_TRUE(p.calls->copy_to_host(1, logits, in_graph).ok());  // recorded there, not written
+  ASSERT_TRUE(p.calls->copy_to_host(1, logits, in_graph).ok());  // recorded there: a check naming its stream
   Result<Graph> graph = p.rt->end_capture(1);
   ASSERT_TRUE(graph.ok()) << graph.error().message;
 
@@ -148,24 +149,28 @@ TEST(TraceRecorderGraph, ACapturedDecodeStepIsWrittenAsCaptureAndReplayLinesAndR
   const std::vector<nlohmann::json> lines = lines_of(trace);
   const std::vector<std::string> want_ops = {
       "meta",  "alloc", "fill",  "alloc",   "fill",  "alloc", "wait",          "capture begin",
-      "alloc", "compute", "alloc", "compute", "free", "alloc", "compute", "user", "compute", "free", "capture end",
+      "alloc", "compute", "alloc", "compute", "free", "alloc", "compute", "user", "compute", "free", "check",
+      "capture end",
       "replay", "check", "replay", "check", "replay", "check", "replay", "check", "capture destroy",
       "free",  "free",  "free",  "free",    "sync"};
   EXPECT_EQ(ops_of(lines), want_ops) << trace;
   EXPECT_EQ(lines.at(7), nlohmann::json::parse(R"({"op":"capture","phase":"begin","graph":"g1","stream":1})"));
-  EXPECT_EQ(lines.at(18), nlohmann::json::parse(R"({"op":"capture","phase":"end","graph":"g1","stream":1})"));
-  EXPECT_EQ(lines.at(19), nlohmann::json::parse(R"({"op":"replay","graph":"g1","stream":1})"));
-  EXPECT_EQ(lines.at(27), nlohmann::json::parse(R"({"op":"capture","phase":"destroy","graph":"g1"})"));
+  EXPECT_EQ(lines.at(18), nlohmann::json::parse(R"({"op":"check","id":"logits#3","stream":1})"));
+  EXPECT_EQ(lines.at(19), nlohmann::json::parse(R"({"op":"capture","phase":"end","graph":"g1","stream":1})"));
+  EXPECT_EQ(lines.at(20), nlohmann::json::parse(R"({"op":"replay","graph":"g1","stream":1})"));
+  EXPECT_EQ(lines.at(28), nlohmann::json::parse(R"({"op":"capture","phase":"destroy","graph":"g1"})"));
   EXPECT_EQ(lines.at(15).at("tag"), "kv-append");
   EXPECT_EQ(lines.at(16), nlohmann::json::parse(
                               R"({"op":"compute","inputs":["tmp#6","w#1"],"output":"logits#3","stream":1})"));
-  EXPECT_EQ(p.rec->stats().unrecorded, 1u) << "the copy to the host inside the capture";
+  EXPECT_EQ(p.rec->stats().unrecorded, 0u);
+  EXPECT_EQ(in_graph, want) << "the graph's own copy to the host, at its last launch";
   EXPECT_EQ(p.rec->stats().failed_calls, 0u);
 
   Result<ReplayReport> r = replay_of(trace);
   ASSERT_TRUE(r.ok()) << r.error().message;
   EXPECT_TRUE(r->passed()) << report_summary(*r) << "\n" << trace;
-  EXPECT_EQ(r->checks, 4u) << "every launch's logits compared with the content definitions, as the program did";
+  EXPECT_EQ(r->checks, 5u) << "every launch's logits compared with the content definitions, as the program did, "
+                              "and the graph's own copy of its last launch at the final sync";
   EXPECT_EQ(r->corrupt, 0u);
   EXPECT_EQ(r->races, 0u);
   EXPECT_EQ(r->peak_live_bytes, live.peak_requested_bytes);
@@ -306,6 +311,53 @@ TEST(TraceRecorderGraph, ACapturedDeviceCopyIsWrittenAsACopyLineAndReplaysItsByt
     EXPECT_EQ(r->checks, refused ? 0u : 1u) << "the launch's copy compared with the reference";
     EXPECT_EQ(r->expected_errors, refused ? 2u : 0u);
   }
+}
+
+// An upload and a copy to the host in a capture (integrity off: no host compare)
+// are written there, the check naming its stream; the replay's graph uploads the
+// line's pattern and copies back at every launch, and the latest copy is
+// compared at the sync that covers its stream, with no host wait of its own (the
+// race checker sees the program's order only).
+TEST(TraceRecorderGraph, ACapturedUploadAndCopyToHostAreWrittenAndReplayed) {
+  constexpr std::uint64_t n = 64 * kKiB;
+  Recorded p(IntegrityPolicy::off);
+  ASSERT_TRUE(p.rt);
+  const DeviceHandle a = p.alloc(n, 1, "a");
+  const DeviceHandle b = p.alloc(n, 1, "b");
+  std::vector<std::byte> host = pattern(3, n), back(n);
+  ASSERT_TRUE(p.rt->begin_capture(1).ok());
+  ASSERT_TRUE(p.calls->upload(1, TransferPlan().add(host, a)).ok());
+  const DeviceHandle in[] = {a};
+  ASSERT_TRUE(p.calls->compute(1, in, b).ok());
+  ASSERT_TRUE(p.calls->copy_to_host(1, b, back).ok());
+  Result<Graph> graph = p.rt->end_capture(1);
+  ASSERT_TRUE(graph.ok()) << graph.error().message;
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(p.rt->launch(*graph, 1).ok());
+  ASSERT_TRUE(p.calls->synchronize(1).ok());
+  EXPECT_EQ(back, mix_bytes({pattern(3, n)}, n));
+  ASSERT_TRUE(graph->destroy().ok());
+  for (DeviceHandle h : {a, b}) ASSERT_TRUE(p.calls->free(h).ok());
+  ASSERT_TRUE(p.rec->flush().ok());
+
+  const std::string trace = p.trace.str();
+  const std::vector<nlohmann::json> lines = lines_of(trace);
+  ASSERT_EQ(ops_of(lines), (std::vector<std::string>{"meta", "alloc", "alloc", "capture begin", "upload", "compute",
+                                                      "check", "capture end", "replay", "replay", "replay", "sync",
+                                                      "capture destroy", "free", "free"}))
+      << trace;
+  EXPECT_EQ(lines.at(6), nlohmann::json::parse(R"({"op":"check","id":"b#2","stream":1})"));
+  EXPECT_EQ(p.rec->stats().unrecorded, 0u);
+
+  Result<ReplayReport> r = replay_of(trace, IntegrityPolicy::off);
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_TRUE(r->passed()) << report_summary(*r) << "\n" << trace;
+  EXPECT_EQ(r->checks, 1u) << "the last launch's copy, compared at the sync";
+  EXPECT_EQ(r->unwritten_checks, 0u);
+  EXPECT_EQ(r->races, 0u);
+  // Under verify the replay's capture refuses the upload (a host compare), as a program's would be.
+  Result<ReplayReport> verified = replay_of(trace, IntegrityPolicy::verify);
+  ASSERT_TRUE(verified.ok()) << verified.error().message;
+  EXPECT_FALSE(verified->passed());
 }
 
 }  // namespace

@@ -375,6 +375,26 @@ TEST_P(GraphTest, AnUploadIsRecordedWhenNoCompareNeedsTheHost) {
   EXPECT_TRUE(calls().free(h).ok());
 }
 
+TEST_P(GraphTest, ACopyPeerWithinTheDeviceIsRecorded) {
+  make([](RuntimeOptions& o) { o.engine.policy = IntegrityPolicy::off; });  // verify's compare is refused
+  if (!rt_) return;
+  constexpr std::uint64_t n = 4 * KiB;
+  const DeviceHandle src = alloc(n, 1), dst = alloc(n, 1);
+  ASSERT_TRUE(calls().fill(1, dst, 1).ok());
+  ASSERT_TRUE(rt_->begin_capture(1).ok());
+  ASSERT_TRUE(calls().fill(1, src, 2).ok());
+  auto copied = rt_->copy_peer(dst, 0, src, 0, n, 1);
+  ASSERT_TRUE(copied.ok()) << copied.error().message;
+  EXPECT_EQ(copied->done.ticket, 0u);  // recorded, not enqueued
+  auto graph = rt_->end_capture(1);
+  ASSERT_TRUE(graph.ok()) << graph.error().message;
+  EXPECT_EQ(bytes_of(dst), pattern(1, n));
+  ASSERT_TRUE(calls().fill(1, src, 3).ok());
+  ASSERT_TRUE(rt_->launch(*graph, 1).ok());
+  EXPECT_EQ(bytes_of(dst), pattern(2, n));
+  ASSERT_TRUE(graph->destroy().ok());
+}
+
 // --- the race checker follows replays ----------------------------------------------
 
 TEST_P(GraphTest, TheRaceCheckerSeesAReplayRacingAnUncapturedOp) {

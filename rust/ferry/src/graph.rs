@@ -16,11 +16,14 @@ use crate::{invalid, lock, Result, Runtime};
 /// What this crate lets a capture record: allocations on the capturing stream (the
 /// graph's private pool: dropping one there defers its free until the pool's last
 /// graph is gone, and a later same-size allocation of a capture of that pool gets
-/// the block back) and [`Runtime::record_use`]. [`Runtime::launch`] and
-/// [`Runtime::upload`] on a capturing stream are refused here: a launch closure is
-/// `FnOnce`, and an upload's bytes are borrowed for the call only, while a graph
-/// runs both at every replay. What ferry cannot capture (a download, a
-/// synchronize, a hold) is refused by ferry and spoils the capture.
+/// the block back), [`Runtime::record_use`], [`Runtime::copy_peer`] within
+/// device 0 (a device-to-device copy) and [`Runtime::upload`] under
+/// [`Integrity::Off`](crate::Integrity::Off), over a copy of its bytes that the graph owns
+/// (the borrow ends with the call; each replay reads the copy). [`Runtime::launch`]
+/// on a capturing stream is refused here: its closure is `FnOnce`, and a graph
+/// runs it at every replay. What ferry cannot capture (a download, a
+/// synchronize, a hold, a verified upload, a copy across devices) is refused by
+/// ferry and spoils the capture.
 ///
 /// ```
 /// let rt = ferry::Runtime::builder().profile("tiny").build()?;
@@ -39,6 +42,9 @@ use crate::{invalid, lock, Result, Runtime};
 pub struct Graph<'rt> {
     rt: &'rt Runtime,
     raw: NonNull<sys::ferry_graph_s>,
+    // The bytes its recorded uploads read: each launch stages them before it
+    // returns, so they go with the graph (launch borrows it, destroy takes it).
+    _kept: Vec<Box<[u8]>>,
 }
 
 impl Runtime {
@@ -56,7 +62,7 @@ impl Runtime {
             None => ptr::null_mut(),
         };
         self.check(unsafe { sys::ferry_begin_capture(rt, stream, share) })?;
-        lock(&self.shared.capturing).insert(stream);
+        lock(&self.shared.capturing).insert(stream, Vec::new());
         Ok(())
     }
 
@@ -67,14 +73,14 @@ impl Runtime {
         let rt = self.rt("end_capture")?;
         let mut out: sys::ferry_graph = ptr::null_mut();
         let status = unsafe { sys::ferry_end_capture(rt, stream, &mut out) };
-        lock(&self.shared.capturing).remove(&stream);
+        let kept = lock(&self.shared.capturing).remove(&stream).unwrap_or_default();
         self.check(status)?;
         let raw = NonNull::new(out).ok_or_else(|| invalid("end_capture: ferry returned no graph".to_string()))?;
-        Ok(Graph { rt: self, raw })
+        Ok(Graph { rt: self, raw, _kept: kept })
     }
 
     pub(crate) fn refuse_if_capturing(&self, call: &str, stream: u32, why: &str) -> Result<()> {
-        if lock(&self.shared.capturing).contains(&stream) {
+        if lock(&self.shared.capturing).contains_key(&stream) {
             return Err(invalid(format!("{} on capturing stream {} is refused: {}", call, stream, why)));
         }
         Ok(())
@@ -94,11 +100,14 @@ impl Graph<'_> {
     /// Destroys it now; when it was its pool's last graph, the pool frees the blocks
     /// the program freed, stream-ordered after the last replay. Errors:
     /// `StaleHandle` (the graph is gone all the same). Never blocks.
-    pub fn destroy(self) -> Result<()> {
+    pub fn destroy(mut self) -> Result<()> {
         let raw = self.raw.as_ptr();
         let rt = self.rt;
+        let kept = std::mem::take(&mut self._kept);
         std::mem::forget(self);
-        rt.check(unsafe { sys::ferry_graph_destroy(raw) })
+        let status = unsafe { sys::ferry_graph_destroy(raw) };
+        drop(kept);
+        rt.check(status)
     }
 }
 

@@ -353,8 +353,9 @@ struct Shared {
     launch_errors: Mutex<Vec<Error>>,
     // cache_define's pieces: ferry reads them while the runtime lives.
     cache_pieces: Mutex<HashMap<u64, Vec<Vec<u8>>>>,
-    // Streams this crate began a capture on (graph.rs): launch and upload refuse them.
-    capturing: Mutex<HashSet<u32>>,
+    // Streams this crate began a capture on (graph.rs), each with the copies of the
+    // bytes its recorded uploads read at every replay: launch refuses them.
+    capturing: Mutex<HashMap<u32, Vec<Box<[u8]>>>>,
 }
 
 const KEPT_LAUNCH_ERRORS: usize = 16;
@@ -500,8 +501,9 @@ impl Runtime {
 
     /// Copies `bytes` of `src` (from `src_offset`) into `dst` (at `dst_offset`),
     /// whichever devices they are on (docs/scale.md); `true` when verify checked it.
-    /// Errors: `InvalidArgument`, `StaleHandle`, `OutOfMemory`, `TransferCorrupt`,
-    /// `Timeout`, `Backend`. Blocks (bounded).
+    /// On a capturing stream ([`Graph`]) a copy within device 0 is recorded, one
+    /// across devices refused. Errors: `InvalidArgument`, `StaleHandle`,
+    /// `OutOfMemory`, `TransferCorrupt`, `Timeout`, `Backend`. Blocks (bounded).
     pub fn copy_peer(&self, stream: u32, dst: &Allocation<'_>, dst_offset: u64, src: &Allocation<'_>,
                      src_offset: u64, bytes: u64) -> Result<bool> {
         let rt = self.rt("copy_peer")?;
@@ -521,13 +523,27 @@ impl Runtime {
     }
 
     /// Host -> device: `src` into `dst` at `offset`, under the integrity policy
-    /// (verify: returns once the device hash matched). Errors: `InvalidArgument`
-    /// (empty, outside the block, bad stream, a stream this runtime captures),
-    /// `StaleHandle`, `TransferCorrupt`, `Timeout`, `Backend`. Blocks.
+    /// (verify: returns once the device hash matched). On a stream this runtime
+    /// captures ([`Graph`]) it is recorded over a copy of `src` that the graph
+    /// owns (ferry refuses it unless the policy is off). Errors: `InvalidArgument`
+    /// (empty, outside the block, bad stream, a capture's refusal), `StaleHandle`,
+    /// `TransferCorrupt`, `Timeout`, `Backend`. Blocks (not when captured).
     pub fn upload(&self, stream: u32, dst: &Allocation<'_>, offset: u64, src: &[u8]) -> Result<()> {
         let rt = self.rt("upload")?;
-        self.refuse_if_capturing("upload", stream, "a graph reads `src` at every replay, after this borrow ends")?;
         self.same_runtime(dst)?;
+        // Held through the call: an end_capture meanwhile would miss the copy.
+        let mut capturing = lock(&self.shared.capturing);
+        if let Some(kept) = capturing.get_mut(&stream) {
+            // A replay reads the bytes again (staged at each launch), after this borrow ends.
+            let copy: Box<[u8]> = src.into();
+            let status = unsafe {
+                sys::ferry_upload(rt, stream, dst.handle.0, offset, copy.as_ptr() as *const c_void, copy.len() as u64)
+            };
+            self.check(status)?;
+            kept.push(copy);
+            return Ok(());
+        }
+        drop(capturing);
         self.check(unsafe {
             let data = src.as_ptr() as *const c_void;
             if self.devices <= 1 {

@@ -1,6 +1,7 @@
 // Graph capture through the safe crate on sim: replays, a block freed outside the
-// graph, what is refused, two graphs sharing a private pool, and Drop.
-use ferry::{Error, Operand, Runtime};
+// graph, what is refused, uploads and copies recorded, two graphs sharing a
+// private pool, and Drop.
+use ferry::{Error, Integrity, Operand, Runtime};
 
 fn sim() -> Runtime {
     Runtime::builder().profile("tiny").capacity(8 << 20).build().expect("a tiny sim runtime")
@@ -47,8 +48,8 @@ fn what_cannot_be_captured_is_refused() {
     rt.begin_capture(0, None).unwrap();
     let launch = rt.launch(0, &[Operand::write(&a)], |_| Ok(()));
     assert!(matches!(&launch, Err(Error::InvalidArgument(m)) if m.contains("FnOnce")), "{:?}", launch);
-    let upload = rt.upload(0, &a, 0, &[1, 2, 3, 4]);
-    assert!(matches!(&upload, Err(Error::InvalidArgument(m)) if m.contains("every replay")), "{:?}", upload);
+    let upload = rt.upload(0, &a, 0, &[1, 2, 3, 4]); // ferry's refusal: its compare needs the host
+    assert!(matches!(&upload, Err(Error::InvalidArgument(m)) if m.contains("integrity policy is verify")), "{:?}", upload);
     rt.upload(1, &a, 0, &[1, 2, 3, 4]).unwrap(); // another stream runs as before
     let mut out = [0u8; 4];
     assert!(matches!(rt.download(0, &a, 0, &mut out), Err(Error::InvalidArgument(_)))); // ferry's refusal
@@ -82,4 +83,40 @@ fn two_graphs_share_a_private_pool() {
     drop(second);
     drop(b);
     rt.synchronize().unwrap();
+}
+
+#[test]
+fn uploads_copies_and_record_use_are_replayed() {
+    let rt = Runtime::builder().profile("tiny").capacity(8 << 20).integrity(Integrity::Off).build().unwrap();
+    let (src, dst) = (rt.alloc(4096, 0).unwrap(), rt.alloc(4096, 0).unwrap());
+    rt.upload(0, &dst, 0, &[0u8; 4096]).unwrap();
+    rt.begin_capture(0, None).unwrap();
+    let mut data = vec![5u8; 4096];
+    rt.upload(0, &src, 0, &data).unwrap(); // over a copy the graph owns
+    data.fill(9);
+    drop(data);
+    rt.copy_peer(0, &dst, 0, &src, 0, 4096).unwrap();
+    rt.record_use(0, &[&src, &dst]).unwrap();
+    let graph = rt.end_capture(0).unwrap();
+    let mut out = vec![1u8; 4096];
+    rt.download(0, &dst, 0, &mut out).unwrap();
+    assert!(out.iter().all(|&b| b == 0), "recorded, not run");
+    for _ in 0..3 {
+        rt.upload(0, &src, 0, &[7u8; 4096]).unwrap(); // each replay uploads its bytes again
+        graph.launch(0).unwrap();
+    }
+    graph.destroy().unwrap();
+    rt.download(0, &dst, 0, &mut out).unwrap();
+    assert!(out.iter().all(|&b| b == 5), "{:?}", &out[..8]);
+}
+
+#[test]
+fn a_copy_across_devices_spoils_the_capture() {
+    let rt = Runtime::builder().profile("tiny").capacity(8 << 20).devices(2).integrity(Integrity::Off).build().unwrap();
+    let (a, b) = (rt.alloc_on(0, 4096, 0).unwrap(), rt.alloc_on(1, 4096, 0).unwrap());
+    rt.begin_capture(0, None).unwrap();
+    let copy = rt.copy_peer(0, &b, 0, &a, 0, 4096);
+    assert!(matches!(&copy, Err(Error::InvalidArgument(m)) if m.contains("copy_peer across devices")), "{:?}", copy);
+    assert!(matches!(rt.end_capture(0), Err(Error::InvalidArgument(m)) if m.contains("spoiled")));
+    rt.copy_peer(0, &b, 0, &a, 0, 4096).unwrap(); // no longer capturing
 }
