@@ -488,7 +488,9 @@ FERRY_C_API ferry_status ferry_device_download(ferry_runtime FERRY_NONNULL rt, u
  * (verify: the destination's device hash equals the source's; a mismatch retries
  * another path, a direct copy caught wrong is redone through the host). *verified (nullable) is 1 when verify checked it. Errors: INVALID_ARGUMENT
  * (0 bytes, a range outside its block, bad stream), STALE_HANDLE, OUT_OF_MEMORY,
- * TRANSFER_CORRUPT, TIMEOUT, BACKEND. Blocks (bounded) while the source leg completes. */
+ * TRANSFER_CORRUPT, TIMEOUT, BACKEND. Blocks (bounded) while the staged source leg,
+ * or a direct copy's two hashes, complete; a direct copy under "off" blocks on nothing
+ * (the source's stream waits across devices for it, leasing the source). */
 FERRY_C_API ferry_status ferry_copy_peer(ferry_runtime FERRY_NONNULL rt, ferry_handle dst, uint64_t dst_offset,
                                          ferry_handle src, uint64_t src_offset, uint64_t bytes, uint32_t stream,
                                          int* FERRY_NULLABLE verified);
