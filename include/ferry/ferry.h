@@ -31,9 +31,10 @@
  *     getters under the macros' names stay exported and read out->struct_size
  *     (0, as a struct never set holds, is INVALID_ARGUMENT); in C,
  *     `(ferry_get_pool_stats)(rt, &s)` calls one.
- *     The other structs (ferry_handle, ferry_operand, ferry_launch_context,
- *     ferry_race_side, ferry_race) never change: a new field means a new struct
- *     and a new function.
+ *     ferry_race grows the same way, as the elements of ferry_get_races_sized's
+ *     array (the size an argument). The other structs (ferry_handle,
+ *     ferry_operand, ferry_launch_context, and ferry_race_side, twice inside
+ *     ferry_race) never change: a new field means a new struct and a new function.
  *   - Thread safety: a ferry_runtime may be used from any thread at once, except
  *     ferry_runtime_destroy, which must not race with any other call on it.
  *     ferry_last_error is per thread.
@@ -319,15 +320,31 @@ typedef struct ferry_race {
   uint64_t addr, bytes; /* the overlapping device bytes */
   int reuse; /* 1: the sides' blocks differ: the bytes were freed and handed out again
               * while the earlier side's work could still run (allocator reuse) */
+  /* ---- v1 ends here (earlier_device lies in v1's padding) */
+  /* The device of each side's operation (RaceAccess::device; a peer copy's read
+   * of its source is the destination device's operation, on the source's bytes). */
+  uint32_t earlier_device, later_device;
 } ferry_race;
+#define FERRY_RACE_V1_SIZE offsetof(ferry_race, later_device)
 /* Copies up to `capacity` of the races kept (the first 64) into out (nullable when
- * capacity is 0); *kept (nullable): how many were copied; *total (nullable): every
- * race found. The strings stay valid while rt lives.
+ * capacity is 0), each element `struct_size` bytes apart (the caller's
+ * sizeof(ferry_race): ferry writes that prefix of each); *kept (nullable): how
+ * many were copied; *total (nullable): every race found. The strings stay valid
+ * while rt lives.
  * Errors: UNSUPPORTED (the runtime does not check races), INVALID_ARGUMENT
- * (NULL out with capacity > 0). Never blocks. */
+ * (NULL out with capacity > 0; a struct_size as ferry_get_pool_stats_sized
+ * refuses). Never blocks. */
+FERRY_C_API ferry_status ferry_get_races_sized(ferry_runtime FERRY_NONNULL rt, ferry_race* FERRY_NULLABLE out,
+                                               uint32_t capacity, size_t struct_size, uint32_t* FERRY_NULLABLE kept,
+                                               uint64_t* FERRY_NULLABLE total);
+/* As ferry_get_races_sized with FERRY_RACE_V1_SIZE (the first release's
+ * elements); the macro replaces the call with ferry_get_races_sized(..., sizeof(ferry_race), ...)
+ * (out may be NULL). */
 FERRY_C_API ferry_status ferry_get_races(ferry_runtime FERRY_NONNULL rt, ferry_race* FERRY_NULLABLE out,
                                          uint32_t capacity, uint32_t* FERRY_NULLABLE kept,
                                          uint64_t* FERRY_NULLABLE total);
+#define ferry_get_races(rt, out, capacity, kept, total) \
+  ferry_get_races_sized((rt), (out), (capacity), sizeof(ferry_race), (kept), (total))
 
 /* ---- The offload cache (ferry_runtime_options.cache_slots > 0). */
 /* Declares entry `key` as `count` host pieces, uploaded back to back into one
@@ -477,7 +494,9 @@ FERRY_C_API ferry_status ferry_device_download(ferry_runtime FERRY_NONNULL rt, u
  * (verify: the destination's device hash equals the source's; a mismatch retries
  * another path, a direct copy caught wrong is redone through the host). *verified (nullable) is 1 when verify checked it. Errors: INVALID_ARGUMENT
  * (0 bytes, a range outside its block, bad stream), STALE_HANDLE, OUT_OF_MEMORY,
- * TRANSFER_CORRUPT, TIMEOUT, BACKEND. Blocks (bounded) while the source leg completes. */
+ * TRANSFER_CORRUPT, TIMEOUT, BACKEND. Blocks (bounded) while the staged source leg,
+ * or a direct copy's two hashes, complete; a direct copy under "off" blocks on nothing
+ * (the source's stream waits across devices for it, leasing the source). */
 FERRY_C_API ferry_status ferry_copy_peer(ferry_runtime FERRY_NONNULL rt, ferry_handle dst, uint64_t dst_offset,
                                          ferry_handle src, uint64_t src_offset, uint64_t bytes, uint32_t stream,
                                          int* FERRY_NULLABLE verified);

@@ -145,13 +145,18 @@ class Runtime {
   // Copies bytes [src_offset, src_offset + bytes) of `src` to [dst_offset, ...) of
   // `dst`, whichever devices' pools the handles name (devices.hpp). On one device:
   // the engine's copy_on_device (device 0's through calls(): a capture records it,
-  // graph.hpp; across devices a capturing stream of device 0 refuses it). Across two linked devices (DevicesOptions::links)
-  // whose destination `stream` is not held: direct, once the source's earlier work
-  // on its `stream` completed, the destination's device pulling over the link
-  // (PeerCopyOp); under probe and verify both sides are hashed on their devices (a
-  // link has no pinned unit for probe's canary), and a mismatch is redone through
-  // the host (I5). Returns once the direct copy completed. Otherwise (no link, a
-  // held destination stream, a mismatch): through a pinned block of the
+  // graph.hpp; across devices a capturing stream of device 0 refuses it). Across
+  // two linked devices (DevicesOptions::links) whose destination `stream` is not
+  // held: direct, the destination's device
+  // pulling over the link (PeerCopyOp) on its `stream`, ordered after the source's
+  // earlier work on its `stream` by a wait across devices (order_after), and the
+  // source's `stream` ordered after the pull by another, which leases the source
+  // until the pull completed (I2: freeing it meanwhile is safe; later work on
+  // that stream follows the pull). Integrity off, that blocks on nothing (receipt.done
+  // says when the pull completes); under probe and verify both sides are hashed
+  // on their devices (a link has no pinned unit for probe's canary), the call
+  // returns once both hashes completed, and a mismatch is redone through the host
+  // (I5). Otherwise (no link, a held destination stream, a mismatch): through a pinned block of the
   // destination's arena, downloaded from the source on the source device's `stream`
   // and uploaded on the destination device's `stream`, each leg under its engine's
   // integrity policy (verify: device hash of the source == host bytes == device
@@ -162,7 +167,9 @@ class Runtime {
   // Errors: invalid_argument (0 bytes, a range outside its block, a bad stream),
   // stale_handle (a handle no device's pool knows), out_of_memory (no pinned
   // staging), transfer_corrupt (a leg never verified; names it), timeout,
-  // backend_error. Blocks (bounded) while the source leg completes.
+  // backend_error. Blocks (bounded) while the staged source leg or the direct
+  // copy's hashes complete. A free of `src` on another thread racing the direct
+  // path's enqueue (before its source wait leases it) is the program's race.
   Result<PeerCopyReceipt> copy_peer(DeviceHandle dst, std::uint64_t dst_offset, DeviceHandle src,
                                     std::uint64_t src_offset, std::uint64_t bytes, StreamId stream);
   // Orders later work on `stream` of device `device` after `point` of device
@@ -298,6 +305,13 @@ class Runtime {
     NativeEvent event = nullptr;
     std::uint64_t seq = 0;
   };
+  // order_after across two devices: a NativeWaitOp on `to`'s `stream` for an
+  // event of `from` at `point` (none when the point completed: returns 0), kept
+  // in cross_waits_. With `lease`, the wait's prepare leases that block of `to`'s
+  // pool for the wait's ticket, so it stays leased until `point` completed (I2
+  // across devices). Errors: those of export_event, the lease and the enqueue.
+  Result<Ticket> wait_across(RuntimeDevice& to, StreamId stream, RuntimeDevice& from, StreamPoint point,
+                             const DeviceHandle* lease);
   // Releases the events whose waits are known complete, and every one numbered
   // below `settled` (made before a synchronize that succeeded). Never blocks.
   void release_cross_waits(std::uint64_t settled);

@@ -713,25 +713,27 @@ class Runtime:
     def races(self):
         """The stream races found (Runtime(race_check=True), sim): {"count": every race,
         "list": [{"earlier": side, "later": side, "addr", "bytes", "reuse"}]} with each
-        side {"stream", "ticket", "kind", "tag", "access": "r"|"w"|"rw", "block": Handle
-        (Handle() when none), "block_tag"}; "reuse" is True when the sides' blocks
+        side {"device", "stream", "ticket", "kind", "tag", "access": "r"|"w"|"rw", "block": Handle
+        (Handle() when none), "block_tag"} ("device": the device whose operation it
+        is; a peer copy reads its source on the destination's); "reuse" is True when the sides' blocks
         differ (the bytes were handed out again too early). UnsupportedError when the
         runtime does not check races."""
         rt = self._live()
         out = (_lib.Race * 64)()
         kept = ctypes.c_uint32()
         total = ctypes.c_uint64()
-        self._check(self._lib.ferry_get_races(rt, out, 64, ctypes.byref(kept), ctypes.byref(total)))
+        self._check(self._lib.ferry_get_races_sized(rt, out, 64, ctypes.sizeof(_lib.Race), ctypes.byref(kept),
+                                                    ctypes.byref(total)))
         marks = {1: "r", 2: "w", 3: "rw"}
 
-        def side(s):
-            return {"stream": s.stream, "ticket": s.ticket, "kind": s.kind.decode(), "tag": s.tag.decode(),
-                    "access": marks.get(s.access, "?"), "block": Handle._from_c(s.block),
+        def side(s, device):
+            return {"device": device, "stream": s.stream, "ticket": s.ticket, "kind": s.kind.decode(),
+                    "tag": s.tag.decode(), "access": marks.get(s.access, "?"), "block": Handle._from_c(s.block),
                     "block_tag": s.block_tag.decode(errors="replace")}
 
         return {"count": total.value,
-                "list": [{"earlier": side(r.earlier), "later": side(r.later), "addr": r.addr, "bytes": r.bytes,
-                          "reuse": bool(r.reuse)} for r in out[:kept.value]]}
+                "list": [{"earlier": side(r.earlier, r.earlier_device), "later": side(r.later, r.later_device),
+                          "addr": r.addr, "bytes": r.bytes, "reuse": bool(r.reuse)} for r in out[:kept.value]]}
 
     def integrity_stats(self):
         """ferry_integrity_stats as a dict (bytes_moved, bytes_verified, mismatches,

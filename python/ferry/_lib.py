@@ -138,7 +138,7 @@ class RaceSide(ctypes.Structure):
 
 class Race(ctypes.Structure):
     _fields_ = [("earlier", RaceSide), ("later", RaceSide), ("addr", ctypes.c_uint64), ("bytes", ctypes.c_uint64),
-                ("reuse", ctypes.c_int)]
+                ("reuse", ctypes.c_int), ("earlier_device", ctypes.c_uint32), ("later_device", ctypes.c_uint32)]
 
 
 def as_dict(struct):
@@ -238,6 +238,8 @@ _PROTOTYPES = {
     "ferry_get_cache_stats_sized": (_status, [_rt, ctypes.POINTER(CacheStats), ctypes.c_size_t]),
     "ferry_get_races": (_status, [_rt, ctypes.POINTER(Race), ctypes.c_uint32, ctypes.POINTER(ctypes.c_uint32),
                                   ctypes.POINTER(ctypes.c_uint64)]),
+    "ferry_get_races_sized": (_status, [_rt, ctypes.POINTER(Race), ctypes.c_uint32, ctypes.c_size_t,
+                                        ctypes.POINTER(ctypes.c_uint32), ctypes.POINTER(ctypes.c_uint64)]),
     "ferry_trace_start": (_status, [_rt, ctypes.c_char_p]),
     "ferry_trace_stop": (_status, [_rt]),
     "ferry_begin_capture": (_status, [_rt, _u32, _p]),

@@ -104,10 +104,21 @@ ferry_status ferry_memory_summary(ferry_runtime rt, char* buf, size_t capacity, 
   });
 }
 
-ferry_status ferry_get_races(ferry_runtime rt, ferry_race* out, uint32_t capacity, uint32_t* kept, uint64_t* total) {
+namespace {
+
+// ferry_get_races_sized: each element is the caller's `struct_size` prefix of ferry_race.
+ferry_status get_races(ferry_runtime rt, ferry_race* out, uint32_t capacity, std::size_t struct_size,
+                       uint32_t* kept, uint64_t* total) {
   return guarded("ferry_get_races", [&] {
     FERRY_C_CHECK(rt != nullptr, "ferry_get_races", "rt");
     FERRY_C_CHECK(out != nullptr || capacity == 0, "ferry_get_races", "out");
+    if (ferry::Result<void> size = ferry::detail::check_struct_size<ferry_race>(ferry::detail::size_argument(struct_size),
+                                                                        FERRY_RACE_V1_SIZE, "ferry_get_races",
+                                                                        "ferry_race");
+        !size.ok()) {
+      return fail(std::move(size).error());
+    }
+    const std::size_t written = std::min(struct_size, sizeof(ferry_race));
     std::shared_ptr<const ferry::RaceLog> log = rt->runtime->backend().race_log();
     if (!log) {
       return fail(make_error(ErrorCode::unsupported, "ferry_get_races: the runtime does not check races (race_check is 0)"));
@@ -130,12 +141,25 @@ ferry_status ferry_get_races(ferry_runtime rt, ferry_race* out, uint32_t capacit
     const std::size_t n = std::min<std::size_t>(capacity, log->kept.size());
     for (std::size_t i = 0; i < n; ++i) {
       const ferry::Race& r = log->kept[i];
-      out[i] = ferry_race{side(r.earlier), side(r.later), r.addr, r.bytes, r.reuse ? 1 : 0};
+      const ferry_race race{side(r.earlier), side(r.later), r.addr, r.bytes, r.reuse ? 1 : 0, r.earlier.device,
+                            r.later.device};
+      std::memcpy(reinterpret_cast<unsigned char*>(out) + i * struct_size, &race, written);
     }
     if (kept != nullptr) *kept = static_cast<uint32_t>(n);
     if (total != nullptr) *total = log->count;
     return ok();
   });
+}
+
+}  // namespace
+
+ferry_status ferry_get_races_sized(ferry_runtime rt, ferry_race* out, uint32_t capacity, size_t struct_size,
+                                   uint32_t* kept, uint64_t* total) {
+  return get_races(rt, out, capacity, struct_size, kept, total);
+}
+
+ferry_status(ferry_get_races)(ferry_runtime rt, ferry_race* out, uint32_t capacity, uint32_t* kept, uint64_t* total) {
+  return get_races(rt, out, capacity, FERRY_RACE_V1_SIZE, kept, total);
 }
 
 ferry_status ferry_get_cache_stats_sized(ferry_runtime rt, ferry_cache_stats* out, size_t struct_size) {

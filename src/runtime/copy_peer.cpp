@@ -3,8 +3,8 @@
 // arena when it has none (or the direct copy arrived wrong, I5).
 #include <array>
 #include <memory>
-#include <optional>
 #include <string>
+#include <utility>
 
 #include "core/text.hpp"
 #include "ferry/runtime.hpp"
@@ -49,52 +49,57 @@ Result<StreamPoint> submit_hash(RuntimeDevice& dev, StreamId stream, DeviceHandl
   return StreamPoint{stream, *t};
 }
 
-// The source's earlier work on the stream completes first (the peer reads it
-// from another device, whose streams order nothing on this one); then the
-// destination's device pulls the bytes over `link`, leasing its block. Returns
-// once the copy (and its hashes) completed, so the source is read only while
-// this runs and a free of it afterwards is safe.
-Result<DirectTry> direct_copy(const PeerSides& s, PeerLink link, bool hashed) {
+// The destination's device pulls the bytes over `link` (PeerCopyOp, leasing
+// its block), its stream ordered after the source's earlier work on `stream` by
+// a wait across devices; then the source's `stream` waits for the pull, a wait
+// that leases the source (I2 across devices: a free of it while the pull is
+// queued keeps its memory until the pull completed, and later work on that
+// stream, a reuse of the block included, follows the pull). Unhashed it blocks
+// on nothing; hashed, it returns once both hashes completed.
+template <class WaitAcross>
+Result<DirectTry> direct_copy(const PeerSides& s, PeerLink link, bool hashed, WaitAcross&& wait_across) {
   auto hashes = std::make_shared<std::array<std::uint64_t, 2>>();  // source, destination
   DirectTry out;
-  // On an error after a hash was enqueued the device may still write *hashes:
-  // drain it before they go.
+  // On an error after a hash or the pull was enqueued the devices may still
+  // write *hashes or read the source: drain them first.
   const auto drained = [&](Error e) -> Result<DirectTry> {
     (void)s.source.backend().synchronize();
     (void)s.target.backend().synchronize();
     return e;
   };
   FERRY_TRY(s.source.pool().make_ready(s.src, s.stream));
-  const Ticket tail = s.source.backend().submitted(s.stream);
-  std::optional<StreamPoint> source_ready;
+  StreamPoint source_ready{s.stream, s.source.backend().submitted(s.stream)};
   if (hashed) {
     Result<StreamPoint> h = submit_hash(s.source, s.stream, s.src, s.src_offset, s.bytes, hashes->data());
     if (!h.ok()) return std::move(h).error();
     source_ready = *h;
-  } else if (tail > 0) {
-    source_ready = StreamPoint{s.stream, tail};
   }
-  if (source_ready) {
-    if (Result<void> w = s.source.order().wait_for_result(*source_ready); !w.ok()) return drained(std::move(w).error());
+  if (Result<Ticket> w = wait_across(s.target, s.stream, s.source, source_ready, nullptr); !w.ok()) {
+    return drained(std::move(w).error());
   }
-  FERRY_TRY(s.target.pool().make_ready(s.dst, s.stream));
+  if (Result<void> r = s.target.pool().make_ready(s.dst, s.stream); !r.ok()) return drained(std::move(r).error());
   Result<Ticket> c = s.target.order().submit(s.stream, [&](Ticket ticket) -> Result<Op> {
-    Result<DeviceSpan> from = s.source.pool().resolve(s.src);
+    Result<DeviceSpan> from = s.source.pool().resolve(s.src);  // leased by the wait below
     if (!from.ok()) return std::move(from).error();
     Result<DeviceSpan> to = s.target.pool().lease(s.dst, StreamPoint{s.stream, ticket});
     if (!to.ok()) return std::move(to).error();
     return Op{PeerCopyOp{DeviceRange{to->addr + s.dst_offset, s.bytes}, &s.source.backend(),
                          from->addr + s.src_offset, link}};
   });
-  if (!c.ok()) return std::move(c).error();
+  if (!c.ok()) return drained(std::move(c).error());
   out.done = StreamPoint{s.stream, *c};
-  if (hashed) {
-    Result<StreamPoint> h = submit_hash(s.target, s.stream, s.dst, s.dst_offset, s.bytes, hashes->data() + 1);
-    if (!h.ok()) return drained(std::move(h).error());
-    out.done = *h;
+  if (Result<Ticket> w = wait_across(s.source, s.stream, s.target, out.done, &s.src); !w.ok()) {
+    return drained(std::move(w).error());
   }
-  if (Result<void> w = s.target.order().wait_for_result(out.done); !w.ok()) return drained(std::move(w).error());
-  if (hashed) out.compared = true, out.expected = (*hashes)[0], out.arrived = (*hashes)[1];
+  if (!hashed) return out;
+  Result<StreamPoint> h = submit_hash(s.target, s.stream, s.dst, s.dst_offset, s.bytes, hashes->data() + 1);
+  if (!h.ok()) return drained(std::move(h).error());
+  out.done = *h;
+  // The host reads both hashes: the destination's, and the source's (done before the pull began).
+  for (const auto& [dev, point] : {std::pair{&s.target, out.done}, std::pair{&s.source, source_ready}}) {
+    if (Result<void> w = dev->order().wait_for_result(point); !w.ok()) return drained(std::move(w).error());
+  }
+  out.compared = true, out.expected = (*hashes)[0], out.arrived = (*hashes)[1];
   return out;
 }
 
@@ -143,13 +148,16 @@ Result<PeerCopyReceipt> Runtime::copy_peer(DeviceHandle dst, std::uint64_t dst_o
                                          "it waits on the host for its source leg, which a replay cannot"));
   }
   out.link = link_between(options_.devices, from, to);
-  // A held destination stream goes through the host: a pull held there would
-  // read the source when dispatched, after the program may have freed it.
+  // A held destination stream goes through the host: the source's wait for a
+  // pull held there would dispatch it (export_event), breaking the hold.
   std::string direct_failed;
   if (out.link != PeerLink::none && !target.backend().held(stream) && target.backend().info().peer_copy) {
     const bool hashed = target.engine().policy() != IntegrityPolicy::off;
-    Result<DirectTry> d = direct_copy(PeerSides{source, target, dst, src, dst_offset, src_offset, bytes, stream},
-                                      out.link, hashed);
+    Result<DirectTry> d = direct_copy(
+        PeerSides{source, target, dst, src, dst_offset, src_offset, bytes, stream}, out.link, hashed,
+        [this](RuntimeDevice& waits, StreamId on, RuntimeDevice& after, StreamPoint point, const DeviceHandle* lease) {
+          return wait_across(waits, on, after, point, lease);
+        });
     if (!d.ok()) {
       Error e = std::move(d).error();
       e.message = "copy_peer: device " + std::to_string(from) + " to device " + std::to_string(to) + " over " +

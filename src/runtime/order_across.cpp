@@ -34,17 +34,31 @@ Result<Ticket> Runtime::order_after(std::uint32_t device, StreamId stream, std::
     return detail::refused("order_after", stream, "a wait across devices is not recorded in a graph");
   }
   if (device == from_device) return (*to)->order().order_after(stream, point);
-  if (point.ticket == 0 || (*from)->order().is_complete(point)) return Ticket{0};
+  Result<Ticket> waited = wait_across(**to, stream, **from, point, nullptr);
+  if (!waited.ok()) return prefixed(std::move(waited).error());
+  return waited;
+}
+
+Result<Ticket> Runtime::wait_across(RuntimeDevice& to, StreamId stream, RuntimeDevice& from, StreamPoint point,
+                                    const DeviceHandle* lease) {
+  if (point.ticket == 0 || from.order().is_complete(point)) return Ticket{0};
   release_cross_waits(0);
-  Result<NativeEvent> event = (*from)->backend().export_event(point);
-  if (!event.ok()) return prefixed(std::move(event).error());
-  Result<Ticket> waited = (*to)->order().order_after(stream, *event, &(*from)->backend());
+  Result<NativeEvent> exported = from.backend().export_event(point);
+  if (!exported.ok()) return std::move(exported).error();
+  const NativeEvent event = *exported;
+  Result<Ticket> waited = to.order().submit(stream, [&](Ticket ticket) -> Result<Op> {
+    if (lease != nullptr) {
+      Result<DeviceSpan> leased = to.pool().lease(*lease, StreamPoint{stream, ticket});
+      if (!leased.ok()) return std::move(leased).error();
+    }
+    return Op{NativeWaitOp{event, &from.backend()}};
+  });
   if (!waited.ok()) {
-    (void)(*from)->backend().release_event(*event);  // nothing waits on it
-    return prefixed(std::move(waited).error());
+    (void)from.backend().release_event(event);  // nothing waits on it
+    return waited;
   }
   std::lock_guard lock(cross_mu_);
-  cross_waits_.push_back({device, from_device, StreamPoint{stream, *waited}, *event, cross_seq_++});
+  cross_waits_.push_back({to.index(), from.index(), StreamPoint{stream, *waited}, event, cross_seq_++});
   return waited;
 }
 

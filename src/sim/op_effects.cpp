@@ -16,6 +16,7 @@ namespace ferry::sim {
 using text::hex;
 
 Result<void> SimGpu::prepare_storage(const Op& op) {
+  std::lock_guard memory(memory_mu_);
   return std::visit(
       Overloaded{
           [&](const FillOp& f) { return memory_.prepare_fill(f.dst.addr, f.dst.bytes); },
@@ -63,14 +64,27 @@ bool SimGpu::swallowed(const CopyToDeviceOp& copy) const {
 }
 
 void SimGpu::apply(StreamId stream, const PendingOp& pending) {
-  if (const std::optional<std::string> bad = find_unmapped(pending.op)) {
+  const auto illegal = [&](const std::string& bad) {
     ++illegal_accesses_;
     if (first_fault_.empty()) {
-      first_fault_ = text::point({stream, pending.ticket}) + " (" + std::string(op_name(pending.op)) + ") " +
-                     *bad + " at virtual time " + std::to_string(now_) + " ns";
+      first_fault_ = text::point({stream, pending.ticket}) + " (" + std::string(op_name(pending.op)) + ") " + bad +
+                     " at virtual time " + std::to_string(now_) + " ns";
     }
-    return;
+  };
+  if (const std::optional<std::string> bad = find_unmapped(pending.op)) return illegal(*bad);
+  // A peer copy reads its source now, as the peer's memory stands (before
+  // memory_mu_: the peer's is taken alone).
+  const auto* peer_copy = std::get_if<PeerCopyOp>(&pending.op);
+  const bool peer_noop = peer_copy != nullptr && faults_.swallows_peer_copy(stream, pending.ticket);
+  Result<std::vector<std::byte>> peer_bytes = std::vector<std::byte>{};
+  if (peer_copy != nullptr && !peer_noop) {
+    peer_bytes = read_peer(stream, *peer_copy);
+    // The source unmapped on the peer since the enqueue: the peer broke I2.
+    if (!peer_bytes.ok() && peer_bytes.error().code == ErrorCode::invalid_argument) {
+      return illegal(peer_bytes.error().message);
+    }
   }
+  std::lock_guard memory(memory_mu_);
   const auto copy_to_device = [&](const CopyToDeviceOp& c) -> Result<void> {
     if (swallowed(c)) {
       ++swallowed_copies_;  // report 000: success, destination unchanged
@@ -116,11 +130,12 @@ void SimGpu::apply(StreamId stream, const PendingOp& pending) {
           [](const NativeWaitOp&) -> Result<void> { return {}; },  // issue() made it a WaitOp
           [](const NopOp&) -> Result<void> { return {}; },
           [&](const PeerCopyOp& p) -> Result<void> {
-            if (faults_.swallows_peer_copy(stream, pending.ticket)) {
+            if (peer_noop) {
               ++swallowed_peer_copies_;  // peer-noop: success, destination unchanged
               return {};
             }
-            return memory_.write(p.dst.addr, pending.peer_bytes);
+            if (!peer_bytes.ok()) return std::move(peer_bytes).error();
+            return memory_.write(p.dst.addr, *peer_bytes);
           },
       },
       pending.op);

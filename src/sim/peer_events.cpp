@@ -66,19 +66,42 @@ Result<void> SimGpu::release_export(NativeEvent event) {
   return {};
 }
 
-Result<void> SimGpu::read_peer(const PeerCopyOp& op, std::vector<std::byte>& out) const {
-  auto* peer = dynamic_cast<const SimBackend*>(&op.peer->innermost());
+Result<const SimGpu*> SimGpu::peer_sim(StreamId stream, const PeerCopyOp& op) const {
+  const auto* peer = dynamic_cast<const SimGpu*>(&op.peer->innermost());
   if (peer == nullptr || peer == this) {
-    return make_error(ErrorCode::invalid_argument, "copy_peer into " + text::range(op.dst.addr, op.dst.bytes) +
+    return make_error(ErrorCode::invalid_argument, "enqueue(copy_peer) on stream " + std::to_string(stream) +
                                                        ": the peer is not another sim device");
   }
+  return peer;
+}
+
+Result<std::vector<std::byte>> SimGpu::read_peer(StreamId stream, const PeerCopyOp& op) const {
+  Result<const SimGpu*> peer = peer_sim(stream, op);
+  if (!peer.ok()) return std::move(peer).error();
+  std::vector<std::byte> out;
   try {
     out.resize(op.dst.bytes);
   } catch (const std::bad_alloc&) {
     return make_error(ErrorCode::out_of_memory, "copy_peer into " + text::range(op.dst.addr, op.dst.bytes) +
                                                     ": no host memory to model the peer's bytes");
   }
-  return peer->peek(op.src_addr, out);
+  FERRY_TRY((*peer)->read_for_peer(op.src_addr, op.dst.bytes, out));
+  return out;
+}
+
+Result<void> SimGpu::read_for_peer(std::uint64_t addr, std::uint64_t bytes, std::span<std::byte> out) const {
+  std::lock_guard lock(memory_mu_);
+  if (bytes == 0) return {};
+  if (addr == 0 || addr > UINT64_MAX - bytes) {
+    return make_error(ErrorCode::invalid_argument, "the peer's source " + text::range(addr, bytes) +
+                                                       " starts at 0 or wraps around");
+  }
+  if (const auto hole = memory_.first_unmapped(addr, bytes)) {
+    return make_error(ErrorCode::invalid_argument, "the peer's source " + text::range(addr, bytes) +
+                                                       " is not mapped there (at " + hex(*hole) + ")");
+  }
+  if (!out.empty()) memory_.read(addr, out);
+  return {};
 }
 
 Result<void> SimGpu::join_race_checker(Backend& first) {

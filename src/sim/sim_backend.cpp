@@ -102,11 +102,13 @@ SimGpu::SimGpu(const SimOptions& options)
 
 Result<std::uint64_t> SimGpu::reserve_address(std::uint64_t bytes) {
   std::lock_guard lock(mutex_);
+  std::lock_guard memory(memory_mu_);
   return memory_.reserve(bytes);
 }
 
 Result<void> SimGpu::release_address(std::uint64_t base, std::uint64_t bytes) {
   std::lock_guard lock(mutex_);
+  std::lock_guard memory(memory_mu_);
   return memory_.release(base, bytes);
 }
 
@@ -119,14 +121,20 @@ Result<void> SimGpu::map(std::uint64_t addr, std::uint64_t bytes) {
                       "map(" + hex(addr) + ", " + text::exact_bytes(bytes) + "): injected failure of map "
                           "call " + std::to_string(map_calls_) + " (SimFaults::fail_map_call)");
   }
-  Result<void> r = memory_.map(addr, bytes);
+  Result<void> r = [&] {
+    std::lock_guard memory(memory_mu_);
+    return memory_.map(addr, bytes);
+  }();
   heavy_check();
   return r;
 }
 
 Result<void> SimGpu::unmap(std::uint64_t addr, std::uint64_t bytes) {
   std::lock_guard lock(mutex_);
-  Result<void> r = memory_.unmap(addr, bytes);
+  Result<void> r = [&] {
+    std::lock_guard memory(memory_mu_);
+    return memory_.unmap(addr, bytes);
+  }();
   heavy_check();
   return r;
 }
@@ -147,10 +155,13 @@ Result<void> SimGpu::check_healthy() const {
 
 Result<void> SimGpu::admit(StreamId stream, const Op& op) {
   if (const auto* p = std::get_if<PeerCopyOp>(&op)) {
-    const auto* peer = dynamic_cast<const SimBackend*>(&p->peer->innermost());
-    if (peer == nullptr || peer == this) {
-      return make_error(ErrorCode::invalid_argument, "enqueue(copy_peer) on stream " + std::to_string(stream) +
-                                                         ": the peer is not another sim device");
+    // As on cuda, the source must be mapped on the peer when the copy is enqueued
+    // (before mutex_: the peer's memory_mu_ is a leaf).
+    Result<const SimGpu*> peer = peer_sim(stream, *p);
+    if (!peer.ok()) return std::move(peer).error();
+    if (Result<void> mapped = (*peer)->read_for_peer(p->src_addr, p->dst.bytes, {}); !mapped.ok()) {
+      return make_error(ErrorCode::invalid_argument,
+                        "enqueue(copy_peer) on stream " + std::to_string(stream) + ": " + mapped.error().message);
     }
   }
   const auto* wait = std::get_if<NativeWaitOp>(&op);
@@ -181,14 +192,8 @@ Result<void> SimGpu::admit(StreamId stream, const Op& op) {
 }
 
 Result<Ticket> SimGpu::issue(StreamId stream, Op op) {
-  // Before mutex_: the peer's own lock is a leaf, so two devices copying from
-  // each other on two threads cannot deadlock.
-  std::vector<std::byte> peer_bytes;
   std::optional<RaceChecker::PeerSide> race_peer;  // the peer's device in races_, when they share it
-  if (const auto* p = std::get_if<PeerCopyOp>(&op)) {
-    FERRY_TRY(read_peer(*p, peer_bytes));
-    race_peer = races_shared_with(*p->peer, {});
-  }
+  if (const auto* p = std::get_if<PeerCopyOp>(&op)) race_peer = races_shared_with(*p->peer, {});
   std::optional<PeerPoint> across;  // a wait across devices, resolved on the peer (see the header)
   if (const auto* w = std::get_if<NativeWaitOp>(&op); w != nullptr && w->peer != nullptr) {
     Result<SimGpu*> peer = peer_of(stream, *w);
@@ -220,7 +225,6 @@ Result<Ticket> SimGpu::issue(StreamId stream, Op op) {
   pending.engine = engine_of(op);
   pending.issued_ns = now_;
   pending.op = std::move(op);
-  pending.peer_bytes = std::move(peer_bytes);
   if (across) pending.not_before_ns = across->done_ns;
   st.ops.push_back(std::move(pending));
   active_ |= std::uint64_t{1} << stream;

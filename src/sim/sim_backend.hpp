@@ -22,9 +22,11 @@
 // apply its bytes", so an operation's bytes change exactly at its completion.
 //
 // Peer copies (PeerCopyOp) need a copy engine and the pair's link, not the host
-// link. The source's bytes are read from the peer sim when the op is issued
-// (the caller ordered the source's writes before it and keeps the source until
-// it completed) and land in the destination at completion, like any copy's.
+// link. The source's bytes are read from the peer sim when the op completes, as
+// the peer's model stands then, and land in the destination at once, like any
+// copy's: a source written or unmapped on the peer before the copy ran shows as
+// wrong bytes or an illegal access, not as a lucky pass (the caller orders the
+// source's writes before it and leases the source until it completed).
 //
 // Waits across devices (a NativeWaitOp on another sim's event, Runtime::order_after)
 // are resolved when issued: the peer's model runs until the event's point
@@ -46,7 +48,10 @@
 // Thread safety: every public method takes mutex_; the model runs entirely under
 // it (a "blocking" wait costs no real time, only virtual time). Lock order: the
 // hold layer's lock, then mutex_. A peer sim's mutex_ is taken only with this
-// one's not held (read_peer, a wait across devices): every mutex_ is a leaf.
+// one's not held (a wait across devices): every mutex_ is a leaf. A peer copy
+// reads the peer's memory_ under the peer's memory_mu_ alone, which every change
+// of memory_ also takes (after mutex_) and which is held while taking no other
+// lock: a leaf too.
 #pragma once
 
 #include <array>
@@ -134,7 +139,6 @@ class SimGpu final : public HoldingBackend<SimBackend> {
     bool started = false;
     std::uint32_t unit = kNoUnit;  // index into compute_/copy_ owners while started
     std::uint64_t finish_ns = 0;
-    std::vector<std::byte> peer_bytes;  // a PeerCopyOp's source, read from the peer at issue
     std::uint64_t not_before_ns = 0;    // a wait across devices: its point's completion on the peer
   };
 
@@ -179,8 +183,16 @@ class SimGpu final : public HoldingBackend<SimBackend> {
   // model's refusal is the enqueue's out_of_memory. Changes no byte.
   Result<void> prepare_storage(const Op& op);
   bool swallowed(const CopyToDeviceOp& copy) const;
-  // A PeerCopyOp's source bytes, read from the peer sim (no lock of this one held).
-  Result<void> read_peer(const PeerCopyOp& op, std::vector<std::byte>& out) const;
+  // The sim a PeerCopyOp reads from, or invalid_argument (not another sim).
+  Result<const SimGpu*> peer_sim(StreamId stream, const PeerCopyOp& op) const;
+  // A PeerCopyOp's source bytes, read from the peer's memory as it stands now;
+  // invalid_argument when the peer has no mapping behind them. Takes the peer's
+  // memory_mu_ only (no lock of this sim's may be held but mutex_).
+  Result<std::vector<std::byte>> read_peer(StreamId stream, const PeerCopyOp& op) const;
+  // Bytes [addr, addr + out.size()) of this sim's memory, read for a peer under
+  // memory_mu_ alone; with `out` empty only checks they are mapped
+  // (`bytes` long). Errors: invalid_argument (unmapped; names the address).
+  Result<void> read_for_peer(std::uint64_t addr, std::uint64_t bytes, std::span<std::byte> out) const;
   // The other sim a NativeWaitOp's `peer` names, or invalid_argument (not a sim,
   // this one, or an event it did not make). Takes the peer's mutex_, not this one's.
   Result<SimGpu*> peer_of(StreamId stream, const NativeWaitOp& wait) const;
@@ -204,6 +216,9 @@ class SimGpu final : public HoldingBackend<SimBackend> {
 
   mutable std::mutex mutex_;
   std::uint64_t now_ = 0;
+  // Taken by every change of memory_ (mutex_ held) and by a peer's read of it
+  // (read_for_peer, mutex_ not held), so this sim's own reads need only mutex_.
+  mutable std::mutex memory_mu_;
   DeviceMemory memory_;
   PinnedHostMemory host_;
   std::vector<StreamState> streams_;

@@ -430,7 +430,8 @@ std::string workload_report_json(const WorkloadReport& r) {
           block = {{"pool", a.block.handle.pool}, {"slot", a.block.handle.slot},
                    {"generation", a.block.handle.generation}, {"tag", a.block.tag}};
         }
-        return nlohmann::ordered_json{{"stream", a.op.stream}, {"ticket", a.op.ticket}, {"kind", std::string(a.kind)},
+        return nlohmann::ordered_json{{"device", a.device}, {"stream", a.op.stream}, {"ticket", a.op.ticket},
+                                      {"kind", std::string(a.kind)},
                                       {"tag", a.tag}, {"access", std::string(to_string(a.access))},
                                       {"block", std::move(block)}};
       };

@@ -3,7 +3,7 @@
  * a handle of device 1 refused by device 0's calls, a stream of one device waiting
  * for another's, ferry_copy_peer verified, and links between devices: a linked
  * pair copies over its link (an injected peer-copy no-op shows through under "off"
- * and is caught under "verify"). */
+ * and is caught under "verify"), and races that name each side's device. */
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -43,6 +43,63 @@ static int peer_copy_lands(const char* integrity, int* verified) {
   OK(ferry_device_free(rt, b));
   ferry_runtime_destroy(rt);
   return landed;
+}
+
+/* Races across devices name each side's device: device 1's direct pull of `a`
+ * (integrity off: nothing waits on the host for it) reads `a` on device 0, and a
+ * write of `a` on another stream of device 0 races with it. The unsized
+ * ferry_get_races symbol writes the first release's elements, nothing past them. */
+static void races_name_their_devices(void) {
+  ferry_runtime_options o;
+  ferry_runtime_options_init(&o);
+  o.profile = "tiny";
+  o.device_count = 2;
+  o.links = "0-1:pcie";
+  o.integrity = "off";
+  o.race_check = 1;
+  ferry_runtime rt = NULL;
+  OK(ferry_runtime_create(&o, &rt));
+  if (rt == NULL) return;
+  static unsigned char bytes[N];
+  ferry_handle a, b;
+  OK(ferry_device_alloc(rt, 0, N, 1, &a));
+  OK(ferry_device_alloc(rt, 1, N, 1, &b));
+  OK(ferry_device_upload(rt, 1, a, 0, bytes, N));
+  OK(ferry_synchronize(rt));
+  OK(ferry_copy_peer(rt, b, 0, a, 0, N, 1, NULL));
+  OK(ferry_device_upload(rt, 2, a, 0, bytes, N));
+  OK(ferry_synchronize(rt));
+  ferry_race races[4];
+  uint32_t kept = 0;
+  uint64_t total = 0;
+  OK(ferry_get_races(rt, races, 4, &kept, &total));
+  CHECK(kept >= 1 && total == kept);
+  int across = 0;
+  for (uint32_t i = 0; i < kept; ++i) {
+    across |= races[i].earlier_device == 1 && strcmp(races[i].earlier.kind, "copy_peer") == 0 &&
+              races[i].later_device == 0 && races[i].later.stream == 2;
+  }
+  CHECK(across);
+
+  CHECK(FERRY_RACE_V1_SIZE < sizeof(ferry_race) && FERRY_RACE_V1_SIZE % 8 == 0);
+  struct {
+    unsigned char v1[2 * FERRY_RACE_V1_SIZE];
+    unsigned char guard[64];
+  } old;
+  memset(old.guard, 0xAB, sizeof old.guard);
+  uint32_t old_kept = 0;
+  OK((ferry_get_races)(rt, (ferry_race*)(void*)old.v1, 2, &old_kept, NULL));
+  CHECK(old_kept == (kept < 2 ? kept : 2));
+  for (size_t i = 0; i < sizeof old.guard; ++i) CHECK(old.guard[i] == 0xAB);
+  if (old_kept == 2) {
+    ferry_race second;
+    memcpy(&second, old.v1 + FERRY_RACE_V1_SIZE, FERRY_RACE_V1_SIZE);
+    CHECK(second.bytes == races[1].bytes && second.later.ticket == races[1].later.ticket);
+  }
+  CHECK(ferry_get_races_sized(rt, races, 4, 12, NULL, NULL) == FERRY_ERROR_INVALID_ARGUMENT);
+  OK(ferry_device_free(rt, a));
+  OK(ferry_device_free(rt, b));
+  ferry_runtime_destroy(rt);
 }
 
 static void links(void) {
@@ -152,6 +209,7 @@ int main(void) {
   OK(ferry_synchronize(rt));
   ferry_runtime_destroy(rt);
   links();
+  races_name_their_devices();
   if (failures == 0) printf("devices_c_test: ok\n");
   return failures == 0 ? 0 : 1;
 }

@@ -731,6 +731,26 @@ def test_a_stream_wait_orders_the_streams_and_is_traced(tmp_path):
             rt.stream_wait(64, 0)
 
 
+def test_a_race_across_devices_names_each_sides_device():
+    """Device 1's direct pull reads the source on device 0; a write of it on another
+    stream of device 0 races with that read, and each side says its device."""
+    data = bytes(range(256)) * 16
+    with ferry.Runtime(profile="tiny", devices=2, links="0-1:pcie", integrity="off", race_check=True) as rt:
+        a = rt.alloc(len(data), stream=1)
+        b = rt.alloc(len(data), stream=1, device=1)
+        rt.upload(a, data, stream=1)
+        rt.synchronize()
+        rt.copy_peer(b, a, len(data), stream=1)
+        rt.upload(a, data, stream=2)
+        rt.synchronize()
+        races = rt.races()
+        across = [r for r in races["list"] if r["earlier"]["kind"] == "copy_peer"]
+        assert across, races
+        assert (across[0]["earlier"]["device"], across[0]["later"]["device"]) == (1, 0)
+        assert across[0]["later"]["stream"] == 2
+        assert all("device" in r["earlier"] and "device" in r["later"] for r in races["list"])
+
+
 def test_races_without_race_check_is_unsupported():
     with ferry.Runtime(profile="tiny") as rt:
         with pytest.raises(ferry.UnsupportedError):

@@ -120,7 +120,7 @@ TEST(CrossDeviceOrder, AStreamWaitsForAnotherDevicesPointAndSeesItsBytes) {
 }
 
 // The same pull with no wait reads the source before its fill ran (the peer copy
-// reads it when issued): what the wait above is for.
+// reads it when it runs, which nothing orders after the fill): what the wait above is for.
 TEST(CrossDeviceOrder, WithoutTheWaitThePullReadsTheSourceBeforeItsFill) {
   Scene s = make_scene();
   ASSERT_TRUE(s.rt);
@@ -276,6 +276,55 @@ TEST(CrossDeviceRaces, TheWaitOrdersOnlyThePointsStream) {
         << "the waited fill raced with device 1's work";
   }
   EXPECT_TRUE(pull_raced);
+}
+
+// The direct copy orders the destination's stream after the source, and the
+// source's stream after the pull, both without the host. The pulled scene:
+// device 1 waits for the fill, then copy_peer.
+Result<PeerCopyReceipt> pulled(Scene& s) {
+  if (Result<Ticket> w = s.rt->order_after(1, kPull, 0, s.filled); !w.ok()) return std::move(w).error();
+  return s.rt->copy_peer(s.dst, 0, s.src, 0, kBytes, kPull);
+}
+
+// A write of the source on the source's stream is ordered after the pull's read.
+TEST(CrossDeviceRaces, TheSourcesStreamIsOrderedAfterTheDirectCopysRead) {
+  Scene s = make_scene(true);
+  ASSERT_TRUE(s.rt);
+  auto copied = pulled(s);
+  ASSERT_TRUE(copied.ok()) << copied.error().message;
+  ASSERT_TRUE(copied->direct);
+  ASSERT_TRUE(enqueue_fill(s.rt->device(0).pool(), kPull, s.src, 1).ok());
+  auto back = read_back(s.rt->device(1).pool(), s.dst, kPull);
+  ASSERT_TRUE(back.ok()) << back.error().message;
+  EXPECT_EQ(*back, pattern(kSeed, kBytes));
+  ASSERT_TRUE(s.rt->synchronize().ok());
+  EXPECT_EQ(races_of(*s.rt, 0).count, 0u);
+}
+
+// A write of the source on another stream of device 0 races with the pull's read
+// (seen on device 0's bytes), and so does a write of the destination on another
+// stream of device 1: copy_peer did not wait on the host for the pull, which
+// would have ordered both.
+TEST(CrossDeviceRaces, TheDirectCopyLeavesOtherStreamsAndTheHostUnordered) {
+  Scene s = make_scene(true);
+  ASSERT_TRUE(s.rt);
+  Runtime& rt = *s.rt;
+  auto copied = pulled(s);
+  ASSERT_TRUE(copied.ok()) << copied.error().message;
+  ASSERT_TRUE(copied->direct);
+  auto src_other = enqueue_fill(rt.device(0).pool(), kWriter, s.src, 2);
+  auto dst_other = enqueue_fill(rt.device(1).pool(), kPull + 1, s.dst, 3);
+  ASSERT_TRUE(src_other.ok() && dst_other.ok());
+  ASSERT_TRUE(rt.synchronize().ok());
+  const RaceLog l = races_of(rt, 0);
+  const auto raced_with_pull = [&](std::uint32_t device, StreamPoint later) {
+    return std::any_of(l.kept.begin(), l.kept.end(), [&](const Race& r) {
+      return r.earlier.device == 1 && r.earlier.op == copied->done && r.later.device == device && r.later.op == later;
+    });
+  };
+  EXPECT_TRUE(raced_with_pull(0, {kWriter, *src_other}));
+  EXPECT_TRUE(raced_with_pull(1, {kPull + 1, *dst_other}));
+  EXPECT_EQ(l.count, 2u);
 }
 
 // Each device's own races name it: two unordered fills of a block on device 1.

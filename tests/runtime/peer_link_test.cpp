@@ -1,8 +1,9 @@
 // Peer copies over a modeled link (devices.hpp: DevicesOptions::links): the
 // selection's refusals, the direct path and its cost on each link, the injected
 // peer no-op caught under each integrity policy that checks (I5), a held
-// destination that keeps the source's bytes after the source is freed (I2), and
-// the source's held work ordered before the copy. On two sim devices.
+// destination, and a direct copy's source, that keep the source's bytes after
+// the source is freed (I2), and the source's held work ordered before the copy.
+// On two sim devices.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -152,7 +153,7 @@ TEST_P(PeerLinkCopy, ADirectCopyMovesTheBytesWithoutTheHost) {
   EXPECT_EQ(copied->link, GetParam().link);
   EXPECT_EQ(copied->verified, GetParam().policy != IntegrityPolicy::off);
   EXPECT_EQ(copied->recovered, 0u);
-  EXPECT_TRUE(rt->device(1).order().is_complete(copied->done));
+  ASSERT_TRUE(rt->device(1).order().wait(copied->done).ok());
   auto back = read_back(rt->device(1).pool(), pr.dst, kStream);
   ASSERT_TRUE(back.ok()) << back.error().message;
   EXPECT_EQ(*back, pattern(7, n));
@@ -258,6 +259,48 @@ TEST(PeerLinks, ASourceFreedWhileItsCopyIsHeldKeepsTheBytesTheCopyRead) {
   auto back = read_back(rt->device(1).pool(), pr.dst, kStream);
   ASSERT_TRUE(back.ok());
   EXPECT_EQ(*back, pattern(41, n));
+  EXPECT_EQ(rt->device(0).backend().fault_counters().illegal_accesses, 0u);
+  EXPECT_EQ(rt->device(1).backend().fault_counters().illegal_accesses, 0u);
+}
+
+// The direct path: the source's stream is held, so the source's wait for the
+// pull (which leases the source) stays in its host queue and nothing runs the
+// pull; copy_peer returns with the pull queued. The source is freed and its
+// memory, the only room on device 0, asked for again: the pool dispatches the
+// held wait, which runs the pull, and reuses the block only once the pull read
+// it (I2 across devices), so the destination gets the source's bytes, not the
+// reuse's.
+TEST(PeerLinks, ASourceFreedWhileItsDirectCopyIsQueuedKeepsItsBytes) {
+  constexpr std::uint64_t n = 128 * KiB;
+  RuntimeOptions o = linked(PeerLink::nvlink, IntegrityPolicy::off);
+  o.pool.capacity = 2 * n;
+  auto rt = make(o);
+  ASSERT_TRUE(rt);
+  DevicePool& p0 = rt->device(0).pool();
+  const Pair pr = filled_pair(*rt, n, 43);
+  auto filler = p0.allocate(n, kStream);  // device 0 is full
+  ASSERT_TRUE(filler.ok()) << filler.error().message;
+  ASSERT_TRUE(rt->synchronize().ok());
+  const std::uint64_t src_addr = p0.resolve(pr.src)->addr;
+  rt->device(0).backend().set_hold(kStream, true);
+  auto copied = rt->copy_peer(pr.dst, 0, pr.src, 0, n, kStream);
+  ASSERT_TRUE(copied.ok()) << copied.error().message;
+  EXPECT_TRUE(copied->direct);
+  EXPECT_FALSE(rt->device(1).order().is_complete(copied->done)) << "copy_peer returned before the pull ran";
+  ASSERT_TRUE(p0.free(pr.src).ok());
+  auto reuse = p0.allocate(n, kStream + 1);
+  ASSERT_TRUE(reuse.ok()) << reuse.error().message;
+  EXPECT_EQ(p0.resolve(*reuse)->addr, src_addr) << "the test needs the source's memory reused";
+  ASSERT_TRUE(enqueue_fill(p0, kStream + 1, *reuse, 99).ok());
+  auto overwritten = read_back(p0, *reuse, kStream + 1);
+  ASSERT_TRUE(overwritten.ok()) << overwritten.error().message;
+  EXPECT_EQ(*overwritten, pattern(99, n));
+  ASSERT_TRUE(rt->device(1).order().wait(copied->done).ok());
+  auto back = read_back(rt->device(1).pool(), pr.dst, kStream);
+  ASSERT_TRUE(back.ok()) << back.error().message;
+  EXPECT_EQ(*back, pattern(43, n));
+  rt->device(0).backend().set_hold(kStream, false);
+  ASSERT_TRUE(rt->synchronize().ok());
   EXPECT_EQ(rt->device(0).backend().fault_counters().illegal_accesses, 0u);
   EXPECT_EQ(rt->device(1).backend().fault_counters().illegal_accesses, 0u);
 }

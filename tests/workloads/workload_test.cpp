@@ -487,6 +487,24 @@ TEST_P(TwoDevices, AreDeterministic) {
 INSTANTIATE_TEST_SUITE_P(All, TwoDevices, ::testing::Values(WorkloadKind::dense_stream, WorkloadKind::moe_offload),
                          kind_name);
 
+// A race's sides in the JSON report carry their device (RaceAccess::device), as
+// a peer copy's read on the destination's device of the source's bytes has it.
+TEST(Workload, TheReportsRaceSidesNameTheirDevices) {
+  WorkloadReport r;
+  r.race_checked = true;
+  r.races = 1;
+  Race race;
+  race.earlier.device = 1;
+  race.earlier.kind = "copy_peer";
+  race.later.device = 0;
+  race.later.kind = "fill";
+  race.later.access = Access::write;
+  r.race_list = {race};
+  const std::string json = workload_report_json(r);
+  EXPECT_NE(json.find(R"("earlier":{"device":1,"stream":0,)"), std::string::npos) << json;
+  EXPECT_NE(json.find(R"("later":{"device":0,"stream":0,)"), std::string::npos) << json;
+}
+
 // One device, asked for explicitly, is the run it always was: same report, byte for byte.
 TEST(Workload, OneDeviceIsTheDefaultRun) {
   WorkloadOptions o = small(WorkloadKind::moe_offload);

@@ -150,6 +150,9 @@ pub struct ferry_race {
     pub addr: u64,
     pub bytes: u64,
     pub reuse: c_int,
+    // ---- v1 ends here (earlier_device lies in v1's padding)
+    pub earlier_device: u32,
+    pub later_device: u32,
 }
 
 #[repr(C)]
@@ -211,6 +214,8 @@ extern "C" {
 
     pub fn ferry_get_races(rt: ferry_runtime, out: *mut ferry_race, capacity: u32, kept: *mut u32,
                            total: *mut u64) -> ferry_status;
+    pub fn ferry_get_races_sized(rt: ferry_runtime, out: *mut ferry_race, capacity: u32, struct_size: usize,
+                                 kept: *mut u32, total: *mut u64) -> ferry_status;
 
     pub fn ferry_cache_define(rt: ferry_runtime, key: u64, pieces: *const *const c_void, piece_bytes: *const u64,
                               count: u32) -> ferry_status;

@@ -42,7 +42,7 @@ fn rust_layouts() -> BTreeMap<String, (usize, BTreeMap<String, usize>)> {
                            pending_free_bytes, allocs, frees, ooms, reclaims, internal_allocs, internal_frees }
         ferry_integrity_stats { struct_size, bytes_moved, bytes_verified, mismatches, retries, fallbacks }
         ferry_race_side { stream, ticket, kind, tag, access, block, block_tag }
-        ferry_race { earlier, later, addr, bytes, reuse }
+        ferry_race { earlier, later, addr, bytes, reuse, earlier_device, later_device }
         ferry_cache_stats { struct_size, hits, misses, evictions, uploads, bytes_uploaded, prefetches }
     }
 }

@@ -770,9 +770,11 @@ impl Runtime {
         const CAPACITY: u32 = 64;
         let mut raw: Vec<sys::ferry_race> = Vec::with_capacity(CAPACITY as usize);
         let (mut kept, mut total) = (0u32, 0u64);
-        self.check(unsafe { sys::ferry_get_races(rt, raw.as_mut_ptr(), CAPACITY, &mut kept, &mut total) })?;
+        let size = std::mem::size_of::<sys::ferry_race>();
+        self.check(unsafe { sys::ferry_get_races_sized(rt, raw.as_mut_ptr(), CAPACITY, size, &mut kept, &mut total) })?;
         unsafe { raw.set_len(kept.min(CAPACITY) as usize) };
-        let side = |s: &sys::ferry_race_side| RaceSide {
+        let side = |s: &sys::ferry_race_side, device: u32| RaceSide {
+            device,
             stream: s.stream,
             ticket: s.ticket,
             kind: unsafe { text(s.kind) },
@@ -784,8 +786,8 @@ impl Runtime {
         let races = raw
             .iter()
             .map(|r| Race {
-                earlier: side(&r.earlier),
-                later: side(&r.later),
+                earlier: side(&r.earlier, r.earlier_device),
+                later: side(&r.later, r.later_device),
                 addr: r.addr,
                 bytes: r.bytes,
                 reuse: r.reuse != 0,
@@ -1267,6 +1269,9 @@ pub type CacheStats = sys::ferry_cache_stats;
 /// One side of a [`Race`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RaceSide {
+    /// The device whose operation this side is (a peer copy reads its source on
+    /// the destination's device).
+    pub device: u32,
     pub stream: u32,
     pub ticket: u64,
     /// The operation: "fill", "copy_to_device", "user", ...
