@@ -38,7 +38,8 @@ ferry_status get_pool_stats(ferry_runtime rt, std::uint32_t device, ferry_pool_s
     FERRY_C_CHECK(out != nullptr, fn, "out");
     auto d = rt->runtime->find_device(device);
     if (!d.ok()) return fail(d.error());
-    return done(ferry::detail::write_c_pool_stats((*d)->pool().stats(), out, ferry::detail::caller_size(out, size), fn));
+    return done(
+        ferry::detail::write_c_pool_stats((*d)->pool().stats(), out, ferry::detail::caller_size(out, size), fn));
   });
 }
 

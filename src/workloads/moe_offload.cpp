@@ -99,7 +99,7 @@ class MoeOffload final : public Workload {
 
   Result<void> check_options() const override {
     // A layer pins every expert it runs on a device at once: fewer slots there can never serve it.
-    for (std::uint32_t d = 0; d < options_.devices; ++d) {
+    for (std::uint32_t d = 0; d < devices(); ++d) {
       std::size_t need = 1, step = 0, layer = 0;
       for (std::uint64_t t = 0; t < kSteps; ++t) {
         for (std::uint64_t l = 0; l < kLayers; ++l) {
@@ -248,16 +248,18 @@ class MoeOffload final : public Workload {
 
   // The device the cache places `key` on (MultiDeviceCache's round_robin: its
   // definition index, which is the key, modulo the device count).
-  std::uint32_t home(CacheKey key) const { return static_cast<std::uint32_t>(key % options_.devices); }
+  std::uint32_t home(CacheKey key) const { return static_cast<std::uint32_t>(key % devices()); }
+  // The device count; a count run_workload refuses (0, too many) plans as the nearest it takes.
+  std::uint32_t devices() const { return std::clamp<std::uint32_t>(options_.devices, 1, kMaxWorkloadDevices); }
   std::uint32_t total_slots() const { return options_.cache_slots != 0 ? options_.cache_slots : kDefaultSlots; }
   // Every device's cache has as many slots (multi_device_cache.hpp): the total split evenly.
-  std::uint32_t slots_per_device() const { return total_slots() / options_.devices; }
+  std::uint32_t slots_per_device() const { return total_slots() / devices(); }
 
   // Where each pick runs: at its expert's home, unless the home already runs its
   // share of the layer (ceil(picks / N)); then on the device running fewest
   // (the lowest on a tie). Same trace, same assignment: the dry run plans it.
   void assign_devices() {
-    const std::uint32_t n = options_.devices;
+    const std::uint32_t n = devices();
     assigned_.assign(kSteps, std::vector<std::vector<std::uint32_t>>(kLayers));
     for (std::uint64_t t = 0; t < kSteps; ++t) {
       for (std::uint64_t l = 0; l < kLayers; ++l) {
@@ -266,7 +268,9 @@ class MoeOffload final : public Workload {
         std::vector<std::size_t> count(n);
         for (const Pick& p : sel) {
           std::uint32_t d = home(l * kExperts + p.expert);
-          if (count[d] >= share) d = static_cast<std::uint32_t>(std::min_element(count.begin(), count.end()) - count.begin());
+          if (count[d] >= share) {
+            d = static_cast<std::uint32_t>(std::min_element(count.begin(), count.end()) - count.begin());
+          }
           ++count[d];
           assigned_[t][l].push_back(d);
         }
