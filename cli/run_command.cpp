@@ -13,6 +13,7 @@
 #include "option_values.hpp"
 #include "progress.hpp"
 #include "subcommand.hpp"
+#include "ferry/devices.hpp"
 #include "ferry/make_backend.hpp"
 #include "ferry/fault_spec.hpp"
 #include "ferry/integrity.hpp"
@@ -32,6 +33,7 @@ struct RunArgs {
   std::vector<std::string> inject;
   std::uint32_t devices = 1;
   std::uint32_t inject_device = 0;
+  std::string links = "auto";
   std::string policy = "lru";
   std::string prefetch = "on";
   bool host_exec = false;
@@ -105,6 +107,11 @@ int run_run(const RunArgs& args, const Io& io) {
       return kExitUsage;
     }
     o.fault_device = args.inject_device;
+  }
+  if (args.links != "auto") {
+    // The validator accepted it: "none" or pairs.
+    o.links = args.links == "none" ? std::vector<PeerLinkSpec>{}
+                                   : parse_peer_links(args.links).value_or(std::vector<PeerLinkSpec>{});
   }
   if (const std::string why = fault_refusal(args.backend, *faults); !why.empty()) {
     io.err << me << "--inject " << describe(*faults) << ": " << why << '\n';
@@ -235,8 +242,9 @@ Subcommand add_run(CLI::App& parent) {
   add_inject_option(*app, args->inject);
   app->add_option("--devices", args->devices,
                   "Run on N simulated devices, 1 to " + std::to_string(kMaxWorkloadDevices) +
-                      " (moe-offload: experts split over them,\n"
-                      "expert e on device e mod N; dense-stream: layers in contiguous runs, a pipeline;\n"
+                      " (moe-offload: one expert cache over them,\n"
+                      "expert e of layer l placed on device (16 l + e) mod N, a layer's excess moved to the\n"
+                      "least loaded device; dense-stream: layers in contiguous runs, a pipeline;\n"
                       "dequant-train: 1 only). The JSON report then has a \"devices\" entry per device")
       ->check(CLI::Validator(
           [](std::string& v) -> std::string {
@@ -254,6 +262,20 @@ Subcommand add_run(CLI::App& parent) {
   app->add_option("--inject-device", args->inject_device,
                   "Inject --inject's faults on device K only (0-based; default: on every device)")
       ->type_name("K");
+  app->add_option("--links", args->links,
+                  "Peer links between the devices (sim): auto (every pair NVLink when --profile has it,\n"
+                  "as on an HGX board's NVSwitch: h200, rtx3090, tiny; none on rtx4090), none (every copy\n"
+                  "between devices staged through pinned host memory), or pairs A-B:nvlink|pcie separated\n"
+                  "by commas, e.g. 0-1:nvlink,2-3:pcie (a pair not listed has no link)")
+      ->check(CLI::Validator(
+          [](std::string& v) -> std::string {
+            if (v == "auto" || v == "none") return {};
+            Result<std::vector<PeerLinkSpec>> parsed = parse_peer_links(v);
+            return parsed.ok() ? std::string() : "--links: " + parsed.error().message;
+          },
+          ""))
+      ->type_name("LINKS")
+      ->capture_default_str();
   app->add_option("--policy", args->policy, "Expert-cache eviction (moe-offload): lru|lfu|optimal")
       ->check(CLI::IsMember({"lru", "lfu", "optimal"}))
       ->capture_default_str();

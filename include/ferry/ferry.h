@@ -508,6 +508,30 @@ FERRY_C_API ferry_status ferry_copy_peer(ferry_runtime FERRY_NONNULL rt, ferry_h
  * waits for held work of another stream), BACKEND. Never blocks on device work. */
 FERRY_C_API ferry_status ferry_device_stream_wait(ferry_runtime FERRY_NONNULL rt, uint32_t device, uint32_t stream,
                                                   uint32_t for_device, uint32_t for_stream);
+/* The stream calls above on device `device`'s streams and blocks: each as the
+ * call of the same name without "device_" (device 0 is that call itself, traced
+ * and captured as it is; another device's calls are neither), its handles of
+ * that device (another's is STALE_HANDLE naming both). Errors: theirs, and
+ * INVALID_ARGUMENT (no such device, named). Blocking: theirs. */
+FERRY_C_API ferry_status ferry_device_launch(ferry_runtime FERRY_NONNULL rt, uint32_t device, uint32_t stream,
+                                             const ferry_operand* FERRY_NULLABLE operands, uint32_t operand_count,
+                                             ferry_launch_fn FERRY_NONNULL fn, void* FERRY_NULLABLE user_data,
+                                             double flops, uint64_t mem_bytes);
+FERRY_C_API ferry_status ferry_device_record_use(ferry_runtime FERRY_NONNULL rt, uint32_t device, uint32_t stream,
+                                                 const ferry_handle* FERRY_NULLABLE handles, uint32_t count);
+FERRY_C_API ferry_status ferry_device_hold(ferry_runtime FERRY_NONNULL rt, uint32_t device, uint32_t stream, int hold);
+/* Dispatches device `device`'s held work and waits for every stream of it (the
+ * other devices' work is not waited for). */
+FERRY_C_API ferry_status ferry_device_synchronize(ferry_runtime FERRY_NONNULL rt, uint32_t device);
+FERRY_C_API ferry_status ferry_device_native_stream(ferry_runtime FERRY_NONNULL rt, uint32_t device, uint32_t stream,
+                                                    void* FERRY_NULLABLE* FERRY_NONNULL out);
+/* Device `device`'s pool and transfer engine figures, as the getters without
+ * "device_" (struct_size as they take it). */
+FERRY_C_API ferry_status ferry_device_get_pool_stats_sized(ferry_runtime FERRY_NONNULL rt, uint32_t device,
+                                                           ferry_pool_stats* FERRY_NONNULL out, size_t struct_size);
+FERRY_C_API ferry_status ferry_device_get_integrity_stats_sized(ferry_runtime FERRY_NONNULL rt, uint32_t device,
+                                                                ferry_integrity_stats* FERRY_NONNULL out,
+                                                                size_t struct_size);
 
 #ifdef __cplusplus
 }

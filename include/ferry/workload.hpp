@@ -74,6 +74,7 @@
 #include <vector>
 
 #include "ferry/api.hpp"
+#include "ferry/devices.hpp"
 #include "ferry/integrity.hpp"
 #include "ferry/offload_cache.hpp"
 #include "ferry/result.hpp"
@@ -133,14 +134,22 @@ struct WorkloadOptions {
   // Devices (docs/workloads.md, "Several devices"): 1 runs as it always did. N > 1
   // (up to kMaxWorkloadDevices) builds one Runtime over N devices of `profile`,
   // each with its own pool (of `capacity` each, or planned per device),
-  // arena, engine and, for moe-offload, expert cache: moe-offload splits every
-  // layer's experts over them (expert e on device e mod N), dense-stream its
-  // layers (contiguous runs, a pipeline); activations cross with
-  // Runtime::copy_peer. dequant-train runs on one device only.
+  // arena, engine and, for moe-offload, expert cache: moe-offload places every
+  // layer's experts over them with one MultiDeviceCache (expert e of layer l on
+  // device (16 l + e) mod N, a layer's excess moved to the least loaded device,
+  // which fills it from a peer or the host), dense-stream its layers
+  // (contiguous runs, a pipeline); activations cross with Runtime::copy_peer.
+  // dequant-train runs on one device only.
   std::uint32_t devices = 1;
   // With devices > 1: the one device `faults` are injected on (the others get
   // none); unset: every device gets them.
   std::optional<std::uint32_t> fault_device;
+  // With devices > 1 on the sim: the peer links between them (devices.hpp). Unset:
+  // every pair NVLink-connected when the profile has NVLink (an HGX board's
+  // NVSwitch: h200; rtx3090, tiny), none otherwise (rtx4090: no NVLink, and its
+  // driver gives no PCIe peer access), so copies stage through the host. An
+  // empty list: no link. A real backend takes none (cuda refuses links).
+  std::optional<std::vector<PeerLinkSpec>> links;
   std::function<void(const WorkloadProgress&)> progress;  // optional
 };
 
@@ -160,6 +169,9 @@ struct WorkloadDeviceReport {
   std::uint64_t swallowed_copies = 0, failed_maps = 0, illegal_accesses = 0;
   std::uint64_t peer_copies_in = 0;        // copy_peer calls that landed on it
   std::uint64_t peer_bytes_in = 0;
+  std::uint64_t peer_direct_in = 0;        // of them, over the pair's link (the rest staged through the host)
+  std::uint64_t peer_copies_out = 0;       // copy_peer calls that read it
+  std::uint64_t peer_bytes_out = 0;
   // Its clock: from the run's start to its last completion (wall_ns), its engines' busy time.
   std::uint64_t wall_ns = 0, transfer_busy_ns = 0, compute_busy_ns = 0, host_busy_ns = 0;
   double overlap_efficiency = 0;           // max(transfer, compute) / its wall
@@ -168,7 +180,7 @@ struct WorkloadDeviceReport {
   std::uint64_t tokens = 0;                // nominal tokens of its work (docs/workloads.md)
   double tokens_per_s = 0;                 // tokens / its wall, at full shape; 0 unless completed
   bool has_cache = false;
-  CacheStats cache;
+  CacheStats cache;  // fills: entries filled from another device's copy (moe-offload)
   std::uint32_t cache_slots = 0;
 };
 
@@ -235,6 +247,7 @@ struct WorkloadReport {
   // Several devices (WorkloadOptions::devices > 1): one entry per device; the
   // figures above are then the totals (docs/workloads.md). Empty with one device.
   std::vector<WorkloadDeviceReport> devices;
+  std::string links;  // with several devices: the links they ran with, "0-1:nvlink,..." or "none"
 };
 
 // Runs one workload. Errors (nothing ran): invalid_argument (bad option, a scale

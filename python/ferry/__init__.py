@@ -537,8 +537,8 @@ class Runtime:
             self._check(download(rt, stream, src, offset, buf.address, buf.nbytes))
 
     # -- the program's own kernels
-    def launch(self, stream, operands, fn, flops=0, mem_bytes=0):
-        """Enqueues fn(ctx) over `operands` on `stream`, leasing them until it ran.
+    def launch(self, stream, operands, fn, flops=0, mem_bytes=0, device=0):
+        """Enqueues fn(ctx) over `operands` on `stream` of `device`, leasing them until it ran.
 
         operands: [(handle, "r" | "w" | "rw"), ...] or (handle, mode, offset, nbytes)
         (nbytes 0: to the end of the block). fn gets a LaunchContext: on sim it runs
@@ -547,10 +547,13 @@ class Runtime:
         not call ferry. If it raises (or returns a nonzero ferry status), the op
         fails: the error of the later wait (synchronize, download, ...) is a
         BackendError whose message carries the exception, kept in
-        .callable_errors. flops, mem_bytes: the modeled cost on sim. Errors, before
-        anything is enqueued: StaleHandleError, InvalidArgumentError. Never blocks."""
+        .callable_errors. flops, mem_bytes: the modeled cost on sim. The operands are
+        blocks of `device` (another device's is a StaleHandleError naming both).
+        Errors, before anything is enqueued: StaleHandleError, InvalidArgumentError
+        (also: no such device). Never blocks."""
         rt = self._live()
         stream = _int(stream, "launch: stream", 32)
+        device = _int(device, "launch: device", 32)
         if not callable(fn):
             raise _invalid("launch: fn %r is not callable" % (fn,))
         try:
@@ -575,15 +578,19 @@ class Runtime:
                 array[i].bytes = _int(op[3], what + ": nbytes", 64)
             writable.append(access != _lib.READ)
         key = next(self._keys)
-        if stream in self._capturing:
+        if device == 0 and stream in self._capturing:
             # Recorded, not run: the callable runs at each replay of the graph.
             self._graph_callables[key] = (fn, writable)
             self._capturing[stream][0].append(key)
         else:
             self._pending[key] = (fn, writable)
         try:
-            self._check(self._lib.ferry_launch(rt, stream, array, len(operands), self._trampoline, key, flops,
-                                               mem_bytes))
+            if device == 0:
+                self._check(self._lib.ferry_launch(rt, stream, array, len(operands), self._trampoline, key, flops,
+                                                   mem_bytes))
+            else:
+                self._check(self._lib.ferry_device_launch(rt, device, stream, array, len(operands), self._trampoline,
+                                                          key, flops, mem_bytes))
         except BaseException:
             self._pending.pop(key, None)
             self._graph_callables.pop(key, None)
@@ -629,41 +636,74 @@ class Runtime:
                 except BufferError:  # exported (numpy.frombuffer): harmless, it views a copy
                     pass
 
-    def record_use(self, stream, handles):
-        """PyTorch's record_stream, checked: the blocks stay leased until everything
-        enqueued on `stream` so far completed. StaleHandleError (nothing recorded)."""
+    def record_use(self, stream, handles, device=0):
+        """PyTorch's record_stream, checked: the blocks (of `device`) stay leased until
+        everything enqueued on `stream` of `device` so far completed. StaleHandleError
+        (nothing recorded), InvalidArgumentError (no such device)."""
         rt = self._live()
         handles = list(handles)
         array = (_lib.CHandle * max(1, len(handles)))(*[_handle(h, "record_use") for h in handles])
-        self._check(self._lib.ferry_record_use(rt, _int(stream, "record_use: stream", 32), array, len(handles)))
+        stream = _int(stream, "record_use: stream", 32)
+        device = _int(device, "record_use: device", 32)
+        if device == 0:
+            self._check(self._lib.ferry_record_use(rt, stream, array, len(handles)))
+        else:
+            self._check(self._lib.ferry_device_record_use(rt, device, stream, array, len(handles)))
 
     # -- streams
-    def stream_wait(self, stream, for_stream):
-        """Stream `stream` waits for everything enqueued on `for_stream` so far (an
-        event recorded there, waited on by `stream`; recorded as the trace's `wait`).
-        InvalidArgumentError (bad stream). Never blocks."""
-        self._check(self._lib.ferry_stream_wait(self._live(), _int(stream, "stream_wait: stream", 32),
-                                                _int(for_stream, "stream_wait: for_stream", 32)))
+    def stream_wait(self, stream, for_stream, device=0, for_device=None):
+        """Stream `stream` of `device` waits for everything enqueued on `for_stream` of
+        `for_device` (None: `device`) so far: an event recorded there, waited on by
+        `stream`, without the host (recorded as the trace's `wait` on device 0; across
+        devices ferry_device_stream_wait, which the race checker sees too).
+        InvalidArgumentError (bad stream, no such device). Never blocks."""
+        rt = self._live()
+        stream = _int(stream, "stream_wait: stream", 32)
+        for_stream = _int(for_stream, "stream_wait: for_stream", 32)
+        device = _int(device, "stream_wait: device", 32)
+        for_device = device if for_device is None else _int(for_device, "stream_wait: for_device", 32)
+        if device == 0 and for_device == 0:
+            self._check(self._lib.ferry_stream_wait(rt, stream, for_stream))
+        else:
+            self._check(self._lib.ferry_device_stream_wait(rt, device, stream, for_device, for_stream))
 
-    def hold(self, stream):
-        """New work on `stream` waits in a host-side queue until release(stream)."""
-        self._check(self._lib.ferry_hold(self._live(), _int(stream, "hold: stream", 32), 1))
+    def _hold(self, what, stream, device, hold):
+        rt = self._live()
+        stream = _int(stream, what + ": stream", 32)
+        device = _int(device, what + ": device", 32)
+        if device == 0:
+            self._check(self._lib.ferry_hold(rt, stream, hold))
+        else:
+            self._check(self._lib.ferry_device_hold(rt, device, stream, hold))
 
-    def release(self, stream):
-        """Ends hold(stream) and dispatches what it queued."""
-        self._check(self._lib.ferry_hold(self._live(), _int(stream, "release: stream", 32), 0))
+    def hold(self, stream, device=0):
+        """New work on `stream` of `device` waits in a host-side queue until release(stream, device)."""
+        self._hold("hold", stream, device, 1)
 
-    def synchronize(self):
-        """Dispatches held work and waits for every stream. Errors: the first sticky
-        stream fault (a failed launch: BackendError with the callable's exception),
-        BackendError, FerryTimeoutError. Blocks."""
+    def release(self, stream, device=0):
+        """Ends hold(stream, device) and dispatches what it queued."""
+        self._hold("release", stream, device, 0)
+
+    def synchronize(self, device=None):
+        """Dispatches held work and waits for every stream of `device` (None: of every
+        device). Errors: the first sticky stream fault (a failed launch: BackendError
+        with the callable's exception), BackendError, FerryTimeoutError,
+        InvalidArgumentError (no such device). Blocks."""
         # Each launch's callable is dropped as it runs (_run_callable), not here:
         # another thread may be launching meanwhile. Destroyed graphs' callables
-        # retired before the wait began go once it returned: their replays were
-        # enqueued before it, so none can call back after.
+        # retired before the wait began go once device 0's wait returned (graphs
+        # are device 0's): their replays were enqueued before it, so none can call back after.
+        rt = self._live()
+        devices = range(self._devices) if device is None else [_int(device, "synchronize: device", 32)]
         with self._retired_lock:
             before = {id(entry) for entry in self._retired}
-        self._check(self._lib.ferry_synchronize(self._live()))
+        for d in devices:
+            if d == 0:
+                self._check(self._lib.ferry_synchronize(rt))
+            else:
+                self._check(self._lib.ferry_device_synchronize(rt, d))
+        if 0 not in devices:
+            return
         with self._retired_lock:
             done = [entry for entry in self._retired if id(entry) in before]
             self._retired = [entry for entry in self._retired if id(entry) not in before]
@@ -675,12 +715,16 @@ class Runtime:
         with self._retired_lock:
             self._retired.append((keys, kept))
 
-    def native_stream(self, stream):
-        """The native stream behind ferry stream `stream` (a cudaStream_t as int on
-        cuda, an opaque token on sim)."""
+    def native_stream(self, stream, device=0):
+        """The native stream behind ferry stream `stream` of `device` (a cudaStream_t as
+        int on cuda, an opaque token on sim)."""
         out = ctypes.c_void_p()
-        self._check(self._lib.ferry_native_stream(self._live(), _int(stream, "native_stream: stream", 32),
-                                                  ctypes.byref(out)))
+        stream = _int(stream, "native_stream: stream", 32)
+        device = _int(device, "native_stream: device", 32)
+        if device == 0:
+            self._check(self._lib.ferry_native_stream(self._live(), stream, ctypes.byref(out)))
+        else:
+            self._check(self._lib.ferry_device_native_stream(self._live(), device, stream, ctypes.byref(out)))
         return out.value or 0
 
     def adopt_stream(self, native):
@@ -700,14 +744,20 @@ class Runtime:
                                                    _int(timeout_ms, "release_stream: timeout_ms", 64)))
 
     # -- statistics
-    def pool_stats(self):
-        """ferry_pool_stats as a dict (allocated_bytes, peak_allocated_bytes,
-        reserved_bytes, peak_reserved_bytes, pending_free_bytes, allocs, frees,
-        ooms, reclaims, internal_allocs, internal_frees). allocs and frees are the
-        program's blocks; internal_allocs and internal_frees ferry's own buffers
-        (the transfer engine's probe and canary scratch)."""
+    def pool_stats(self, device=0):
+        """ferry_pool_stats of `device`'s pool as a dict (allocated_bytes,
+        peak_allocated_bytes, reserved_bytes, peak_reserved_bytes,
+        pending_free_bytes, allocs, frees, ooms, reclaims, internal_allocs,
+        internal_frees). allocs and frees are the program's blocks; internal_allocs
+        and internal_frees ferry's own buffers (the transfer engine's probe and
+        canary scratch). InvalidArgumentError (no such device)."""
         out = _lib.PoolStats()
-        self._check(self._lib.ferry_get_pool_stats_sized(self._live(), ctypes.byref(out), ctypes.sizeof(out)))
+        device = _int(device, "pool_stats: device", 32)
+        if device == 0:
+            self._check(self._lib.ferry_get_pool_stats_sized(self._live(), ctypes.byref(out), ctypes.sizeof(out)))
+        else:
+            self._check(self._lib.ferry_device_get_pool_stats_sized(self._live(), device, ctypes.byref(out),
+                                                                    ctypes.sizeof(out)))
         return _lib.as_dict(out)
 
     def races(self):
@@ -735,11 +785,17 @@ class Runtime:
                 "list": [{"earlier": side(r.earlier, r.earlier_device), "later": side(r.later, r.later_device),
                           "addr": r.addr, "bytes": r.bytes, "reuse": bool(r.reuse)} for r in out[:kept.value]]}
 
-    def integrity_stats(self):
-        """ferry_integrity_stats as a dict (bytes_moved, bytes_verified, mismatches,
-        retries, fallbacks)."""
+    def integrity_stats(self, device=0):
+        """ferry_integrity_stats of `device`'s transfer engine as a dict (bytes_moved,
+        bytes_verified, mismatches, retries, fallbacks). InvalidArgumentError (no such device)."""
         out = _lib.IntegrityStats()
-        self._check(self._lib.ferry_get_integrity_stats_sized(self._live(), ctypes.byref(out), ctypes.sizeof(out)))
+        device = _int(device, "integrity_stats: device", 32)
+        if device == 0:
+            self._check(self._lib.ferry_get_integrity_stats_sized(self._live(), ctypes.byref(out),
+                                                                  ctypes.sizeof(out)))
+        else:
+            self._check(self._lib.ferry_device_get_integrity_stats_sized(self._live(), device, ctypes.byref(out),
+                                                                         ctypes.sizeof(out)))
         return _lib.as_dict(out)
 
     def memory_summary(self):

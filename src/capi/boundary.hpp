@@ -9,7 +9,9 @@
 #include <set>
 #include <string>
 
+#include "ferry/devices.hpp"
 #include "ferry/ferry.h"
+#include "ferry/pool_calls.hpp"
 #include "ferry/result.hpp"
 #include "ferry/runtime.hpp"
 
@@ -47,6 +49,13 @@ Runtime& runtime_of(ferry_runtime rt) noexcept;
   if (!(cond)) return null_argument(fn, what)
 
 inline DeviceHandle to_cpp(ferry_handle h) { return {h.pool, h.slot, h.generation}; }
+
+// The bodies of ferry_launch (its messages naming `name`) and ferry_synchronize
+// over `calls`: device 0's chain (Runtime::calls), or another device's calls
+// straight on its pool (devices_c.cpp); `device` is the device they reach.
+ferry_status launch_on(PoolCalls& calls, const char* name, uint32_t stream, const ferry_operand* operands,
+                       uint32_t operand_count, ferry_launch_fn fn, void* user_data, double flops, uint64_t mem_bytes);
+ferry_status synchronize_on(PoolCalls& calls, RuntimeDevice& device);
 
 template <class T>
 ferry_status done(const Result<T>& r) {

@@ -1,6 +1,8 @@
 // The C ABI of several devices (ferry.h, "Several devices"): device selection for
 // handles and streams, and ferry_copy_peer.
+#include <memory>
 #include <span>
+#include <vector>
 
 #include "capi/boundary.hpp"
 #include "core/text.hpp"
@@ -15,6 +17,20 @@ Result<RuntimeDevice*> owner_of(Runtime& rt, ferry_handle h) {
   }
   return make_error(ErrorCode::stale_handle, "handle " + text::handle(to_cpp(h)) + " is live in no pool of this runtime's " +
                                                  std::to_string(rt.device_count()) + " device(s)");
+}
+
+// The calls on device `device`'s streams and blocks: device 0's are the runtime's
+// chain (its trace recorder and graph capture see them, as the calls without
+// "device_"); another device's go straight to its pool, engine and backend.
+struct DeviceCalls {
+  std::shared_ptr<PoolCalls> calls;
+  RuntimeDevice* device = nullptr;
+};
+Result<DeviceCalls> calls_on(ferry_runtime rt, std::uint32_t device) {
+  Result<RuntimeDevice*> d = rt->runtime->find_device(device);
+  if (!d.ok()) return std::move(d).error();
+  if (device == 0) return DeviceCalls{rt->calls(), *d};
+  return DeviceCalls{std::make_shared<DirectPoolCalls>((*d)->pool(), (*d)->engine()), *d};
 }
 
 }  // namespace
@@ -144,5 +160,61 @@ ferry_status ferry_device_stream_wait(ferry_runtime rt, uint32_t device, uint32_
     const ferry::StreamPoint tail{for_stream, (*from)->backend().submitted(for_stream)};
     auto t = r.order_after(device, stream, for_device, tail);
     return t.ok() ? ok() : fail(t.error());
+  });
+}
+
+ferry_status ferry_device_launch(ferry_runtime rt, uint32_t device, uint32_t stream, const ferry_operand* operands,
+                                 uint32_t operand_count, ferry_launch_fn fn, void* user_data, double flops,
+                                 uint64_t mem_bytes) {
+  return guarded("ferry_device_launch", [&] {
+    if (rt == nullptr) return null_argument("ferry_device_launch", "rt");
+    auto on = calls_on(rt, device);
+    if (!on.ok()) return fail(on.error());
+    return launch_on(*on->calls, "ferry_device_launch", stream, operands, operand_count, fn, user_data, flops,
+                     mem_bytes);
+  });
+}
+
+ferry_status ferry_device_record_use(ferry_runtime rt, uint32_t device, uint32_t stream, const ferry_handle* handles,
+                                     uint32_t count) {
+  return guarded("ferry_device_record_use", [&] {
+    if (rt == nullptr) return null_argument("ferry_device_record_use", "rt");
+    if (handles == nullptr && count != 0) return null_argument("ferry_device_record_use", "handles");
+    auto on = calls_on(rt, device);
+    if (!on.ok()) return fail(on.error());
+    std::vector<ferry::DeviceHandle> hs;
+    for (uint32_t i = 0; i < count; ++i) hs.push_back(to_cpp(handles[i]));
+    return done(on->calls->record_use(stream, hs));
+  });
+}
+
+ferry_status ferry_device_hold(ferry_runtime rt, uint32_t device, uint32_t stream, int hold) {
+  return guarded("ferry_device_hold", [&] {
+    if (rt == nullptr) return null_argument("ferry_device_hold", "rt");
+    auto on = calls_on(rt, device);
+    if (!on.ok()) return fail(on.error());
+    return done(hold != 0 ? on->calls->hold(stream) : on->calls->release(stream));
+  });
+}
+
+ferry_status ferry_device_synchronize(ferry_runtime rt, uint32_t device) {
+  return guarded("ferry_device_synchronize", [&] {
+    if (rt == nullptr) return null_argument("ferry_device_synchronize", "rt");
+    auto on = calls_on(rt, device);
+    if (!on.ok()) return fail(on.error());
+    return synchronize_on(*on->calls, *on->device);
+  });
+}
+
+ferry_status ferry_device_native_stream(ferry_runtime rt, uint32_t device, uint32_t stream, void** out) {
+  return guarded("ferry_device_native_stream", [&] {
+    if (rt == nullptr) return null_argument("ferry_device_native_stream", "rt");
+    if (out == nullptr) return null_argument("ferry_device_native_stream", "out");
+    auto d = runtime_of(rt).find_device(device);
+    if (!d.ok()) return fail(d.error());
+    auto n = (*d)->backend().native_stream(stream);
+    if (!n.ok()) return fail(n.error());
+    *out = *n;
+    return ok();
   });
 }

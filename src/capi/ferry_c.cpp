@@ -327,49 +327,60 @@ ferry_status ferry_download(ferry_runtime rt, uint32_t stream, ferry_handle src,
   });
 }
 
+namespace {
+
+ferry_status launch_body(ferry::PoolCalls& calls, const char* name, uint32_t stream, const ferry_operand* operands,
+                         uint32_t operand_count, ferry_launch_fn fn, void* user_data, double flops,
+                         uint64_t mem_bytes) {
+  FERRY_C_CHECK(fn != nullptr, name, "fn");
+  FERRY_C_CHECK(operands != nullptr || operand_count == 0, name, "operands");
+  std::vector<ferry::Operand> ops;
+  ops.reserve(operand_count);
+  for (uint32_t i = 0; i < operand_count; ++i) {
+    const ferry_operand& o = operands[i];
+    ferry::Access access;
+    switch (o.access) {
+      case FERRY_READ: access = ferry::Access::read; break;
+      case FERRY_WRITE: access = ferry::Access::write; break;
+      case FERRY_READ_WRITE: access = ferry::Access::read_write; break;
+      default:
+        return fail(FERRY_ERROR_INVALID_ARGUMENT,
+                    (std::string(name) + ": operand " + std::to_string(i) + " has access " + std::to_string(o.access) +
+                     " (FERRY_READ, FERRY_WRITE or FERRY_READ_WRITE)").c_str());
+    }
+    ops.push_back({to_cpp(o.handle), access, o.offset, o.bytes == 0 ? ferry::kRestOfBlock : o.bytes});
+  }
+  // Runs later, at dispatch (cuda) or completion (sim), under the backend's lock.
+  ferry::UserKernel kernel = [fn, user_data](const ferry::KernelLaunch& l) -> ferry::Result<void> {
+    std::vector<uint64_t> addrs, sizes;
+    std::vector<void*> views;
+    for (const ferry::KernelArg& a : l.args) {
+      addrs.push_back(a.addr);
+      sizes.push_back(a.bytes);
+      views.push_back(!a.out.empty() ? static_cast<void*>(a.out.data())
+                                     : const_cast<std::byte*>(a.in.data()));  // read-only by contract
+    }
+    const bool sim = l.stream == nullptr;
+    const ferry_launch_context ctx{l.stream, static_cast<uint32_t>(l.args.size()), addrs.data(), sizes.data(),
+                                   sim ? views.data() : nullptr};
+    const int s = status_value(fn(&ctx, user_data));
+    if (s == FERRY_OK) return {};
+    return ferry::make_error(code_of(s), "the launch function returned " + std::string(name_of(s)) + " (" +
+                                             std::to_string(s) + ")");
+  };
+  return done(calls.user(stream, ops, std::move(kernel), {flops, mem_bytes}));
+}
+
+}  // namespace
+
 ferry_status ferry_launch(ferry_runtime rt, uint32_t stream, const ferry_operand* operands, uint32_t operand_count,
                           ferry_launch_fn fn, void* user_data, double flops, uint64_t mem_bytes) {
   return guarded("ferry_launch", [&] {
     FERRY_C_CHECK(rt != nullptr, "ferry_launch", "rt");
-    FERRY_C_CHECK(fn != nullptr, "ferry_launch", "fn");
-    FERRY_C_CHECK(operands != nullptr || operand_count == 0, "ferry_launch", "operands");
-    std::vector<ferry::Operand> ops;
-    ops.reserve(operand_count);
-    for (uint32_t i = 0; i < operand_count; ++i) {
-      const ferry_operand& o = operands[i];
-      ferry::Access access;
-      switch (o.access) {
-        case FERRY_READ: access = ferry::Access::read; break;
-        case FERRY_WRITE: access = ferry::Access::write; break;
-        case FERRY_READ_WRITE: access = ferry::Access::read_write; break;
-        default:
-          return fail(FERRY_ERROR_INVALID_ARGUMENT,
-                      ("ferry_launch: operand " + std::to_string(i) + " has access " + std::to_string(o.access) +
-                       " (FERRY_READ, FERRY_WRITE or FERRY_READ_WRITE)").c_str());
-      }
-      ops.push_back({to_cpp(o.handle), access, o.offset, o.bytes == 0 ? ferry::kRestOfBlock : o.bytes});
-    }
-    // Runs later, at dispatch (cuda) or completion (sim), under the backend's lock.
-    ferry::UserKernel kernel = [fn, user_data](const ferry::KernelLaunch& l) -> ferry::Result<void> {
-      std::vector<uint64_t> addrs, sizes;
-      std::vector<void*> views;
-      for (const ferry::KernelArg& a : l.args) {
-        addrs.push_back(a.addr);
-        sizes.push_back(a.bytes);
-        views.push_back(!a.out.empty() ? static_cast<void*>(a.out.data())
-                                       : const_cast<std::byte*>(a.in.data()));  // read-only by contract
-      }
-      const bool sim = l.stream == nullptr;
-      const ferry_launch_context ctx{l.stream, static_cast<uint32_t>(l.args.size()), addrs.data(), sizes.data(),
-                                     sim ? views.data() : nullptr};
-      const int s = status_value(fn(&ctx, user_data));
-      if (s == FERRY_OK) return {};
-      return ferry::make_error(code_of(s), "the launch function returned " + std::string(name_of(s)) + " (" +
-                                               std::to_string(s) + ")");
-    };
-    return done(rt->calls()->user(stream, ops, std::move(kernel), {flops, mem_bytes}));
+    return launch_body(*rt->calls(), "ferry_launch", stream, operands, operand_count, fn, user_data, flops, mem_bytes);
   });
 }
+
 
 ferry_status ferry_record_use(ferry_runtime rt, uint32_t stream, const ferry_handle* handles, uint32_t count) {
   return guarded("ferry_record_use", [&] {
@@ -400,19 +411,27 @@ ferry_status ferry_hold(ferry_runtime rt, uint32_t stream, int hold) {
   });
 }
 
+namespace {
+
+ferry_status synchronize_body(ferry::PoolCalls& calls, ferry::RuntimeDevice& device) {
+  if (auto r = calls.synchronize(); !r.ok()) return fail(r.error());
+  // A failed launch is a sticky fault of its stream, which a backend wait on the
+  // stream's last point reports (the work itself has completed).
+  ferry::Backend& b = device.backend();
+  for (ferry::StreamId s = 0; s < ferry::kMaxStreams; ++s) {
+    const ferry::Ticket last = b.submitted(s);
+    if (last == 0) continue;
+    if (auto w = b.wait({s, last}, device.order().wait_timeout()); !w.ok()) return fail(w.error());
+  }
+  return ok();
+}
+
+}  // namespace
+
 ferry_status ferry_synchronize(ferry_runtime rt) {
   return guarded("ferry_synchronize", [&] {
     FERRY_C_CHECK(rt != nullptr, "ferry_synchronize", "rt");
-    if (auto r = rt->calls()->synchronize(); !r.ok()) return fail(r.error());
-    // A failed launch is a sticky fault of its stream, which a backend wait on the
-    // stream's last point reports (the work itself has completed).
-    ferry::Backend& b = rt->runtime->backend();
-    for (ferry::StreamId s = 0; s < ferry::kMaxStreams; ++s) {
-      const ferry::Ticket last = b.submitted(s);
-      if (last == 0) continue;
-      if (auto w = b.wait({s, last}, rt->runtime->order().wait_timeout()); !w.ok()) return fail(w.error());
-    }
-    return ok();
+    return synchronize_body(*rt->calls(), rt->runtime->device(0));
   });
 }
 
@@ -589,4 +608,9 @@ ferry_status fail(const Error& error) { return ::fail(error); }
 ferry_status ok() { return ::ok(); }
 ferry_status null_argument(const char* fn, const char* what) { return ::null_argument(fn, what); }
 Runtime& runtime_of(ferry_runtime rt) noexcept { return *rt->runtime; }
+ferry_status launch_on(PoolCalls& calls, const char* name, uint32_t stream, const ferry_operand* operands,
+                       uint32_t operand_count, ferry_launch_fn fn, void* user_data, double flops, uint64_t mem_bytes) {
+  return ::launch_body(calls, name, stream, operands, operand_count, fn, user_data, flops, mem_bytes);
+}
+ferry_status synchronize_on(PoolCalls& calls, RuntimeDevice& device) { return ::synchronize_body(calls, device); }
 }  // namespace ferry::capi

@@ -28,27 +28,33 @@ using ferry::capi::guarded;
 using ferry::capi::null_argument;
 using ferry::capi::ok;
 
-// The stats getters' bodies: `size` is the ..._sized functions' struct_size argument,
-// nullopt for the unsized symbols, which read out->struct_size.
-ferry_status get_pool_stats(ferry_runtime rt, ferry_pool_stats* out, std::optional<size_t> size) {
-  return guarded("ferry_get_pool_stats", [&] {
-    FERRY_C_CHECK(rt != nullptr, "ferry_get_pool_stats", "rt");
-    FERRY_C_CHECK(out != nullptr, "ferry_get_pool_stats", "out");
-    return done(ferry::detail::write_c_pool_stats(rt->runtime->pool().stats(), out,
-                                                  ferry::detail::caller_size(out, size), "ferry_get_pool_stats"));
+// The stats getters' bodies, of device `device` (`fn` the entry point): `size` is
+// the ..._sized functions' struct_size argument, nullopt for the unsized symbols,
+// which read out->struct_size.
+ferry_status get_pool_stats(ferry_runtime rt, std::uint32_t device, ferry_pool_stats* out, std::optional<size_t> size,
+                            const char* fn = "ferry_get_pool_stats") {
+  return guarded(fn, [&] {
+    FERRY_C_CHECK(rt != nullptr, fn, "rt");
+    FERRY_C_CHECK(out != nullptr, fn, "out");
+    auto d = rt->runtime->find_device(device);
+    if (!d.ok()) return fail(d.error());
+    return done(
+        ferry::detail::write_c_pool_stats((*d)->pool().stats(), out, ferry::detail::caller_size(out, size), fn));
   });
 }
 
-ferry_status get_integrity_stats(ferry_runtime rt, ferry_integrity_stats* out, std::optional<size_t> size) {
-  return guarded("ferry_get_integrity_stats", [&] {
-    FERRY_C_CHECK(rt != nullptr, "ferry_get_integrity_stats", "rt");
-    FERRY_C_CHECK(out != nullptr, "ferry_get_integrity_stats", "out");
-    const ferry::IntegrityCounters c = rt->runtime->engine().counters();
+ferry_status get_integrity_stats(ferry_runtime rt, std::uint32_t device, ferry_integrity_stats* out,
+                                 std::optional<size_t> size, const char* fn = "ferry_get_integrity_stats") {
+  return guarded(fn, [&] {
+    FERRY_C_CHECK(rt != nullptr, fn, "rt");
+    FERRY_C_CHECK(out != nullptr, fn, "out");
+    auto d = rt->runtime->find_device(device);
+    if (!d.ok()) return fail(d.error());
+    const ferry::IntegrityCounters c = (*d)->engine().counters();
     const ferry_integrity_stats value{sizeof(ferry_integrity_stats), c.bytes_moved, c.bytes_verified,
                                       c.mismatches, c.retries, c.fallbacks};
     return done(ferry::detail::write_prefix(value, out, ferry::detail::caller_size(out, size),
-                                            FERRY_INTEGRITY_STATS_V1_SIZE, "ferry_get_integrity_stats",
-                                            "ferry_integrity_stats"));
+                                            FERRY_INTEGRITY_STATS_V1_SIZE, fn, "ferry_integrity_stats"));
   });
 }
 
@@ -73,20 +79,30 @@ ferry_status get_cache_stats(ferry_runtime rt, ferry_cache_stats* out, std::opti
 extern "C" {
 
 ferry_status ferry_get_pool_stats_sized(ferry_runtime rt, ferry_pool_stats* out, size_t struct_size) {
-  return get_pool_stats(rt, out, struct_size);
+  return get_pool_stats(rt, 0, out, struct_size);
+}
+
+ferry_status ferry_device_get_pool_stats_sized(ferry_runtime rt, uint32_t device, ferry_pool_stats* out,
+                                               size_t struct_size) {
+  return get_pool_stats(rt, device, out, struct_size, "ferry_device_get_pool_stats_sized");
 }
 
 // The exported symbols behind ferry.h's macros of the same names.
 ferry_status(ferry_get_pool_stats)(ferry_runtime rt, ferry_pool_stats* out) {
-  return get_pool_stats(rt, out, std::nullopt);
+  return get_pool_stats(rt, 0, out, std::nullopt);
 }
 
 ferry_status ferry_get_integrity_stats_sized(ferry_runtime rt, ferry_integrity_stats* out, size_t struct_size) {
-  return get_integrity_stats(rt, out, struct_size);
+  return get_integrity_stats(rt, 0, out, struct_size);
+}
+
+ferry_status ferry_device_get_integrity_stats_sized(ferry_runtime rt, uint32_t device, ferry_integrity_stats* out,
+                                                    size_t struct_size) {
+  return get_integrity_stats(rt, device, out, struct_size, "ferry_device_get_integrity_stats_sized");
 }
 
 ferry_status(ferry_get_integrity_stats)(ferry_runtime rt, ferry_integrity_stats* out) {
-  return get_integrity_stats(rt, out, std::nullopt);
+  return get_integrity_stats(rt, 0, out, std::nullopt);
 }
 
 ferry_status ferry_memory_summary(ferry_runtime rt, char* buf, size_t capacity, size_t* length) {

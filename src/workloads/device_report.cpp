@@ -9,6 +9,16 @@
 namespace ferry::workloads {
 namespace {
 
+// The links as parse_peer_links reads them ("0-1:nvlink,..."), "none" for none.
+std::string links_text(const std::vector<PeerLinkSpec>& links) {
+  std::string out;
+  for (const PeerLinkSpec& l : links) {
+    out += (out.empty() ? "" : ",") + std::to_string(l.a) + "-" + std::to_string(l.b) + ":" +
+           std::string(to_string(l.link));
+  }
+  return out.empty() ? "none" : out;
+}
+
 // Counters summed, flags or'ed: what the engines did together.
 void add(IntegrityCounters& t, const IntegrityCounters& c) {
   t.bytes_moved += c.bytes_moved, t.bytes_verified += c.bytes_verified;
@@ -39,8 +49,9 @@ WorkloadDeviceReport device_report(std::uint32_t i, DeviceEnv& d, const Exec& li
   x.integrity = d.engine->counters();
   const FaultCounters f = d.backend->fault_counters();
   x.swallowed_copies = f.swallowed_copies, x.failed_maps = f.failed_maps, x.illegal_accesses = f.illegal_accesses;
-  x.peer_copies_in = live.peer_copies_in()[i];
-  x.peer_bytes_in = live.peer_bytes_in()[i];
+  const Exec::PeerTraffic& peer = live.peer_traffic()[i];
+  x.peer_copies_in = peer.copies_in, x.peer_bytes_in = peer.bytes_in, x.peer_direct_in = peer.direct_in;
+  x.peer_copies_out = peer.copies_out, x.peer_bytes_out = peer.bytes_out;
   const std::uint64_t now = d.backend->now_ns();
   x.wall_ns = now > t0 ? now - t0 : 0;
   x.transfer_busy_ns = d.meter->transfer_ns();
@@ -66,6 +77,7 @@ WorkloadDeviceReport device_report(std::uint32_t i, DeviceEnv& d, const Exec& li
 void record_devices(WorkloadReport& r, Env& env, const Exec& live, const Workload& w,
                     const std::vector<std::uint64_t>& planned, double s, std::uint64_t t0) {
   const auto n = static_cast<std::uint32_t>(env.devices.size());
+  r.links = links_text(env.runtime->options().devices.links);
   r.devices.clear();
   for (std::uint32_t i = 0; i < n; ++i) {
     r.devices.push_back(device_report(i, env.at(i), live, w, planned[i], s, t0, r.completed));
@@ -122,7 +134,9 @@ nlohmann::ordered_json devices_json(const std::vector<WorkloadDeviceReport>& dev
                       {"fallbacks", c.fallbacks},         {"recovered", c.recovered},
                       {"corrupt", c.corrupt},             {"units_retired", c.units_retired},
                       {"swallowed_copies", x.swallowed_copies}, {"failed_maps", x.failed_maps},
-                      {"peer_copies_in", x.peer_copies_in}, {"peer_bytes_in", x.peer_bytes_in}};
+                      {"peer_copies_in", x.peer_copies_in}, {"peer_bytes_in", x.peer_bytes_in},
+                      {"peer_direct_in", x.peer_direct_in}, {"peer_copies_out", x.peer_copies_out},
+                      {"peer_bytes_out", x.peer_bytes_out}};
     d["time"] = {{"wall_ns", x.wall_ns},
                  {"transfer_busy_ns", x.transfer_busy_ns},
                  {"compute_busy_ns", x.compute_busy_ns},
@@ -136,7 +150,8 @@ nlohmann::ordered_json devices_json(const std::vector<WorkloadDeviceReport>& dev
       d["cache"] = {{"slots", x.cache_slots},       {"hit_rate", x.cache.hit_rate()},
                     {"hits", x.cache.hits},         {"misses", x.cache.misses},
                     {"prefetches", x.cache.prefetches}, {"evictions", x.cache.evictions},
-                    {"bytes_uploaded", x.cache.bytes_uploaded}};
+                    {"bytes_uploaded", x.cache.bytes_uploaded}, {"peer_fills", x.cache.fills},
+                    {"bytes_peer_filled", x.cache.bytes_filled}};
     } else {
       d["cache"] = nullptr;
     }
@@ -147,6 +162,7 @@ nlohmann::ordered_json devices_json(const std::vector<WorkloadDeviceReport>& dev
 }
 
 void devices_summary(const WorkloadReport& r, const std::function<void(const std::string&, const std::string&)>& line) {
+  if (!r.devices.empty()) line("links", r.links);
   for (const WorkloadDeviceReport& x : r.devices) {
     const IntegrityCounters& c = x.integrity;
     std::string v = x.device + ": " + std::to_string(x.units) + " " + x.unit_name;
@@ -159,8 +175,12 @@ void devices_summary(const WorkloadReport& r, const std::function<void(const std
          ", " + std::to_string(x.ooms_survived) + " OOMs survived, " + std::to_string(x.reclaims) + " reclaims; " +
          text::human_bytes(c.bytes_moved, 2) + " moved, " + std::to_string(c.mismatches) + " mismatches, " +
          std::to_string(c.recovered) + " recovered, " + std::to_string(x.swallowed_copies) + " swallowed; " +
-         std::to_string(x.peer_copies_in) + " peer copies in";
-    if (x.has_cache) v += "; cache hit rate " + text::fixed(x.cache.hit_rate(), 3);
+         std::to_string(x.peer_copies_in) + " peer copies in (" + std::to_string(x.peer_direct_in) + " direct), " +
+         std::to_string(x.peer_copies_out) + " out";
+    if (x.has_cache) {
+      v += "; cache hit rate " + text::fixed(x.cache.hit_rate(), 3) + ", " + std::to_string(x.cache.fills) +
+           " filled from a peer";
+    }
     if (x.faults != "none") v += "; faults " + x.faults;
     line("device " + std::to_string(x.index), v);
   }

@@ -14,6 +14,7 @@ DeviceProfile scaled_profile(DeviceProfile profile, double s) {
   const double s2 = s * s;
   profile.link_latency_ns *= s2;
   profile.kernel_latency_ns *= s2;
+  profile.peer_latency_ns *= s2;
   const auto g = static_cast<std::uint64_t>(static_cast<double>(profile.granularity) * s2);
   profile.granularity = std::max<std::uint64_t>(4096, std::bit_floor(std::max<std::uint64_t>(g, 1)));
   return profile;
@@ -36,6 +37,12 @@ Result<std::unique_ptr<Env>> make_env(const WorkloadOptions& options, double sca
     o.backend.custom_profile = profile;
   }
   o.devices.count = options.devices;
+  if (options.links) {
+    o.devices.links = *options.links;  // device_specs refuses a pair beyond the count, or links on cuda
+  } else if (options.devices > 1 && profiled && profile.peer_bytes_per_s > 0) {
+    for (std::uint32_t a = 0; a < options.devices; ++a)
+      for (std::uint32_t b = a + 1; b < options.devices; ++b) o.devices.links.push_back({a, b, PeerLink::nvlink});
+  }
   if (options.fault_device) {
     o.devices.faults.assign(options.devices, SimFaults{});
     if (*options.fault_device < options.devices) o.devices.faults[*options.fault_device] = options.faults;

@@ -33,11 +33,10 @@ std::uint64_t fnv1a(std::string_view text) {
 
 Exec::Exec(const WorkloadOptions& options)
     : options_(options), gemm_(uses_gemm(options)), dry_live_(options.devices), dry_peak_(options.devices),
-      host_busy_ns_(options.devices), peer_copies_(options.devices), peer_bytes_(options.devices) {}
+      host_busy_ns_(options.devices), peer_(options.devices) {}
 Exec::Exec(const WorkloadOptions& options, Env& env)
     : options_(options), env_(&env), gemm_(uses_gemm(options)), dry_live_(options.devices),
-      dry_peak_(options.devices), host_busy_ns_(options.devices), peer_copies_(options.devices),
-      peer_bytes_(options.devices) {}
+      dry_peak_(options.devices), host_busy_ns_(options.devices), peer_(options.devices) {}
 
 std::uint32_t Exec::device_of(DeviceHandle handle) const {
   auto it = pool_device_.find(handle.pool);
@@ -104,8 +103,9 @@ Result<Exec::Moved> Exec::copy_to(std::uint32_t device, DeviceHandle src, Stream
     (void)free(*dst);
     return std::move(r).error();
   }
-  ++peer_copies_[device];
-  peer_bytes_[device] += bytes;
+  PeerTraffic &in = peer_[device], &out = peer_[from];
+  ++in.copies_in, in.bytes_in += bytes, in.direct_in += r->direct ? 1 : 0;
+  ++out.copies_out, out.bytes_out += bytes;
   return Moved{*dst, r->done};
 }
 

@@ -77,9 +77,12 @@ class Exec {
     StreamPoint done{};
   };
   Result<Moved> copy_to(std::uint32_t device, DeviceHandle src, StreamId stream);
-  // copy_to calls that landed on each device, and their bytes.
-  const std::vector<std::uint64_t>& peer_copies_in() const noexcept { return peer_copies_; }
-  const std::vector<std::uint64_t>& peer_bytes_in() const noexcept { return peer_bytes_; }
+  // The copy_to calls of one device: those that landed on it (and how many of
+  // them went over the pair's link rather than through the host) and those that read it.
+  struct PeerTraffic {
+    std::uint64_t copies_in = 0, bytes_in = 0, direct_in = 0, copies_out = 0, bytes_out = 0;
+  };
+  const std::vector<PeerTraffic>& peer_traffic() const noexcept { return peer_; }
 
   Result<StreamPoint> fill(StreamId stream, DeviceHandle dst, std::uint64_t seed);
   // A kernel: output = mix_kernel(inputs). A slice of 0 bytes means the whole
@@ -164,7 +167,8 @@ class Exec {
   std::unordered_map<std::uint32_t, std::uint64_t> dry_sizes_;  // by slot
   std::uint32_t dry_next_ = 1;
   std::vector<std::uint64_t> dry_live_, dry_peak_;  // by device
-  std::vector<std::uint64_t> host_busy_ns_, peer_copies_, peer_bytes_;  // by device
+  std::vector<std::uint64_t> host_busy_ns_;  // by device
+  std::vector<PeerTraffic> peer_;            // by device
   WorkloadProgress last_progress_;  // phase points at a string literal of the workload's
 };
 

@@ -21,6 +21,15 @@
 // (charged on the virtual clock with the host model of WorkloadOptions) and
 // uploads it; the missed expert is handed to the cache as a prefetch, so it is
 // admitted in the background for later steps.
+//
+// Several devices (docs/workloads.md): one MultiDeviceCache over them places
+// expert e of layer l on device (16 l + e) mod N (round_robin over the keys,
+// defined in key order). A layer's experts run where they are placed, except
+// that a device given more than its share (ceil(picks / N)) hands the rest to
+// the device with the fewest so far (expert load balancing, fixed by the
+// routing trace before the run); that device acquires the expert there, so the
+// cache fills its slot from the device that holds it over their link, or from
+// the host, whichever the cost model says is faster.
 #include <algorithm>
 #include <cmath>
 #include <map>
@@ -30,6 +39,7 @@
 #include "workloads/exec.hpp"
 
 #include "ferry/cost_model.hpp"
+#include "ferry/multi_device_cache.hpp"
 
 namespace ferry::workloads {
 namespace {
@@ -65,6 +75,7 @@ class MoeOffload final : public Workload {
     hidden_ = scaled(1024, s);
     inter_ = scaled(512, s);
     make_trace();
+    assign_devices();
   }
 
   std::string shape() const override {
@@ -87,18 +98,17 @@ class MoeOffload final : public Workload {
   }
 
   Result<void> check_options() const override {
-    // A layer pins every expert it routes to on a device at once: fewer slots there can never serve it.
-    for (std::uint32_t d = 0; d < options_.devices; ++d) {
-      std::size_t need = 0, step = 0, layer = 0;
+    // A layer pins every expert it runs on a device at once: fewer slots there can never serve it.
+    for (std::uint32_t d = 0; d < devices(); ++d) {
+      std::size_t need = 1, step = 0, layer = 0;
       for (std::uint64_t t = 0; t < kSteps; ++t) {
         for (std::uint64_t l = 0; l < kLayers; ++l) {
-          const std::size_t here = static_cast<std::size_t>(std::count_if(
-              selected_[t][l].begin(), selected_[t][l].end(), [&](const Pick& p) { return device_of(p.expert) == d; }));
+          const std::vector<std::uint32_t>& on = assigned_[t][l];
+          const auto here = static_cast<std::size_t>(std::count(on.begin(), on.end(), d));
           if (here > need) std::tie(need, step, layer) = std::tuple(here, t, l);
         }
       }
-      const std::uint32_t slots = slots_of(d);
-      if (slots >= need) continue;
+      if (slots_per_device() >= need) continue;
       const std::string where = options_.devices > 1 ? " on device " + std::to_string(d) : "";
       const std::uint64_t total = static_cast<std::uint64_t>(need) * options_.devices;
       return make_error(ErrorCode::invalid_argument,
@@ -145,39 +155,40 @@ class MoeOffload final : public Workload {
     const std::uint64_t gu_bytes = 2 * inter_ * hidden_ * 2, down_bytes = hidden_ * inter_ * 2;
     const std::uint64_t entry_bytes = (gu_bytes + 255) / 256 * 256 + down_bytes;
     const std::uint32_t n = ex.device_count();
-    // One expert cache per device, over the experts that live there.
-    std::vector<std::unique_ptr<OffloadCache>> caches(n);
-    for (std::uint32_t d = 0; d < n; ++d) {
-      ex.on(d);
-      if (ex.dry()) {
-        ex.dry_hold(static_cast<std::uint64_t>(slots_of(d)) * entry_bytes);
-        continue;
-      }
-      CacheOptions co;
-      co.slots = slots_of(d);
-      co.policy = options_.policy;
-      co.upload_stream = kUpload;
-      co.prefetch_stream = kUpload;  // one host link: prefetches queue with demand fetches
-      caches[d] = std::make_unique<OffloadCache>(*ex.dev().engine, co);
-      FERRY_TRY(caches[d]->status());
+    // One expert cache over the devices, `slots_per_device()` slots on each.
+    std::unique_ptr<MultiDeviceCache> cache;
+    if (ex.dry()) {
+      for (std::uint32_t d = 0; d < n; ++d) ex.on(d), ex.dry_hold(std::uint64_t{slots_per_device()} * entry_bytes);
+    } else {
+      MultiDeviceCacheOptions mo;
+      mo.cache.slots = slots_per_device();
+      mo.cache.policy = options_.policy;
+      mo.cache.upload_stream = kUpload;
+      mo.cache.prefetch_stream = kUpload;  // one host link: prefetches queue with demand fetches
+      mo.placement = DevicePlacement::round_robin;
+      Result<std::unique_ptr<MultiDeviceCache>> made = MultiDeviceCache::create(*ex.env().runtime, mo);
+      if (!made.ok()) return std::move(made).error();
+      cache = std::move(made).value();
+      // Defined in key order: round_robin places key k on device k mod N (home()).
       for (CacheKey key = 0; key < kLayers * kExperts; ++key) {
-        if (device_of(key % kExperts) != d) continue;
-        FERRY_TRY(caches[d]->define(key, {bank.bytes(index_[2 * key]), bank.bytes(index_[2 * key + 1])}));
+        FERRY_TRY(cache->define(key, {bank.bytes(index_[2 * key]), bank.bytes(index_[2 * key + 1])}));
       }
-      if (options_.policy == EvictionPolicy::optimal) caches[d]->set_access_plan(access_plan(d));
+      if (options_.policy == EvictionPolicy::optimal) {
+        for (std::uint32_t d = 0; d < n; ++d) cache->device_cache(d).set_access_plan(access_plan(d));
+      }
     }
     ex.on(0);
     device_units.assign(n, 0);
     device_tokens.assign(n, 0);
-    Result<std::vector<std::byte>> out = run(ex, bank, caches);
-    if (caches[0]) {
+    Result<std::vector<std::byte>> out = run(ex, bank, cache.get());
+    if (cache) {
+      const MultiDeviceCacheStats ms = cache->stats();
       CacheStats total;
       device_cache_stats.clear();
       device_cache_slots.clear();
       for (std::uint32_t d = 0; d < n; ++d) {
-        const CacheStats c = caches[d]->stats();
-        add(total, c);
-        if (n > 1) device_cache_stats.push_back(c), device_cache_slots.push_back(slots_of(d));
+        add(total, ms.devices[d]);
+        if (n > 1) device_cache_stats.push_back(ms.devices[d]), device_cache_slots.push_back(slots_per_device());
       }
       cache_stats = total;
     }
@@ -235,15 +246,36 @@ class MoeOffload final : public Workload {
     }
   }
 
-  // Expert parallelism: expert e of every layer lives on device e mod N.
-  std::uint32_t device_of(std::uint64_t expert) const {
-    return static_cast<std::uint32_t>(expert % options_.devices);
-  }
+  // The device the cache places `key` on (MultiDeviceCache's round_robin: its
+  // definition index, which is the key, modulo the device count).
+  std::uint32_t home(CacheKey key) const { return static_cast<std::uint32_t>(key % devices()); }
+  // The device count; a count run_workload refuses (0, too many) plans as the nearest it takes.
+  std::uint32_t devices() const { return std::clamp<std::uint32_t>(options_.devices, 1, kMaxWorkloadDevices); }
   std::uint32_t total_slots() const { return options_.cache_slots != 0 ? options_.cache_slots : kDefaultSlots; }
-  // The total split evenly over the devices, the first ones taking the remainder.
-  std::uint32_t slots_of(std::uint32_t device) const {
-    const std::uint32_t n = options_.devices;
-    return total_slots() / n + (device < total_slots() % n ? 1 : 0);
+  // Every device's cache has as many slots (multi_device_cache.hpp): the total split evenly.
+  std::uint32_t slots_per_device() const { return total_slots() / devices(); }
+
+  // Where each pick runs: at its expert's home, unless the home already runs its
+  // share of the layer (ceil(picks / N)); then on the device running fewest
+  // (the lowest on a tie). Same trace, same assignment: the dry run plans it.
+  void assign_devices() {
+    const std::uint32_t n = devices();
+    assigned_.assign(kSteps, std::vector<std::vector<std::uint32_t>>(kLayers));
+    for (std::uint64_t t = 0; t < kSteps; ++t) {
+      for (std::uint64_t l = 0; l < kLayers; ++l) {
+        const std::vector<Pick>& sel = selected_[t][l];
+        const std::size_t share = (sel.size() + n - 1) / n;
+        std::vector<std::size_t> count(n);
+        for (const Pick& p : sel) {
+          std::uint32_t d = home(l * kExperts + p.expert);
+          if (count[d] >= share) {
+            d = static_cast<std::uint32_t>(std::min_element(count.begin(), count.end()) - count.begin());
+          }
+          ++count[d];
+          assigned_[t][l].push_back(d);
+        }
+      }
+    }
   }
   static void add(CacheStats& t, const CacheStats& c) {
     t.hits += c.hits, t.misses += c.misses, t.prefetches += c.prefetches, t.prefetch_hits += c.prefetch_hits;
@@ -257,8 +289,8 @@ class MoeOffload final : public Workload {
     std::vector<CacheKey> plan;
     for (std::uint64_t t = 0; t < kSteps; ++t)
       for (std::uint64_t l = 0; l < kLayers; ++l)
-        for (const Pick& p : selected_[t][l])
-          if (device_of(p.expert) == device) plan.push_back(l * kExperts + p.expert);
+        for (std::size_t i = 0; i < selected_[t][l].size(); ++i)
+          if (assigned_[t][l][i] == device) plan.push_back(l * kExperts + selected_[t][l][i].expert);
     return plan;
   }
 
@@ -280,8 +312,7 @@ class MoeOffload final : public Workload {
     return ref.matmul(act, w(index_[2 * key + 1]), down_shape());
   }
 
-  Result<std::vector<std::byte>> run(Exec& ex, const WeightBank& bank,
-                                     const std::vector<std::unique_ptr<OffloadCache>>& caches) {
+  Result<std::vector<std::byte>> run(Exec& ex, const WeightBank& bank, MultiDeviceCache* cache) {
     const std::uint64_t xb = kTokensPerStep * hidden_ * 2;
     const std::uint32_t n = ex.device_count();
     Result<DeviceHandle> d0 = ex.alloc(kDigestBytes, kCompute);
@@ -297,28 +328,28 @@ class MoeOffload final : public Workload {
       StreamPoint x_ready = *filled;
       for (std::uint64_t l = 0; l < kLayers; ++l) {
         const std::vector<Pick>& sel = selected_[t][l];
+        const std::vector<std::uint32_t>& on = assigned_[t][l];
         std::vector<DeviceHandle> ys(sel.size());
         // Device 0 holds x and combines; the others get a copy of x and run their
         // experts first, so that their work overlaps device 0's.
         for (std::uint32_t d = n; d-- > 0;) {
           ex.on(d);
           if (d == 0) {
-            FERRY_TRY(layer_on(ex, bank, caches[d].get(), t, l, x, x_ready, ys));
+            FERRY_TRY(layer_on(ex, bank, cache, t, l, x, x_ready, ys));
             continue;
           }
-          const bool used = std::any_of(sel.begin(), sel.end(), [&](const Pick& p) { return device_of(p.expert) == d; });
-          if (!used) {  // no expert of this layer here: the next layer's hints only
-            FERRY_TRY(layer_on(ex, bank, caches[d].get(), t, l, DeviceHandle{}, StreamPoint{}, ys));
+          if (std::find(on.begin(), on.end(), d) == on.end()) {  // no expert of this layer here: hints only
+            FERRY_TRY(layer_on(ex, bank, cache, t, l, DeviceHandle{}, StreamPoint{}, ys));
             continue;
           }
           Result<Exec::Moved> xd = ex.copy_to(d, x, kCompute);
           if (!xd.ok()) return std::move(xd).error();
-          FERRY_TRY(layer_on(ex, bank, caches[d].get(), t, l, xd->handle, xd->done, ys));
+          FERRY_TRY(layer_on(ex, bank, cache, t, l, xd->handle, xd->done, ys));
           FERRY_TRY(ex.free(xd->handle));
         }
         // The other devices' outputs come to device 0 for the combine.
         for (std::size_t i = 0; i < sel.size(); ++i) {
-          if (device_of(sel[i].expert) == 0) continue;
+          if (on[i] == 0) continue;
           Result<Exec::Moved> y = ex.copy_to(0, ys[i], kCompute);
           if (!y.ok()) return std::move(y).error();
           FERRY_TRY(ex.free(ys[i]));
@@ -349,35 +380,36 @@ class MoeOffload final : public Workload {
     return bytes;
   }
 
-  // Layer l of step t on the current device, for the experts that live there:
-  // acquire them (or find the misses), hint the next layer's, run the resident
-  // ones on x (ready at x_ready) and the misses on the host (--host-exec); each
-  // output into ys[i] on this device.
-  Result<void> layer_on(Exec& ex, const WeightBank& bank, OffloadCache* cache, std::uint64_t t, std::uint64_t l,
+  // Layer l of step t on the current device, for the experts assigned to it:
+  // acquire them (or find the misses), hint the next layer's experts placed
+  // here, run the resident ones on x (ready at x_ready) and the misses on the
+  // host (--host-exec); each output into ys[i] on this device.
+  Result<void> layer_on(Exec& ex, const WeightBank& bank, MultiDeviceCache* cache, std::uint64_t t, std::uint64_t l,
                         DeviceHandle x, StreamPoint x_ready, std::vector<DeviceHandle>& ys) {
     const std::uint64_t xb = kTokensPerStep * hidden_ * 2;
     const std::uint32_t me = ex.current();
     const bool host_exec = options_.host_exec;
     const std::vector<Pick>& sel = selected_[t][l];
-    const auto mine = [&](std::size_t i) { return device_of(sel[i].expert) == me; };
+    const auto mine = [&](std::size_t i) { return assigned_[t][l][i] == me; };
     // 1. Acquire (pin) this layer's experts, or find the misses.
     std::vector<std::optional<CacheRef>> refs(sel.size());
     std::vector<CacheKey> missed, keys;
     if (cache != nullptr) {
+      OffloadCache& here = cache->device_cache(me);
       for (std::size_t i = 0; i < sel.size(); ++i) {
         if (!mine(i)) continue;
         const CacheKey key = l * kExperts + sel[i].expert;
         ++device_units[me];
         device_tokens[me] += sel[i].tokens;
         if (host_exec) {
-          Result<std::optional<CacheRef>> r = cache->acquire_if_resident(key, kCompute);
+          Result<std::optional<CacheRef>> r = here.acquire_if_resident(key, kCompute);
           if (!r.ok()) return std::move(r).error();
           refs[i] = std::move(*r);
           if (!refs[i]) missed.push_back(key);
         } else {
-          Result<CacheRef> r = cache->acquire(key, kCompute);
+          Result<DeviceCacheRef> r = cache->acquire(key, me, kCompute);
           if (!r.ok()) return std::move(r).error();
-          refs[i] = std::move(*r);
+          refs[i] = std::move(r->ref);
         }
       }
       // 2. Hints for the next layer; misses run on the host are admitted too.
@@ -385,11 +417,11 @@ class MoeOffload final : public Workload {
         const std::uint64_t nt = l + 1 < kLayers ? t : t + 1, nl = (l + 1) % kLayers;
         if (nt < kSteps)
           for (std::uint64_t e : predicted_[nt][nl])
-            if (device_of(e) == me) keys.push_back(nl * kExperts + e);
+            if (home(nl * kExperts + e) == me) keys.push_back(nl * kExperts + e);
       }
       keys.insert(keys.end(), missed.begin(), missed.end());
       if (!keys.empty()) {
-        Result<std::uint32_t> p = cache->prefetch(keys);
+        Result<std::uint32_t> p = here.prefetch(keys);
         if (!p.ok()) return std::move(p).error();
       }
     }
@@ -412,10 +444,10 @@ class MoeOffload final : public Workload {
       ys[i] = *y;
       FERRY_TRY(ex.matmul(kCompute, {*act}, w_down, *y, down_shape(), flops / 3));
       FERRY_TRY(ex.free(*act));
-      if (cache != nullptr) FERRY_TRY(cache->release(refs[i]->key));
+      if (cache != nullptr) FERRY_TRY(cache->release(refs[i]->key, me));
     }
     // 4. Host execution of the misses.
-    if (!missed.empty()) FERRY_TRY(host_execute(ex, bank, l, sel, refs, x, x_ready, ys));
+    if (!missed.empty()) FERRY_TRY(host_execute(ex, bank, l, sel, assigned_[t][l], refs, x, x_ready, ys));
     return {};
   }
 
@@ -423,7 +455,8 @@ class MoeOffload final : public Workload {
   // the device runs the hits; each y_e is computed with the definitions the
   // device uses and uploaded into a fresh buffer the combine reads.
   Result<void> host_execute(Exec& ex, const WeightBank& bank, std::uint64_t l, const std::vector<Pick>& sel,
-                            const std::vector<std::optional<CacheRef>>& refs, DeviceHandle x,
+                            const std::vector<std::uint32_t>& on, const std::vector<std::optional<CacheRef>>& refs,
+                            DeviceHandle x,
                             StreamPoint x_ready, std::vector<DeviceHandle>& ys) {
     const std::uint64_t xb = kTokensPerStep * hidden_ * 2;
     const std::uint64_t expert_bytes = 3 * hidden_ * inter_ * 2;
@@ -434,7 +467,7 @@ class MoeOffload final : public Workload {
     Reference ref(ex.gemm(), true);
     const HostValue xv = ref.view(*xh);
     for (std::size_t i = 0; i < sel.size(); ++i) {
-      if (refs[i] || device_of(sel[i].expert) != ex.current()) continue;
+      if (refs[i] || on[i] != ex.current()) continue;
       const HostValue yv = expert(ref, bank, l * kExperts + sel[i].expert, xv);
       const std::span<const std::byte> y = yv.bytes;
       const double flops = expert_flops(sel[i].tokens);
@@ -461,6 +494,7 @@ class MoeOffload final : public Workload {
   std::vector<std::size_t> index_;  // bank index of (layer, expert) gate_up at 2k, down at 2k+1
   std::vector<std::vector<std::vector<Pick>>> selected_;              // [step][layer]
   std::vector<std::vector<std::vector<std::uint64_t>>> predicted_;    // [step][layer]
+  std::vector<std::vector<std::vector<std::uint32_t>>> assigned_;     // [step][layer][pick]: the device running it
 };
 
 }  // namespace

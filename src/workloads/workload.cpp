@@ -440,7 +440,10 @@ std::string workload_report_json(const WorkloadReport& r) {
     }
     j["races"] = {{"count", r.races}, {"list", std::move(list)}};
   }
-  if (!r.devices.empty()) j["devices"] = workloads::devices_json(r.devices);  // several devices only
+  if (!r.devices.empty()) {  // several devices only
+    j["links"] = r.links;
+    j["devices"] = workloads::devices_json(r.devices);
+  }
   j["expected_digest"] = r.expected_digest;
   j["actual_digest"] = r.actual_digest;
   j["error"] = r.error.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(r.error);

@@ -144,6 +144,65 @@ static void links(void) {
   CHECK(verified == 1);
 }
 
+/* Adds one to each byte of operand 0 (the sim hands the operands' bytes). */
+static ferry_status plus_one(const ferry_launch_context* ctx, void* user_data) {
+  (void)user_data;
+  unsigned char* bytes = (unsigned char*)ctx->host_views[0];
+  for (uint64_t i = 0; i < ctx->bytes[0]; ++i) bytes[i] = (unsigned char)(bytes[i] + 1);
+  return FERRY_OK;
+}
+
+/* The stream calls and the figures of device 1: a held launch, record_use, its
+ * own synchronize, native stream and stats; device 0's calls refuse its block. */
+static void device_stream_calls(void) {
+  ferry_runtime_options o;
+  ferry_runtime_options_init(&o);
+  o.profile = "tiny";
+  o.device_count = 2;
+  ferry_runtime rt = NULL;
+  OK(ferry_runtime_create(&o, &rt));
+  if (rt == NULL) return;
+  static unsigned char src[N], back[N];
+  for (int i = 0; i < N; ++i) src[i] = (unsigned char)(i * 3);
+  ferry_handle h;
+  OK(ferry_device_alloc(rt, 1, N, 0, &h));
+  ferry_integrity_stats e0, e1;
+  OK(ferry_device_get_integrity_stats_sized(rt, 0, &e0, sizeof e0));
+  OK(ferry_device_upload(rt, 0, h, 0, src, N));
+  OK(ferry_device_get_integrity_stats_sized(rt, 1, &e1, sizeof e1));
+  CHECK(e1.bytes_moved >= N);
+  ferry_operand op = {h, 0, 0, FERRY_READ_WRITE};
+  OK(ferry_device_hold(rt, 1, 0, 1));
+  OK(ferry_device_launch(rt, 1, 0, &op, 1, plus_one, NULL, 1e6, N));
+  OK(ferry_device_record_use(rt, 1, 0, &h, 1));
+  OK(ferry_device_hold(rt, 1, 0, 0));
+  OK(ferry_device_synchronize(rt, 1));
+  OK(ferry_device_download(rt, 0, h, 0, back, N));
+  int bumped = 1;
+  for (int i = 0; i < N; ++i) bumped &= back[i] == (unsigned char)(src[i] + 1);
+  CHECK(bumped);
+  ferry_pool_stats p0, p1;
+  OK(ferry_device_get_pool_stats_sized(rt, 0, &p0, sizeof p0));
+  OK(ferry_device_get_pool_stats_sized(rt, 1, &p1, sizeof p1));
+  CHECK(p1.allocs == 1 && p0.allocs == 0);
+  ferry_integrity_stats after0;
+  OK(ferry_device_get_integrity_stats_sized(rt, 0, &after0, sizeof after0));
+  CHECK(after0.bytes_moved == e0.bytes_moved);
+  void* native = NULL;
+  OK(ferry_device_native_stream(rt, 1, 0, &native));
+  CHECK(ferry_launch(rt, 0, &op, 1, plus_one, NULL, 0, 0) == FERRY_ERROR_STALE_HANDLE);
+  CHECK(strstr(ferry_last_error(), "device 1") != NULL);
+  CHECK(ferry_device_launch(rt, 2, 0, &op, 1, plus_one, NULL, 0, 0) == FERRY_ERROR_INVALID_ARGUMENT);
+  CHECK(strstr(ferry_last_error(), "no device 2") != NULL);
+  CHECK(ferry_device_hold(rt, 2, 0, 1) == FERRY_ERROR_INVALID_ARGUMENT);
+  CHECK(ferry_device_synchronize(rt, 2) == FERRY_ERROR_INVALID_ARGUMENT);
+  CHECK(ferry_device_get_pool_stats_sized(rt, 2, &p1, sizeof p1) == FERRY_ERROR_INVALID_ARGUMENT);
+  CHECK(ferry_device_native_stream(rt, 1, 0, NULL) == FERRY_ERROR_INVALID_ARGUMENT);
+  OK(ferry_device_free(rt, h));
+  OK(ferry_device_synchronize(rt, 1));
+  ferry_runtime_destroy(rt);
+}
+
 int main(void) {
   /* A caller built before device_count existed: one device. */
   ferry_runtime_options old;
@@ -210,6 +269,7 @@ int main(void) {
   ferry_runtime_destroy(rt);
   links();
   races_name_their_devices();
+  device_stream_calls();
   if (failures == 0) printf("devices_c_test: ok\n");
   return failures == 0 ? 0 : 1;
 }

@@ -818,3 +818,66 @@ def test_links_join_devices_and_their_copies_take_the_link():
     for bad in ["0-1", "0-1:warp", "0-2:pcie", "1-1:pcie", [(0, 1)], 7]:
         with pytest.raises(ferry.InvalidArgumentError, match="link"):
             ferry.Runtime(profile="tiny", devices=2, links=bad)
+
+
+def _pull_after_fill(wait):
+    """A block of device 0 filled by a launch on its stream 1, pulled over the link by
+    device 1 on its stream 0: (races found, the pulled bytes are the fill's)."""
+    data = bytes(range(256)) * 16
+    with ferry.Runtime(profile="tiny", devices=2, links="0-1:nvlink", race_check=True, integrity="off") as rt:
+        src, dst = rt.alloc(len(data), stream=1), rt.alloc(len(data), device=1)
+
+        def fill(ctx):
+            ctx.views[0][:] = data
+
+        rt.launch(1, [(src, "w")], fill, flops=1e9)
+        if wait:
+            rt.stream_wait(0, 1, device=1, for_device=0)
+        rt.copy_peer(dst, src, len(data))
+        out = rt.download(dst, len(data))
+        rt.synchronize()
+        return rt.races()["count"], out == data
+
+
+def test_a_wait_across_devices_orders_the_pull_and_the_race_checker_sees_it():
+    """stream_wait(device=, for_device=) (ferry_device_stream_wait): device 1's stream
+    waits for device 0's point without the host; the race checker over both sims finds
+    the pull unordered without it."""
+    assert _pull_after_fill(True) == (0, True)
+    races, _ = _pull_after_fill(False)
+    assert races >= 1
+    with ferry.Runtime(profile="tiny") as rt:
+        with pytest.raises(ferry.InvalidArgumentError, match="no device 1"):
+            rt.stream_wait(0, 0, for_device=1)
+
+
+def test_stream_calls_and_figures_take_a_device():
+    """launch, record_use, hold/release, synchronize, native_stream, pool_stats and
+    integrity_stats act on the device they are given (device 0 by default)."""
+    data = bytes(range(256)) * 16
+    with ferry.Runtime(profile="tiny", devices=2, race_check=True) as rt:
+        a = rt.alloc(len(data), device=1)
+
+        def fill(ctx):
+            ctx.views[0][:] = data
+
+        rt.hold(0, device=1)
+        rt.launch(0, [(a, "w")], fill, device=1)
+        rt.record_use(0, [a], device=1)
+        rt.release(0, device=1)
+        rt.synchronize(device=1)
+        assert rt.download(a, len(data)) == data
+        assert rt.races()["count"] == 0
+        assert rt.pool_stats(device=1)["allocs"] == 1 and rt.pool_stats()["allocs"] == 0
+        moved0, moved1 = rt.integrity_stats()["bytes_moved"], rt.integrity_stats(device=1)["bytes_moved"]
+        rt.upload(a, data)
+        assert rt.integrity_stats(device=1)["bytes_moved"] >= moved1 + len(data)
+        assert rt.integrity_stats()["bytes_moved"] == moved0
+        assert isinstance(rt.native_stream(0, device=1), int)
+        with pytest.raises(ferry.StaleHandleError, match="device 1"):
+            rt.launch(0, [(a, "r")], lambda ctx: None)
+        for call in (lambda: rt.pool_stats(device=2), lambda: rt.native_stream(0, device=2),
+                     lambda: rt.synchronize(device=2), lambda: rt.launch(0, [], lambda ctx: None, device=2)):
+            with pytest.raises(ferry.InvalidArgumentError, match="no device 2"):
+                call()
+        rt.synchronize()

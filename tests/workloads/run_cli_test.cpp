@@ -31,7 +31,7 @@ TEST(RunCli, HelpListsTheOptions) {
   EXPECT_EQ(r.code, 0);
   for (const char* opt : {"--profile", "--scale", "--capacity", "--integrity", "--inject", "--policy",
                           "--prefetch", "--host-exec", "--matmul", "--weights", "--seed", "--json", "--report",
-                          "--devices", "--inject-device"}) {
+                          "--devices", "--inject-device", "--links"}) {
     EXPECT_NE(r.out.find(opt), std::string::npos) << opt;
   }
   EXPECT_NE(ferry({"--help"}).out.find("run"), std::string::npos);
@@ -121,6 +121,8 @@ TEST(RunCli, TwoDevicesReportEachDevice) {
   EXPECT_EQ(moved, j["integrity"]["bytes_moved"].get<std::uint64_t>());
   EXPECT_EQ(swallowed, j["integrity"]["swallowed_copies"].get<std::uint64_t>());
   EXPECT_EQ(capacity, j["memory"]["capacity_bytes"].get<std::uint64_t>());
+  EXPECT_EQ(j["links"], "0-1:nvlink");
+  EXPECT_EQ(j["devices"][1]["integrity"]["peer_direct_in"], j["devices"][1]["integrity"]["peer_copies_in"]);
   EXPECT_EQ(j["devices"][0]["integrity"]["swallowed_copies"], 0);
   EXPECT_GT(j["devices"][1]["integrity"]["swallowed_copies"].get<std::uint64_t>(), 0u);
   const CliRun text = ferry({"run", "dense-stream", "--scale", kSmall, "--devices", "2", "--quiet"});
@@ -136,6 +138,18 @@ TEST(RunCli, TwoDevicesReportEachDevice) {
   EXPECT_EQ(beyond.code, 2);
   EXPECT_NE(beyond.err.find("devices 0 to 1"), std::string::npos) << beyond.err;
   EXPECT_EQ(ferry({"run", "moe-offload", "--inject-device", "0"}).code, 2) << "nothing to inject";
+  const CliRun staged = ferry({"run", "dense-stream", "--scale", kSmall, "--devices", "2", "--links", "none", "--json",
+                               "--quiet"});
+  EXPECT_EQ(staged.code, 0) << staged.err;
+  const auto s = nlohmann::json::parse(staged.out);
+  EXPECT_EQ(s["links"], "none");
+  EXPECT_EQ(s["devices"][1]["integrity"]["peer_direct_in"], 0);
+  EXPECT_EQ(s["devices"][1]["integrity"]["peer_copies_in"], 1);
+  const CliRun malformed = ferry({"run", "dense-stream", "--devices", "2", "--links", "0-1"});
+  EXPECT_EQ(malformed.code, 2);
+  EXPECT_NE(malformed.err.find("A-B:KIND"), std::string::npos) << malformed.err;
+  const CliRun unlinkable = ferry({"run", "dense-stream", "--devices", "2", "--links", "0-3:pcie", "--quiet"});
+  EXPECT_EQ(unlinkable.code, 2) << "device 3 of 2";
   const CliRun dq = ferry({"run", "dequant-train", "--devices", "2"});
   EXPECT_EQ(dq.code, 2);
   EXPECT_NE(dq.err.find("one device"), std::string::npos) << dq.err;

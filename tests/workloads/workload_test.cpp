@@ -435,8 +435,14 @@ TEST_P(TwoDevices, MatchTheHostReferenceAndTheirFiguresAddUp) {
   EXPECT_EQ(compute, r.compute_busy_ns);
   EXPECT_EQ(wall, r.wall_ns) << "the run's wall is the latest device clock";
   EXPECT_GT(r.devices[1].peer_copies_in, 0u) << "device 1 works on activations device 0 made";
+  EXPECT_EQ(r.devices[0].peer_copies_in + r.devices[1].peer_copies_in,
+            r.devices[0].peer_copies_out + r.devices[1].peer_copies_out);
+  EXPECT_EQ(r.devices[1].peer_copies_in, r.devices[0].peer_copies_out);
+  EXPECT_EQ(r.links, "0-1:nvlink") << "h200 pairs default to NVLink";
+  for (const WorkloadDeviceReport& d : r.devices) EXPECT_EQ(d.peer_direct_in, d.peer_copies_in) << "over the link";
   if (GetParam() == WorkloadKind::moe_offload) {
-    EXPECT_EQ(units, r.cache.hits + r.cache.misses) << "one acquire per expert run";
+    // A peer fill pins its source once: one acquire more than the expert runs.
+    EXPECT_EQ(units + r.cache.fills, r.cache.hits + r.cache.misses) << "one acquire per expert run";
     EXPECT_EQ(r.devices[0].cache.hits + r.devices[1].cache.hits, r.cache.hits);
     EXPECT_EQ(r.devices[0].cache_slots + r.devices[1].cache_slots, r.cache_slots);
     EXPECT_GT(r.devices[0].peer_copies_in, 0u) << "expert outputs come back for the combine";
@@ -475,6 +481,34 @@ TEST_P(TwoDevices, AFaultOnOneDeviceIsCaughtThereOnly) {
     EXPECT_EQ(good.integrity.recovered, 0u);
     EXPECT_EQ(good.faults, "none");
     EXPECT_EQ(r.swallowed_copies, bad.swallowed_copies);
+  }
+}
+
+// The links decide how the devices' copies go (docs/workloads.md): over NVLink
+// directly, with moe-offload's moved experts filled from the device holding them;
+// over PCIe directly, but an expert comes from the host (the cost model: a PCIe
+// pull costs what the host link does); with none, every copy stages through the
+// host. The output is the same.
+TEST_P(TwoDevices, TheLinksDecideHowCopiesGoAndNotWhatIsComputed) {
+  const WorkloadReport nvlink = run_ok(GetParam(), on_two(GetParam()));
+  for (const char* links : {"0-1:pcie", ""}) {
+    SCOPED_TRACE(std::string("links '") + links + "'");
+    WorkloadOptions o = on_two(GetParam());
+    o.links = parse_peer_links(links).value();
+    const WorkloadReport r = run_ok(GetParam(), o);
+    EXPECT_TRUE(r.matched) << r.error << "\n" << workload_report_summary(r);
+    EXPECT_EQ(r.actual_digest, nvlink.actual_digest);
+    EXPECT_EQ(r.links, *links != 0 ? links : "none");
+    ASSERT_EQ(r.devices.size(), 2u);
+    for (std::uint32_t i = 0; i < 2; ++i) {
+      EXPECT_EQ(r.devices[i].peer_copies_in, nvlink.devices[i].peer_copies_in) << "the same schedule";
+      EXPECT_EQ(r.devices[i].peer_direct_in, *links != 0 ? r.devices[i].peer_copies_in : 0u);
+    }
+    EXPECT_EQ(r.cache.fills, 0u) << "no link faster than the host's";
+  }
+  if (GetParam() == WorkloadKind::moe_offload) {
+    EXPECT_GT(nvlink.cache.fills, 0u) << "a moved expert comes over NVLink from the device holding it";
+    EXPECT_EQ(nvlink.devices[0].cache.fills + nvlink.devices[1].cache.fills, nvlink.cache.fills);
   }
 }
 
@@ -532,6 +566,12 @@ TEST(Workload, DeviceCountsItCannotRunAreRefused) {
   ASSERT_FALSE(d.ok());
   EXPECT_EQ(d.error().code, ErrorCode::invalid_argument);
   EXPECT_NE(d.error().message.find("one device"), std::string::npos) << d.error().message;
+  WorkloadOptions linked = on_two(WorkloadKind::moe_offload);
+  linked.links = parse_peer_links("0-2:nvlink").value();
+  auto l = run_workload(WorkloadKind::moe_offload, linked);
+  ASSERT_FALSE(l.ok());
+  EXPECT_EQ(l.error().code, ErrorCode::invalid_argument);
+  EXPECT_NE(l.error().message.find("2"), std::string::npos) << l.error().message;
   WorkloadOptions beyond = on_two(WorkloadKind::dense_stream);
   beyond.fault_device = 2;
   auto f = run_workload(WorkloadKind::dense_stream, beyond);

@@ -249,6 +249,19 @@ extern "C" {
                            src_offset: u64, bytes: u64, stream: u32, verified: *mut c_int) -> ferry_status;
     pub fn ferry_device_stream_wait(rt: ferry_runtime, device: u32, stream: u32, for_device: u32, for_stream: u32)
         -> ferry_status;
+    pub fn ferry_device_launch(rt: ferry_runtime, device: u32, stream: u32, operands: *const ferry_operand,
+                               operand_count: u32, fn_: ferry_launch_fn, user_data: *mut c_void, flops: f64,
+                               mem_bytes: u64) -> ferry_status;
+    pub fn ferry_device_record_use(rt: ferry_runtime, device: u32, stream: u32, handles: *const ferry_handle,
+                                   count: u32) -> ferry_status;
+    pub fn ferry_device_hold(rt: ferry_runtime, device: u32, stream: u32, hold: c_int) -> ferry_status;
+    pub fn ferry_device_synchronize(rt: ferry_runtime, device: u32) -> ferry_status;
+    pub fn ferry_device_native_stream(rt: ferry_runtime, device: u32, stream: u32, out: *mut *mut c_void)
+        -> ferry_status;
+    pub fn ferry_device_get_pool_stats_sized(rt: ferry_runtime, device: u32, out: *mut ferry_pool_stats,
+                                             struct_size: usize) -> ferry_status;
+    pub fn ferry_device_get_integrity_stats_sized(rt: ferry_runtime, device: u32, out: *mut ferry_integrity_stats,
+                                                  struct_size: usize) -> ferry_status;
 
     pub fn ferry_begin_capture(rt: ferry_runtime, stream: u32, share_pool_of: ferry_graph) -> ferry_status;
     pub fn ferry_end_capture(rt: ferry_runtime, stream: u32, out: *mut ferry_graph) -> ferry_status;

@@ -606,8 +606,29 @@ impl Runtime {
     where
         F: FnOnce(&mut LaunchContext<'_>) -> Result<()> + Send + 'static,
     {
+        self.launch_with_cost_on(0, stream, operands, flops, mem_bytes, f)
+    }
+
+    /// [`Runtime::launch`] on `stream` of `device`, over that device's blocks
+    /// (another device's is `StaleHandle` naming both; no such device is
+    /// `InvalidArgument`).
+    pub fn launch_on<F>(&self, device: u32, stream: u32, operands: &[Operand<'_>], f: F) -> Result<()>
+    where
+        F: FnOnce(&mut LaunchContext<'_>) -> Result<()> + Send + 'static,
+    {
+        self.launch_with_cost_on(device, stream, operands, 0.0, 0, f)
+    }
+
+    /// [`Runtime::launch_on`] with the op's modeled cost on sim.
+    pub fn launch_with_cost_on<F>(&self, device: u32, stream: u32, operands: &[Operand<'_>], flops: f64,
+                                  mem_bytes: u64, f: F) -> Result<()>
+    where
+        F: FnOnce(&mut LaunchContext<'_>) -> Result<()> + Send + 'static,
+    {
         let rt = self.rt("launch")?;
-        self.refuse_if_capturing("launch", stream, "the closure is FnOnce and a graph runs it at every replay")?;
+        if device == 0 {
+            self.refuse_if_capturing("launch", stream, "the closure is FnOnce and a graph runs it at every replay")?;
+        }
         for o in operands {
             if let Some(owner) = o.owner {
                 if !ptr::eq(owner, self) {
@@ -624,8 +645,14 @@ impl Runtime {
         }));
         // Registered before ferry may call back (on another thread, at once).
         lock(&self.shared.pending).insert(pending as usize);
+        let user = pending as *mut c_void;
+        // Device 0 through the runtime's own call (traced and captured as it is).
         let status = unsafe {
-            sys::ferry_launch(rt, stream, raw.as_ptr(), n, Some(run_launch), pending as *mut c_void, flops, mem_bytes)
+            if device == 0 {
+                sys::ferry_launch(rt, stream, raw.as_ptr(), n, Some(run_launch), user, flops, mem_bytes)
+            } else {
+                sys::ferry_device_launch(rt, device, stream, raw.as_ptr(), n, Some(run_launch), user, flops, mem_bytes)
+            }
         };
         if status != sys::FERRY_OK {
             // Refused: ferry never calls back. Read the message before anything else.
@@ -642,13 +669,26 @@ impl Runtime {
     /// enqueued on `stream` so far has completed, native work included. Errors:
     /// `StaleHandle` (nothing recorded). Never blocks.
     pub fn record_use(&self, stream: u32, allocations: &[&Allocation<'_>]) -> Result<()> {
+        self.record_use_on(0, stream, allocations)
+    }
+
+    /// [`Runtime::record_use`] on `stream` of `device`, for blocks of that device.
+    /// Errors: `StaleHandle` (another device's block: nothing recorded),
+    /// `InvalidArgument` (no such device). Never blocks.
+    pub fn record_use_on(&self, device: u32, stream: u32, allocations: &[&Allocation<'_>]) -> Result<()> {
         let rt = self.rt("record_use")?;
         for a in allocations {
             self.same_runtime(a)?;
         }
         let handles: Vec<sys::ferry_handle> = allocations.iter().map(|a| a.handle.0).collect();
         let n = count("record_use", handles.len())?;
-        self.check(unsafe { sys::ferry_record_use(rt, stream, handles.as_ptr(), n) })
+        self.check(unsafe {
+            if device == 0 {
+                sys::ferry_record_use(rt, stream, handles.as_ptr(), n)
+            } else {
+                sys::ferry_device_record_use(rt, device, stream, handles.as_ptr(), n)
+            }
+        })
     }
 
     /// `stream` waits for everything enqueued on `for_stream` so far. Errors:
@@ -656,6 +696,16 @@ impl Runtime {
     pub fn stream_wait(&self, stream: u32, for_stream: u32) -> Result<()> {
         let rt = self.rt("stream_wait")?;
         self.check(unsafe { sys::ferry_stream_wait(rt, stream, for_stream) })
+    }
+
+    /// `stream` of `device` waits for everything enqueued on `for_stream` of
+    /// `for_device` so far, without the host: an event of that device waited on
+    /// by the stream (`ferry_device_stream_wait`; the race checker sees the order).
+    /// Errors: `InvalidArgument` (no such device, bad stream), `Timeout` (the work
+    /// waits for held work of another stream), `Backend`. Never blocks.
+    pub fn stream_wait_across(&self, device: u32, stream: u32, for_device: u32, for_stream: u32) -> Result<()> {
+        let rt = self.rt("stream_wait_across")?;
+        self.check(unsafe { sys::ferry_device_stream_wait(rt, device, stream, for_device, for_stream) })
     }
 
     /// Holds `stream`: new work waits in a host-side queue until the guard drops
@@ -672,9 +722,15 @@ impl Runtime {
     /// # Ok::<(), ferry::Error>(())
     /// ```
     pub fn hold(&self, stream: u32) -> Result<HoldGuard<'_>> {
+        self.hold_on(0, stream)
+    }
+
+    /// [`Runtime::hold`] of `stream` of `device`. Errors: `InvalidArgument` (also:
+    /// no such device).
+    pub fn hold_on(&self, device: u32, stream: u32) -> Result<HoldGuard<'_>> {
         let rt = self.rt("hold")?;
-        self.check(unsafe { sys::ferry_hold(rt, stream, 1) })?;
-        Ok(HoldGuard { rt: self, stream, released: false })
+        self.check(unsafe { hold_raw(rt, device, stream, 1) })?;
+        Ok(HoldGuard { rt: self, device, stream, released: false })
     }
 
     /// Dispatches held work and waits for every stream. Errors: the first sticky
@@ -685,12 +741,31 @@ impl Runtime {
         self.check(unsafe { sys::ferry_synchronize(rt) })
     }
 
+    /// [`Runtime::synchronize`] of `device`'s streams only (the other devices' work
+    /// is not waited for). Errors: as it, and `InvalidArgument` (no such device).
+    pub fn synchronize_device(&self, device: u32) -> Result<()> {
+        let rt = self.rt("synchronize")?;
+        self.check(unsafe { sys::ferry_device_synchronize(rt, device) })
+    }
+
     /// The native stream behind `stream` (a `cudaStream_t` on cuda, an opaque
     /// token on sim).
     pub fn native_stream(&self, stream: u32) -> Result<*mut c_void> {
+        self.native_stream_on(0, stream)
+    }
+
+    /// [`Runtime::native_stream`] of `stream` of `device`. Errors: `InvalidArgument`
+    /// (also: no such device).
+    pub fn native_stream_on(&self, device: u32, stream: u32) -> Result<*mut c_void> {
         let rt = self.rt("native_stream")?;
         let mut out = ptr::null_mut();
-        self.check(unsafe { sys::ferry_native_stream(rt, stream, &mut out) })?;
+        self.check(unsafe {
+            if device == 0 {
+                sys::ferry_native_stream(rt, stream, &mut out)
+            } else {
+                sys::ferry_device_native_stream(rt, device, stream, &mut out)
+            }
+        })?;
         Ok(out)
     }
 
@@ -714,21 +789,31 @@ impl Runtime {
         self.check(unsafe { sys::ferry_release_stream(rt, stream, ms) })
     }
 
-    /// The pool's figures.
+    /// The pool's figures (device 0's).
     pub fn pool_stats(&self) -> Result<PoolStats> {
+        self.pool_stats_on(0)
+    }
+
+    /// Device `device`'s pool figures. Errors: `InvalidArgument` (no such device).
+    pub fn pool_stats_on(&self, device: u32) -> Result<PoolStats> {
         let rt = self.rt("pool_stats")?;
         let mut s = PoolStats::default();
         let size = std::mem::size_of::<PoolStats>();
-        self.check(unsafe { sys::ferry_get_pool_stats_sized(rt, &mut s, size) })?;
+        self.check(unsafe { sys::ferry_device_get_pool_stats_sized(rt, device, &mut s, size) })?;
         Ok(s)
     }
 
-    /// The transfer engine's integrity figures.
+    /// The transfer engine's integrity figures (device 0's).
     pub fn integrity_stats(&self) -> Result<IntegrityStats> {
+        self.integrity_stats_on(0)
+    }
+
+    /// Device `device`'s transfer engine figures. Errors: `InvalidArgument` (no such device).
+    pub fn integrity_stats_on(&self, device: u32) -> Result<IntegrityStats> {
         let rt = self.rt("integrity_stats")?;
         let mut s = IntegrityStats::default();
         let size = std::mem::size_of::<IntegrityStats>();
-        self.check(unsafe { sys::ferry_get_integrity_stats_sized(rt, &mut s, size) })?;
+        self.check(unsafe { sys::ferry_device_get_integrity_stats_sized(rt, device, &mut s, size) })?;
         Ok(s)
     }
 
@@ -1204,6 +1289,7 @@ impl<'c> LaunchContext<'c> {
 #[derive(Debug)]
 pub struct HoldGuard<'rt> {
     rt: &'rt Runtime,
+    device: u32,
     stream: u32,
     released: bool,
 }
@@ -1213,7 +1299,7 @@ impl HoldGuard<'_> {
     pub fn release(mut self) -> Result<()> {
         self.released = true;
         let rt = self.rt.rt("hold")?;
-        self.rt.check(unsafe { sys::ferry_hold(rt, self.stream, 0) })
+        self.rt.check(unsafe { hold_raw(rt, self.device, self.stream, 0) })
     }
 }
 
@@ -1221,9 +1307,18 @@ impl Drop for HoldGuard<'_> {
     fn drop(&mut self) {
         if !self.released {
             if let Ok(rt) = self.rt.rt("hold") {
-                unsafe { sys::ferry_hold(rt, self.stream, 0) };
+                unsafe { hold_raw(rt, self.device, self.stream, 0) };
             }
         }
+    }
+}
+
+/// `ferry_hold` (device 0: the runtime's own call, traced as it is) or `ferry_device_hold`.
+unsafe fn hold_raw(rt: sys::ferry_runtime, device: u32, stream: u32, hold: c_int) -> sys::ferry_status {
+    if device == 0 {
+        sys::ferry_hold(rt, stream, hold)
+    } else {
+        sys::ferry_device_hold(rt, device, stream, hold)
     }
 }
 

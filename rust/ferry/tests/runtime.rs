@@ -503,3 +503,83 @@ fn linked_devices_copy_over_their_link() {
         }
     }
 }
+
+/// A block of device 0 filled by a launch on its stream 1, pulled over the link by
+/// device 1 on its stream 0: the race checker (one over both sims) finds the pull
+/// unordered after the fill unless device 1's stream waits for device 0's.
+fn pull_after_fill(wait: bool) -> (u64, bool) {
+    let rt = Runtime::builder()
+        .profile("tiny")
+        .devices(2)
+        .links("0-1:nvlink")
+        .race_check(true)
+        .integrity(Integrity::Off)
+        .build()
+        .expect("two linked tiny sims");
+    let data = pattern(4096, 9);
+    let src = rt.alloc(4096, 1).expect("a block on device 0");
+    let dst = rt.alloc_on(1, 4096, 0).expect("a block on device 1");
+    let fill = data.clone();
+    rt.launch_with_cost(1, &[Operand::write(&src)], 1e9, 0, move |ctx| {
+        ctx.view_mut(0)?.copy_from_slice(&fill);
+        Ok(())
+    })
+    .expect("the fill");
+    if wait {
+        rt.stream_wait_across(1, 0, 0, 1).expect("device 1's stream 0 waits for device 0's stream 1");
+    }
+    rt.copy_peer(0, &dst, 0, &src, 0, 4096).expect("the pull");
+    let mut back = vec![0u8; 4096];
+    rt.download(0, &dst, 0, &mut back).expect("a download on device 1");
+    rt.synchronize().expect("device 0");
+    rt.synchronize_device(1).expect("device 1");
+    (rt.races().expect("race_check").total, back == data)
+}
+
+#[test]
+fn a_wait_across_devices_orders_the_pull_and_the_race_checker_sees_it() {
+    assert_eq!(pull_after_fill(true), (0, true));
+    let (races, _) = pull_after_fill(false);
+    assert!(races >= 1, "an unordered pull is a race");
+    let rt = tiny();
+    match rt.stream_wait_across(0, 0, 1, 0) {
+        Err(Error::InvalidArgument(m)) => assert!(m.contains("no device 1"), "{m}"),
+        other => panic!("expected InvalidArgument, got {other:?}"),
+    }
+}
+
+#[test]
+fn stream_calls_and_figures_take_a_device() {
+    let rt = Runtime::builder().profile("tiny").devices(2).race_check(true).build().expect("two tiny sims");
+    let data = pattern(4096, 4);
+    let a = rt.alloc_on(1, 4096, 0).expect("a block on device 1");
+    {
+        let _held = rt.hold_on(1, 0).expect("device 1's stream 0 held");
+        let fill = data.clone();
+        rt.launch_on(1, 0, &[Operand::write(&a)], move |ctx| {
+            ctx.view_mut(0)?.copy_from_slice(&fill);
+            Ok(())
+        })
+        .expect("a launch on device 1");
+        rt.record_use_on(1, 0, &[&a]).expect("a record_use on device 1");
+    }
+    rt.synchronize_device(1).expect("device 1");
+    let mut back = vec![0u8; 4096];
+    rt.download(0, &a, 0, &mut back).expect("a download on device 1");
+    assert_eq!(back, data);
+    assert_eq!(rt.races().unwrap().total, 0);
+    assert_eq!(rt.pool_stats_on(1).unwrap().allocs, 1);
+    assert_eq!(rt.pool_stats().unwrap().allocs, 0, "device 0 allocated nothing of the program's");
+    let (moved0, moved1) = (rt.integrity_stats().unwrap().bytes_moved, rt.integrity_stats_on(1).unwrap().bytes_moved);
+    rt.upload(0, &a, 0, &data).expect("an upload on device 1");
+    assert!(rt.integrity_stats_on(1).unwrap().bytes_moved >= moved1 + 4096, "device 1's engine moved it");
+    assert_eq!(rt.integrity_stats().unwrap().bytes_moved, moved0, "device 0's did not");
+    rt.native_stream_on(1, 0).expect("device 1's native stream");
+    match rt.launch_on(0, 0, &[Operand::read(&a)], |_| Ok(())) {
+        Err(Error::StaleHandle(m)) => assert!(m.contains("device 1"), "{m}"),
+        other => panic!("expected StaleHandle, got {other:?}"),
+    }
+    for bad in [rt.pool_stats_on(2).map(|_| ()), rt.native_stream_on(2, 0).map(|_| ()), rt.synchronize_device(2)] {
+        assert!(matches!(bad, Err(Error::InvalidArgument(ref m)) if m.contains("no device 2")), "{bad:?}");
+    }
+}
