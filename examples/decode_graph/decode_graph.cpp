@@ -14,6 +14,7 @@
 
 #include "../example_args.hpp"
 #include "../own_kernel/accumulate.hpp"
+#include "../own_kernel/accumulate_op.hpp"
 #include "ferry/content.hpp"
 #include "ferry/graph.hpp"
 #include "ferry/runtime.hpp"
@@ -28,22 +29,6 @@ std::vector<std::byte> pattern(std::uint64_t seed) {
   std::vector<std::byte> v(kHidden);
   ferry::fill_pattern(seed, 0, v);
   return v;
-}
-
-// The update, the program's kernel: the CUDA launch on a device, its host
-// reference on the sim (accumulate.hpp).
-ferry::Result<void> accumulate(const ferry::KernelLaunch& l) {
-  const ferry::KernelArg& acc = l.args[0];
-  const ferry::KernelArg& w = l.args[1];
-  if (l.stream == nullptr) {
-    host_accumulate(acc.out, w.in);
-    return {};
-  }
-  if (launch_accumulate(reinterpret_cast<void*>(acc.addr), reinterpret_cast<const void*>(w.addr), acc.bytes,
-                        l.stream) != 0) {
-    return ferry::make_error(ferry::ErrorCode::backend_error, "accumulate did not launch");
-  }
-  return {};
 }
 
 // What ferry's compute op writes: a pattern seeded by every input's content.
@@ -87,7 +72,8 @@ int main(int argc, char** argv) {
   if (!scratch.ok()) return example::fail(scratch.error());
   const ferry::DeviceHandle projection_in[] = {*weights, *token};
   const ferry::Operand update[] = {{*state, ferry::Access::read_write}, {*scratch, ferry::Access::read}};
-  for (auto r : {calls->compute(kDecode, projection_in, *scratch), calls->user(kDecode, update, accumulate, {}, "update")}) {
+  for (auto r : {calls->compute(kDecode, projection_in, *scratch),
+                 calls->user(kDecode, update, accumulate_op, {}, "update")}) {
     if (!r.ok()) return example::fail(r.error());
   }
   if (auto r = calls->free(*scratch); !r.ok()) return example::fail(r.error());

@@ -7,6 +7,7 @@
 
 #include "../example_args.hpp"
 #include "accumulate.hpp"
+#include "accumulate_op.hpp"
 #include "ferry/runtime.hpp"
 #include "ferry/user_op.hpp"
 
@@ -27,20 +28,7 @@ int main(int argc, char** argv) {
   if (!runtime.ok()) return example::fail(runtime.error());
   ferry::Runtime& rt = **runtime;
 
-  // The kernel: the CUDA launch on a device, its host reference on the sim.
-  const ferry::UserKernel accumulate = [](const ferry::KernelLaunch& l) -> ferry::Result<void> {
-    const ferry::KernelArg& acc = l.args[0];
-    const ferry::KernelArg& w = l.args[1];
-    if (l.stream == nullptr) {
-      host_accumulate(acc.out, w.in);
-      return {};
-    }
-    if (launch_accumulate(reinterpret_cast<void*>(acc.addr), reinterpret_cast<const void*>(w.addr), acc.bytes,
-                          l.stream) != 0) {
-      return ferry::make_error(ferry::ErrorCode::backend_error, "accumulate did not launch");
-    }
-    return {};
-  };
+  const ferry::UserKernel accumulate = accumulate_op;  // accumulate_op.hpp
 
   std::vector<std::byte> zeros(kLayerBytes), expected(kLayerBytes);
   auto acc = rt.allocate(kLayerBytes, 0);
