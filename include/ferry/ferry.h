@@ -377,7 +377,8 @@ FERRY_C_API ferry_status ferry_get_cache_stats(ferry_runtime FERRY_NONNULL rt, f
 #define ferry_get_cache_stats(rt, out) ferry_get_cache_stats_sized((rt), (out), sizeof *(out))
 
 /* ---- Trace recording: from ferry_trace_start until ferry_trace_stop, the pool
- * calls above (alloc, free, upload, download, hold, synchronize, trim) are written
+ * calls above (alloc, free, upload, download, hold, synchronize, trim) and
+ * ferry_fill, ferry_compute and ferry_copy_to_host (below) are written
  * to `path` in the replay format (docs/spec.md §3; `ferry replay FILE`). Blocks
  * live at start are recorded first, as allocs marked "existing". Graph capture
  * (below) is recorded as the program made it: the calls on a capturing stream
@@ -414,7 +415,7 @@ FERRY_C_API ferry_status ferry_import_torch_snapshot(const void* FERRY_NULLABLE 
  * Between ferry_begin_capture and ferry_end_capture the calls on `stream`
  * (ferry_launch, ferry_record_use, ferry_upload under integrity "off",
  * ferry_copy_peer within device 0 unless under "verify", ferry_alloc and
- * ferry_free) are recorded, not run; what cannot be captured (ferry_upload under
+ * ferry_free, ferry_fill, ferry_compute and ferry_copy_to_host) are recorded, not run; what cannot be captured (ferry_upload under
  * "probe" or "verify", ferry_download, ferry_synchronize, ferry_hold,
  * ferry_stream_wait across streams, ferry_copy_peer across devices, an
  * allocation that would need the reclaim ladder) returns INVALID_ARGUMENT
@@ -425,9 +426,10 @@ FERRY_C_API ferry_status ferry_import_torch_snapshot(const void* FERRY_NULLABLE 
  * reuses it. A graph must be destroyed before its runtime. A captured
  * ferry_upload reads the caller's bytes again at every launch (the call keeps
  * the pointer, not a copy): they must stay valid and unchanged while the graph
- * lives. A captured ferry_launch's callback and user data must stay valid until
- * the graph is destroyed and its last replay ran: ferry_graph_destroy does not
- * wait for replays in flight (a ferry_synchronize after it does). */
+ * lives. A captured ferry_launch's callback and user data, and a captured
+ * ferry_copy_to_host's dst, must stay valid until the graph is destroyed and its
+ * last replay ran: ferry_graph_destroy does not wait for replays in flight (a
+ * ferry_synchronize after it does). */
 typedef struct ferry_graph_s* ferry_graph;
 /* Starts recording `stream`. share_pool_of: nullable; a graph whose private pool
  * the capture allocates from (PyTorch's pool=), or NULL for a pool of its own.
@@ -532,6 +534,47 @@ FERRY_C_API ferry_status ferry_device_get_pool_stats_sized(ferry_runtime FERRY_N
 FERRY_C_API ferry_status ferry_device_get_integrity_stats_sized(ferry_runtime FERRY_NONNULL rt, uint32_t device,
                                                                 ferry_integrity_stats* FERRY_NONNULL out,
                                                                 size_t struct_size);
+
+/* ---- ferry's own device work (ferry/pool_calls.hpp): a fill, a compute and an
+ * asynchronous copy to the host, enqueued on `stream` and leasing their blocks
+ * until they complete (I2). They go through the runtime's calls as the calls
+ * above do: a trace writes them (fill, compute, check lines) and a capturing
+ * stream records them (replayed at each ferry_graph_launch). None verifies
+ * (no integrity policy applies: nothing crosses the host link inward). */
+/* Writes the deterministic pattern of `seed` (the replay format's `fill`) into
+ * the whole block. Errors: STALE_HANDLE, INVALID_ARGUMENT (bad stream). Never
+ * blocks. */
+FERRY_C_API ferry_status ferry_fill(ferry_runtime FERRY_NONNULL rt, uint32_t stream, ferry_handle dst, uint64_t seed);
+/* A kernel that writes into the whole of `output` a value that depends on every
+ * byte of every input (the replay format's `compute`); flops, mem_bytes: its
+ * modeled cost on sim. inputs: nullable when input_count is 0. Errors:
+ * STALE_HANDLE (an input or the output), INVALID_ARGUMENT (NULL inputs with a
+ * count, bad stream). Never blocks. */
+FERRY_C_API ferry_status ferry_compute(ferry_runtime FERRY_NONNULL rt, uint32_t stream,
+                                       const ferry_handle* FERRY_NULLABLE inputs, uint32_t input_count,
+                                       ferry_handle output, double flops, uint64_t mem_bytes);
+/* Device -> host without a host wait: the block's bytes (its requested size,
+ * ferry_device_address) are written to the first of dst's `bytes` when the op
+ * completes, not by the call: read them after a ferry_synchronize, whose error
+ * (a failed launch ordered before the copy: its stream's sticky fault) says they
+ * are not to be trusted. dst must stay valid and not be read or reused until
+ * then; in a capture, until the graph is destroyed and its last replay ran (each
+ * replay writes it again; ferry keeps the pointer, not a copy). Errors:
+ * INVALID_ARGUMENT (NULL dst, `bytes` smaller than the block, bad stream),
+ * STALE_HANDLE. Never blocks. */
+FERRY_C_API ferry_status ferry_copy_to_host(ferry_runtime FERRY_NONNULL rt, uint32_t stream, ferry_handle src,
+                                            void* FERRY_NONNULL dst, uint64_t bytes);
+/* The three above on device `device`'s streams and blocks, as the "Several
+ * devices" calls: device 0 is the call itself (traced and captured); another
+ * device's are neither, its handles that device's (another's is STALE_HANDLE).
+ * Errors: theirs, and INVALID_ARGUMENT (no such device, named). Never block. */
+FERRY_C_API ferry_status ferry_device_fill(ferry_runtime FERRY_NONNULL rt, uint32_t device, uint32_t stream,
+                                           ferry_handle dst, uint64_t seed);
+FERRY_C_API ferry_status ferry_device_compute(ferry_runtime FERRY_NONNULL rt, uint32_t device, uint32_t stream,
+                                              const ferry_handle* FERRY_NULLABLE inputs, uint32_t input_count,
+                                              ferry_handle output, double flops, uint64_t mem_bytes);
+FERRY_C_API ferry_status ferry_device_copy_to_host(ferry_runtime FERRY_NONNULL rt, uint32_t device, uint32_t stream,
+                                                   ferry_handle src, void* FERRY_NONNULL dst, uint64_t bytes);
 
 #ifdef __cplusplus
 }

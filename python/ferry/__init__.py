@@ -26,6 +26,7 @@ import threading
 import weakref
 
 from . import _lib
+from ._device_work import DeviceWork, release_buffers
 
 # CMakeLists.txt's project(VERSION), the one source (tests/python checks the two agree).
 __version__ = "0.1.0"
@@ -228,8 +229,8 @@ class Graph:
     its private pool's until its pool's last graph is destroyed. A context manager:
     leaving the `with` destroys it; so does dropping it, and Runtime.close() destroys
     the graphs still alive first. What its replays run (the launch callables, the
-    copies of uploaded bytes) outlives destroy() until the replays launched before
-    it completed: until the runtime's next synchronize() that returns, or close().
+    copies of uploaded bytes, the buffers its copy_to_host calls write) outlives
+    destroy() until the replays launched before it completed: until the runtime's next synchronize() that returns, or close().
     Thread safety: as the runtime's, but one Graph must not be destroyed while
     another thread launches it."""
 
@@ -295,7 +296,7 @@ class Graph:
             pass
 
 
-class Runtime:
+class Runtime(DeviceWork):
     """ferry_runtime: backend, stream order, device pool, pinned arena, transfer
     engine and (cache_slots > 0) an offload cache. A context manager: leaving the
     `with` closes it. devices > 1 makes one stack per device (sim: the profile
@@ -358,6 +359,9 @@ class Runtime:
         self._graphs = weakref.WeakSet()
         self._retired = []
         self._retired_lock = threading.Lock()
+        # copy_to_host's destinations outside a capture, (device, held buffer), until
+        # a synchronize() of their device returns.
+        self._host_outs = []
 
     # -- lifetime
     def close(self):
@@ -374,7 +378,11 @@ class Runtime:
         # Only now: destroy may still have run queued launch callables and replays.
         self._pending = {}
         self._graph_callables = {}
+        for _, kept in getattr(self, "_retired", ()):
+            release_buffers(kept)
         self._retired = []
+        release_buffers(buf for _, buf in getattr(self, "_host_outs", ()))
+        self._host_outs = []
         for buf in getattr(self, "_cache_buffers", ()):
             buf.release()
         self._cache_buffers = []
@@ -697,19 +705,26 @@ class Runtime:
         devices = range(self._devices) if device is None else [_int(device, "synchronize: device", 32)]
         with self._retired_lock:
             before = {id(entry) for entry in self._retired}
+            outs_before = {id(entry) for entry in self._host_outs}
         for d in devices:
             if d == 0:
                 self._check(self._lib.ferry_synchronize(rt))
             else:
                 self._check(self._lib.ferry_device_synchronize(rt, d))
+        # copy_to_host's destinations enqueued before the wait, on a device it waited for, are written.
+        with self._retired_lock:
+            written = [e for e in self._host_outs if id(e) in outs_before and e[0] in devices]
+            self._host_outs = [e for e in self._host_outs if not (id(e) in outs_before and e[0] in devices)]
+        release_buffers(buf for _, buf in written)
         if 0 not in devices:
             return
         with self._retired_lock:
             done = [entry for entry in self._retired if id(entry) in before]
             self._retired = [entry for entry in self._retired if id(entry) not in before]
-        for keys, _ in done:
+        for keys, kept in done:
             for key in keys:
                 self._graph_callables.pop(key, None)
+            release_buffers(kept)
 
     def _retire(self, keys, kept):
         with self._retired_lock:
@@ -862,9 +877,10 @@ class Runtime:
     # -- graph capture (include/ferry/graph.hpp)
     def begin_capture(self, stream=0, pool=None):
         """Records the calls on `stream` (alloc, free, launch, record_use, copy_peer
-        within device 0, and upload under integrity "off") until end_capture; a
-        launch's callable then runs at each replay, and an upload's bytes are copied
-        once, the graph keeping the copy. pool: a Graph whose private pool the
+        within device 0, fill, compute, copy_to_host, and upload under integrity
+        "off") until end_capture; a launch's callable then runs at each replay, an
+        upload's bytes are copied once, the graph keeping the copy, and a
+        copy_to_host's buffer is written at each replay, the graph holding it. pool: a Graph whose private pool the
         capture shares (PyTorch's pool=), or None. InvalidArgumentError (a bad or
         capturing stream, a pool in use by another capture, a destroyed graph).
         Never blocks."""
@@ -886,6 +902,7 @@ class Runtime:
         if status != _lib.OK:
             for key in keys:
                 self._graph_callables.pop(key, None)
+            release_buffers(kept)  # a spoiled capture's calls never run
             self._check(status)
         graph = Graph(self, out, keys, kept)
         self._graphs.add(graph)

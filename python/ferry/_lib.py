@@ -257,6 +257,16 @@ _PROTOTYPES = {
     "ferry_graph_launch": (_status, [_rt, _p, _u32]),
     "ferry_graph_destroy": (_status, [_p]),
 }
+# ferry's own device work (ferry.h): fill, compute, the asynchronous copy to the host.
+_PROTOTYPES.update({
+    "ferry_fill": (_status, [_rt, _u32, CHandle, _u64]),
+    "ferry_compute": (_status, [_rt, _u32, ctypes.POINTER(CHandle), _u32, CHandle, ctypes.c_double, _u64]),
+    "ferry_copy_to_host": (_status, [_rt, _u32, CHandle, _p, _u64]),
+    "ferry_device_fill": (_status, [_rt, _u32, _u32, CHandle, _u64]),
+    "ferry_device_compute": (_status, [_rt, _u32, _u32, ctypes.POINTER(CHandle), _u32, CHandle, ctypes.c_double,
+                                       _u64]),
+    "ferry_device_copy_to_host": (_status, [_rt, _u32, _u32, CHandle, _p, _u64]),
+})
 
 _lock = threading.Lock()
 _lib = None

@@ -1,4 +1,5 @@
-// The C ABI's boundary, shared by its files (ferry_c.cpp, graph_c.cpp, devices_c.cpp, stats_c.cpp): what a
+// The C ABI's boundary, shared by its files (ferry_c.cpp, graph_c.cpp, devices_c.cpp, stats_c.cpp,
+// device_work_c.cpp): what a
 // ferry_runtime is, and how an entry point reports (a status plus this thread's
 // message, nothing thrown across).
 #pragma once
@@ -56,6 +57,16 @@ inline DeviceHandle to_cpp(ferry_handle h) { return {h.pool, h.slot, h.generatio
 ferry_status launch_on(PoolCalls& calls, const char* name, uint32_t stream, const ferry_operand* operands,
                        uint32_t operand_count, ferry_launch_fn fn, void* user_data, double flops, uint64_t mem_bytes);
 ferry_status synchronize_on(PoolCalls& calls, RuntimeDevice& device);
+
+// The calls on device `device`'s streams and blocks: device 0's are the runtime's
+// chain (its trace recorder and graph capture see them, as the calls without
+// "device_"); another device's go straight to its pool, engine and backend.
+// Errors: invalid_argument (no such device, named). devices_c.cpp.
+struct DeviceCalls {
+  std::shared_ptr<PoolCalls> calls;
+  RuntimeDevice* device = nullptr;
+};
+Result<DeviceCalls> calls_on(ferry_runtime rt, std::uint32_t device);
 
 template <class T>
 ferry_status done(const Result<T>& r) {

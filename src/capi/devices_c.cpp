@@ -19,13 +19,8 @@ Result<RuntimeDevice*> owner_of(Runtime& rt, ferry_handle h) {
                                                  std::to_string(rt.device_count()) + " device(s)");
 }
 
-// The calls on device `device`'s streams and blocks: device 0's are the runtime's
-// chain (its trace recorder and graph capture see them, as the calls without
-// "device_"); another device's go straight to its pool, engine and backend.
-struct DeviceCalls {
-  std::shared_ptr<PoolCalls> calls;
-  RuntimeDevice* device = nullptr;
-};
+}  // namespace
+
 Result<DeviceCalls> calls_on(ferry_runtime rt, std::uint32_t device) {
   Result<RuntimeDevice*> d = rt->runtime->find_device(device);
   if (!d.ok()) return std::move(d).error();
@@ -33,7 +28,6 @@ Result<DeviceCalls> calls_on(ferry_runtime rt, std::uint32_t device) {
   return DeviceCalls{std::make_shared<DirectPoolCalls>((*d)->pool(), (*d)->engine()), *d};
 }
 
-}  // namespace
 }  // namespace ferry::capi
 
 using namespace ferry::capi;

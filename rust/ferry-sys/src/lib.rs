@@ -267,6 +267,19 @@ extern "C" {
     pub fn ferry_end_capture(rt: ferry_runtime, stream: u32, out: *mut ferry_graph) -> ferry_status;
     pub fn ferry_graph_launch(rt: ferry_runtime, graph: ferry_graph, stream: u32) -> ferry_status;
     pub fn ferry_graph_destroy(graph: ferry_graph) -> ferry_status;
+
+    // ferry's own device work (ferry.h): fill, compute, the asynchronous copy to the host.
+    pub fn ferry_fill(rt: ferry_runtime, stream: u32, dst: ferry_handle, seed: u64) -> ferry_status;
+    pub fn ferry_compute(rt: ferry_runtime, stream: u32, inputs: *const ferry_handle, input_count: u32,
+                         output: ferry_handle, flops: f64, mem_bytes: u64) -> ferry_status;
+    pub fn ferry_copy_to_host(rt: ferry_runtime, stream: u32, src: ferry_handle, dst: *mut c_void, bytes: u64)
+        -> ferry_status;
+    pub fn ferry_device_fill(rt: ferry_runtime, device: u32, stream: u32, dst: ferry_handle, seed: u64)
+        -> ferry_status;
+    pub fn ferry_device_compute(rt: ferry_runtime, device: u32, stream: u32, inputs: *const ferry_handle,
+                                input_count: u32, output: ferry_handle, flops: f64, mem_bytes: u64) -> ferry_status;
+    pub fn ferry_device_copy_to_host(rt: ferry_runtime, device: u32, stream: u32, src: ferry_handle,
+                                     dst: *mut c_void, bytes: u64) -> ferry_status;
 }
 
 /// Every struct of `ferry.h` that this crate declares, by its C name, with its size here.

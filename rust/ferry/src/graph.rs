@@ -7,6 +7,7 @@ use std::ptr::{self, NonNull};
 
 use ferry_sys as sys;
 
+use crate::device_work::{HostCopy, Kept};
 use crate::{invalid, lock, Result, Runtime};
 
 /// A captured graph ([`Runtime::end_capture`]). It borrows its runtime, so it is
@@ -19,9 +20,12 @@ use crate::{invalid, lock, Result, Runtime};
 /// the block back), [`Runtime::record_use`], [`Runtime::copy_peer`] within
 /// device 0 (a device-to-device copy) and [`Runtime::upload`] under
 /// [`Integrity::Off`](crate::Integrity::Off), over a copy of its bytes that the graph owns
-/// (the borrow ends with the call; each replay reads the copy). [`Runtime::launch`]
-/// on a capturing stream is refused here: its closure is `FnOnce`, and a graph
-/// runs it at every replay. What ferry cannot capture (a download, a
+/// (the borrow ends with the call; each replay reads the copy),
+/// [`Runtime::fill`], [`Runtime::compute`], [`Runtime::copy_to_host`] (each replay
+/// writes the graph's host buffer again: [`Graph::read_copy`] reads it) and
+/// [`Runtime::launch_replayable`] (the graph keeps its `Fn` closure and calls it at
+/// every replay). [`Runtime::launch`] on a capturing stream is refused here: its
+/// closure is `FnOnce`. What ferry cannot capture (a download, a
 /// synchronize, a hold, a verified upload, a copy across devices) is refused by
 /// ferry and spoils the capture.
 ///
@@ -42,9 +46,10 @@ use crate::{invalid, lock, Result, Runtime};
 pub struct Graph<'rt> {
     rt: &'rt Runtime,
     raw: NonNull<sys::ferry_graph_s>,
-    // The bytes its recorded uploads read: each launch stages them before it
-    // returns, so they go with the graph (launch borrows it, destroy takes it).
-    _kept: Vec<Box<[u8]>>,
+    // What its replays read, write and call (uploads' bytes, copy_to_host's
+    // buffers, replayable closures): retired to the runtime when the graph goes, and
+    // dropped once a synchronize shows no replay of it still runs.
+    kept: Kept,
 }
 
 impl Runtime {
@@ -62,7 +67,7 @@ impl Runtime {
             None => ptr::null_mut(),
         };
         self.check(unsafe { sys::ferry_begin_capture(rt, stream, share) })?;
-        lock(&self.shared.capturing).insert(stream, Vec::new());
+        lock(&self.shared.capturing).insert(stream, Kept::new());
         Ok(())
     }
 
@@ -74,9 +79,10 @@ impl Runtime {
         let mut out: sys::ferry_graph = ptr::null_mut();
         let status = unsafe { sys::ferry_end_capture(rt, stream, &mut out) };
         let kept = lock(&self.shared.capturing).remove(&stream).unwrap_or_default();
+        // A spoiled capture's calls never run: what they would have used goes now.
         self.check(status)?;
         let raw = NonNull::new(out).ok_or_else(|| invalid("end_capture: ferry returned no graph".to_string()))?;
-        Ok(Graph { rt: self, raw, _kept: kept })
+        Ok(Graph { rt: self, raw, kept })
     }
 
     pub(crate) fn refuse_if_capturing(&self, call: &str, stream: u32, why: &str) -> Result<()> {
@@ -103,17 +109,34 @@ impl Graph<'_> {
     pub fn destroy(mut self) -> Result<()> {
         let raw = self.raw.as_ptr();
         let rt = self.rt;
-        let kept = std::mem::take(&mut self._kept);
+        let kept = std::mem::take(&mut self.kept);
         std::mem::forget(self);
         let status = unsafe { sys::ferry_graph_destroy(raw) };
-        drop(kept);
+        // Replays launched before may still run (ferry_graph_destroy does not wait).
+        rt.retire(0, Box::new(kept));
         rt.check(status)
+    }
+
+    /// The bytes the last completed replay's [`Runtime::copy_to_host`] `copy`
+    /// (recorded in this graph's capture) wrote: waits for the runtime's work
+    /// ([`Runtime::synchronize`]), then copies them out. Zeros before the first
+    /// replay. Errors: `InvalidArgument` (a copy not recorded in this graph's
+    /// capture), those of [`Runtime::synchronize`] (nothing read). Blocks.
+    pub fn read_copy(&self, copy: &HostCopy<'_>) -> Result<Vec<u8>> {
+        let index = copy
+            .captured_in(self.kept.serial)
+            .ok_or_else(|| invalid("Graph::read_copy: the copy was not recorded in this graph's capture".to_string()))?;
+        // Only this graph's replays write the buffer, and a Graph is used from one
+        // thread: once the runtime's work completed, none is writing it.
+        self.rt.synchronize()?;
+        Ok(self.kept.outs[index].bytes().to_vec())
     }
 }
 
 impl Drop for Graph<'_> {
     fn drop(&mut self) {
         unsafe { sys::ferry_graph_destroy(self.raw.as_ptr()) };
+        self.rt.retire(0, Box::new(std::mem::take(&mut self.kept)));
     }
 }
 

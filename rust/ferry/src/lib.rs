@@ -46,6 +46,8 @@ use ferry_sys as sys;
 
 mod graph;
 pub use graph::Graph;
+mod device_work;
+pub use device_work::HostCopy;
 
 /// The version of the loaded library ("MAJOR.MINOR.PATCH", CMakeLists.txt's project(VERSION)).
 ///
@@ -353,9 +355,13 @@ struct Shared {
     launch_errors: Mutex<Vec<Error>>,
     // cache_define's pieces: ferry reads them while the runtime lives.
     cache_pieces: Mutex<HashMap<u64, Vec<Vec<u8>>>>,
-    // Streams this crate began a capture on (graph.rs), each with the copies of the
-    // bytes its recorded uploads read at every replay: launch refuses them.
-    capturing: Mutex<HashMap<u32, Vec<Box<[u8]>>>>,
+    // Streams this crate began a capture on (graph.rs), each with what its
+    // recorded calls use at every replay (device_work::Kept): launch refuses them.
+    capturing: Mutex<HashMap<u32, device_work::Kept>>,
+    // What ferry may still touch after its owner went (a destroyed graph's Kept, a
+    // dropped HostCopy's buffer), by device: dropped by the next synchronize of
+    // that device begun after it was retired (device_work::Retired).
+    retired: Mutex<device_work::Retired>,
 }
 
 const KEPT_LAUNCH_ERRORS: usize = 16;
@@ -540,7 +546,7 @@ impl Runtime {
                 sys::ferry_upload(rt, stream, dst.handle.0, offset, copy.as_ptr() as *const c_void, copy.len() as u64)
             };
             self.check(status)?;
-            kept.push(copy);
+            kept.uploads.push(copy);
             return Ok(());
         }
         drop(capturing);
@@ -627,16 +633,11 @@ impl Runtime {
     {
         let rt = self.rt("launch")?;
         if device == 0 {
-            self.refuse_if_capturing("launch", stream, "the closure is FnOnce and a graph runs it at every replay")?;
+            self.refuse_if_capturing("launch", stream,
+                                     "the closure is FnOnce and a graph runs it at every replay (launch_replayable \
+                                      takes an Fn)")?;
         }
-        for o in operands {
-            if let Some(owner) = o.owner {
-                if !ptr::eq(owner, self) {
-                    return Err(Error::StaleHandle(format!("launch: {:?} belongs to another runtime", o.raw.handle)));
-                }
-            }
-        }
-        let raw: Vec<sys::ferry_operand> = operands.iter().map(|o| o.raw).collect();
+        let raw = self.operands_of("launch", operands)?;
         let n = count("launch: operands", raw.len())?;
         let pending = Box::into_raw(Box::new(PendingLaunch {
             shared: &*self.shared,
@@ -663,6 +664,18 @@ impl Runtime {
             return err;
         }
         Ok(())
+    }
+
+    // The operands as ferry takes them; `StaleHandle` for a block of another runtime.
+    fn operands_of(&self, call: &str, operands: &[Operand<'_>]) -> Result<Vec<sys::ferry_operand>> {
+        for o in operands {
+            if let Some(owner) = o.owner {
+                if !ptr::eq(owner, self) {
+                    return Err(Error::StaleHandle(format!("{}: {:?} belongs to another runtime", call, o.raw.handle)));
+                }
+            }
+        }
+        Ok(operands.iter().map(|o| o.raw).collect())
     }
 
     /// PyTorch's `record_stream`, checked: the blocks stay leased until everything
@@ -738,14 +751,20 @@ impl Runtime {
     /// `Timeout`. Blocks.
     pub fn synchronize(&self) -> Result<()> {
         let rt = self.rt("synchronize")?;
-        self.check(unsafe { sys::ferry_synchronize(rt) })
+        let before = self.retired_mark();
+        self.check(unsafe { sys::ferry_synchronize(rt) })?;
+        self.drop_retired(0, before);
+        Ok(())
     }
 
     /// [`Runtime::synchronize`] of `device`'s streams only (the other devices' work
     /// is not waited for). Errors: as it, and `InvalidArgument` (no such device).
     pub fn synchronize_device(&self, device: u32) -> Result<()> {
         let rt = self.rt("synchronize")?;
-        self.check(unsafe { sys::ferry_device_synchronize(rt, device) })
+        let before = self.retired_mark();
+        self.check(unsafe { sys::ferry_device_synchronize(rt, device) })?;
+        self.drop_retired(device, before);
+        Ok(())
     }
 
     /// The native stream behind `stream` (a `cudaStream_t` on cuda, an opaque
@@ -1161,10 +1180,20 @@ unsafe extern "C" fn run_launch(ctx: *const sys::ferry_launch_context, user_data
     }
     let pending = Box::from_raw(pending);
     let PendingLaunch { access, f, .. } = *pending;
+    call_closure(shared, ctx, &access, move |c| f(c))
+}
+
+// Runs a launch closure as ferry's callback: the status for ferry, a failure's
+// message kept for the stream fault it causes (Runtime::check).
+unsafe fn call_closure<F>(shared: &Shared, ctx: *const sys::ferry_launch_context, access: &[u32], f: F)
+    -> sys::ferry_status
+where
+    F: FnOnce(&mut LaunchContext<'_>) -> Result<()>,
+{
     IN_LAUNCH.with(|flag| flag.set(true));
     // Unwinding into C is undefined behaviour: a panic stops here.
     let outcome = catch_unwind(AssertUnwindSafe(move || {
-        let mut c = LaunchContext { raw: &*ctx, access: &access };
+        let mut c = LaunchContext { raw: &*ctx, access };
         f(&mut c)
     }));
     IN_LAUNCH.with(|flag| flag.set(false));
