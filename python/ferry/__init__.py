@@ -230,7 +230,8 @@ class Graph:
     leaving the `with` destroys it; so does dropping it, and Runtime.close() destroys
     the graphs still alive first. What its replays run (the launch callables, the
     copies of uploaded bytes, the buffers its copy_to_host calls write) outlives
-    destroy() until the replays launched before it completed: until the runtime's next synchronize() that returns, or close().
+    destroy() until the replays launched before it completed: until the runtime's
+    next synchronize() that returns, or close().
     Thread safety: as the runtime's, but one Graph must not be destroyed while
     another thread launches it."""
 
@@ -880,10 +881,10 @@ class Runtime(DeviceWork):
         within device 0, fill, compute, copy_to_host, and upload under integrity
         "off") until end_capture; a launch's callable then runs at each replay, an
         upload's bytes are copied once, the graph keeping the copy, and a
-        copy_to_host's buffer is written at each replay, the graph holding it. pool: a Graph whose private pool the
-        capture shares (PyTorch's pool=), or None. InvalidArgumentError (a bad or
-        capturing stream, a pool in use by another capture, a destroyed graph).
-        Never blocks."""
+        copy_to_host's buffer is written at each replay, the graph holding it.
+        pool: a Graph whose private pool the capture shares (PyTorch's pool=), or
+        None. InvalidArgumentError (a bad or capturing stream, a pool in use by
+        another capture, a destroyed graph). Never blocks."""
         stream = _int(stream, "begin_capture: stream", 32)
         if pool is not None and not isinstance(pool, Graph):
             raise _invalid("begin_capture: pool %r is not a ferry.Graph" % (pool,))
