@@ -415,7 +415,8 @@ FERRY_C_API ferry_status ferry_import_torch_snapshot(const void* FERRY_NULLABLE 
  * Between ferry_begin_capture and ferry_end_capture the calls on `stream`
  * (ferry_launch, ferry_record_use, ferry_upload under integrity "off",
  * ferry_copy_peer within device 0 unless under "verify", ferry_alloc and
- * ferry_free, ferry_fill, ferry_compute and ferry_copy_to_host) are recorded, not run; what cannot be captured (ferry_upload under
+ * ferry_free, ferry_fill, ferry_compute and ferry_copy_to_host) are recorded,
+ * not run; what cannot be captured (ferry_upload under
  * "probe" or "verify", ferry_download, ferry_synchronize, ferry_hold,
  * ferry_stream_wait across streams, ferry_copy_peer across devices, an
  * allocation that would need the reclaim ladder) returns INVALID_ARGUMENT
