@@ -3,6 +3,8 @@
 // message, nothing thrown across).
 #pragma once
 
+#include <chrono>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -11,6 +13,7 @@
 
 #include "ferry/devices.hpp"
 #include "ferry/ferry.h"
+#include "ferry/multi_device_cache.hpp"
 #include "ferry/pool_calls.hpp"
 #include "ferry/result.hpp"
 #include "ferry/runtime.hpp"
@@ -28,6 +31,10 @@ struct ferry_runtime_s {
   // valid for the runtime's life whatever another thread asks meanwhile.
   std::mutex tags_mu;
   std::set<std::string> tags;
+  // ferry_multi_cache_create's cache, set once (under multi_cache_mu) and kept
+  // until the runtime goes; declared after `runtime`, so destroyed before it.
+  std::mutex multi_cache_mu;
+  std::unique_ptr<ferry::MultiDeviceCache> multi_cache;
 };
 
 namespace ferry::capi {
@@ -56,6 +63,13 @@ inline DeviceHandle to_cpp(ferry_handle h) { return {h.pool, h.slot, h.generatio
 ferry_status launch_on(PoolCalls& calls, const char* name, uint32_t stream, const ferry_operand* operands,
                        uint32_t operand_count, ferry_launch_fn fn, void* user_data, double flops, uint64_t mem_bytes);
 ferry_status synchronize_on(PoolCalls& calls, RuntimeDevice& device);
+
+// A timeout in milliseconds as the C ABI takes it; past what nanoseconds hold: no bound.
+inline std::chrono::nanoseconds timeout_of(uint64_t timeout_ms) {
+  constexpr uint64_t kMaxMs = static_cast<uint64_t>(INT64_MAX) / 1'000'000;  // nanoseconds are int64
+  return timeout_ms > kMaxMs ? std::chrono::nanoseconds::max()
+                             : std::chrono::nanoseconds(static_cast<int64_t>(timeout_ms) * 1'000'000);
+}
 
 template <class T>
 ferry_status done(const Result<T>& r) {
