@@ -577,6 +577,76 @@ FERRY_C_API ferry_status ferry_device_compute(ferry_runtime FERRY_NONNULL rt, ui
 FERRY_C_API ferry_status ferry_device_copy_to_host(ferry_runtime FERRY_NONNULL rt, uint32_t device, uint32_t stream,
                                                    ferry_handle src, void* FERRY_NONNULL dst, uint64_t bytes);
 
+/* ---- Several devices: adopted streams on any device, and one offload cache
+ * across the devices (ferry/multi_device_cache.hpp). */
+/* ferry_adopt_stream on device `device`: a stream id of that device for the
+ * program's own native stream (cuda: one of that device's), used with the
+ * ferry_device_* stream calls. A native stream adopted on one device is refused
+ * on every other until released (ferry_adopt_stream is device 0's form of this
+ * call). Errors: INVALID_ARGUMENT (no such device, named; NULL native or out,
+ * adopted already on this device or, named, on another, one of the device's own),
+ * OUT_OF_MEMORY (no adoptable id left on the device). Never blocks. */
+FERRY_C_API ferry_status ferry_device_adopt_stream(ferry_runtime FERRY_NONNULL rt, uint32_t device,
+                                                   void* FERRY_NONNULL native, uint32_t* FERRY_NONNULL out);
+/* ferry_release_stream of a stream adopted on device `device`: waits (up to
+ * timeout_ms) for its work, then forgets it. Errors: INVALID_ARGUMENT (no such
+ * device; `stream` not adopted on it: a stream another device adopted is named as
+ * that device's), TIMEOUT. Blocks. */
+FERRY_C_API ferry_status ferry_device_release_stream(ferry_runtime FERRY_NONNULL rt, uint32_t device, uint32_t stream,
+                                                     uint64_t timeout_ms);
+/* Makes the runtime's cache across devices: `slots` slots of `slot_bytes` (0: the
+ * largest entry defined before the first fill) on every device, uploads on each
+ * device's stream 1. placement (NULL: "round_robin"): the device an entry goes to,
+ * "round_robin" (its definition index modulo the device count) or "most_room" (the
+ * device with the most free slots when it is placed, kept while it stays
+ * resident). An acquire on a device that does not hold the entry fills it over
+ * the link from a device that does when the cost model says the link is faster
+ * (ferry_copy_peer, verified under the policy), else from the host pieces. It is
+ * apart from ferry_cache_* (device 0's cache, cache_slots) and lives as long as
+ * the runtime. Errors: INVALID_ARGUMENT (made already, slots 0, unknown
+ * placement). Never blocks. */
+FERRY_C_API ferry_status ferry_multi_cache_create(ferry_runtime FERRY_NONNULL rt, uint32_t slots, uint64_t slot_bytes,
+                                                  const char* FERRY_NULLABLE placement);
+/* ferry_cache_define for every device's slots. Errors: INVALID_ARGUMENT (no cache
+ * across devices, duplicate key, no or empty piece). Never blocks. */
+FERRY_C_API ferry_status ferry_multi_cache_define(ferry_runtime FERRY_NONNULL rt, uint64_t key,
+                                                  const void* FERRY_NULLABLE const* FERRY_NULLABLE pieces,
+                                                  const uint64_t* FERRY_NULLABLE piece_bytes, uint32_t count);
+/* The device the placement gives `key` now, in *device. Errors: INVALID_ARGUMENT
+ * (no cache across devices, undefined key, NULL device). Never blocks. */
+FERRY_C_API ferry_status ferry_multi_cache_placed(ferry_runtime FERRY_NONNULL rt, uint64_t key,
+                                                  uint32_t* FERRY_NONNULL device);
+/* ferry_cache_acquire on device `device` (its `stream` is ordered after the fill):
+ * *slot is a block of that device. *from_peer (nullable): 1 when this acquire
+ * filled the slot from another device's copy. Errors: INVALID_ARGUMENT (no cache
+ * across devices, undefined key, no such device, bad stream), OUT_OF_MEMORY (every
+ * slot of the device pinned), TRANSFER_CORRUPT, TIMEOUT. Blocks. */
+FERRY_C_API ferry_status ferry_multi_cache_acquire(ferry_runtime FERRY_NONNULL rt, uint64_t key, uint32_t device,
+                                                   uint32_t stream, ferry_handle* FERRY_NONNULL slot,
+                                                   uint64_t* FERRY_NULLABLE offsets, int* FERRY_NULLABLE hit,
+                                                   int* FERRY_NULLABLE from_peer);
+/* Unpins one acquire of `key` on `device`. Errors: INVALID_ARGUMENT (no cache
+ * across devices, no such device, not pinned there). Never blocks. */
+FERRY_C_API ferry_status ferry_multi_cache_release(ferry_runtime FERRY_NONNULL rt, uint64_t key, uint32_t device);
+/* The cache across devices as a whole: misses filled from another device's copy,
+ * misses uploaded from the host pieces, and the bytes the peer fills moved. */
+typedef struct ferry_multi_cache_stats {
+  size_t struct_size; /* as ferry_pool_stats's */
+  uint64_t peer_fills, host_fills, bytes_peer;
+} ferry_multi_cache_stats;
+#define FERRY_MULTI_CACHE_STATS_V1_SIZE sizeof(ferry_multi_cache_stats)
+/* Writes as ferry_get_pool_stats_sized. Errors: INVALID_ARGUMENT (no cache across
+ * devices; NULL out; struct_size refused as the conventions say). Never blocks. */
+FERRY_C_API ferry_status ferry_get_multi_cache_stats_sized(ferry_runtime FERRY_NONNULL rt,
+                                                           ferry_multi_cache_stats* FERRY_NONNULL out,
+                                                           size_t struct_size);
+/* Device `device`'s slots of the cache across devices, as ferry_get_cache_stats_sized
+ * (a peer fill there counts as a miss, not an upload). Errors: those, and
+ * INVALID_ARGUMENT (no such device). Never blocks. */
+FERRY_C_API ferry_status ferry_get_multi_cache_device_stats_sized(ferry_runtime FERRY_NONNULL rt, uint32_t device,
+                                                                  ferry_cache_stats* FERRY_NONNULL out,
+                                                                  size_t struct_size);
+
 #ifdef __cplusplus
 }
 #endif

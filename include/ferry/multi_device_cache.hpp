@@ -26,6 +26,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "ferry/api.hpp"
@@ -38,6 +39,10 @@ namespace ferry FERRY_API {
 class Runtime;
 
 enum class DevicePlacement : std::uint8_t { round_robin, most_room };
+// "round_robin", "most_room" (the C ABI's and the bindings' names).
+std::string_view to_string(DevicePlacement placement) noexcept;
+// The placement named `text`. Errors: invalid_argument naming the text and the names.
+Result<DevicePlacement> parse_device_placement(std::string_view text);
 
 struct MultiDeviceCacheOptions {
   CacheOptions cache;  // each device's cache, `slots` slots on every device

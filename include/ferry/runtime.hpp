@@ -188,6 +188,21 @@ class Runtime {
   // for held work of another stream, which is named), backend_error. Never blocks
   // on device work (the sim runs the source's model: virtual time only).
   Result<Ticket> order_after(std::uint32_t device, StreamId stream, std::uint32_t from_device, StreamPoint point);
+  // The program's own native stream as a stream id of device `device`
+  // (Backend::adopt_stream of its backend; device 0's is the C ABI's
+  // ferry_adopt_stream). A native stream adopted through this call on one device is
+  // refused on every other until released: two devices' ferry streams would be one
+  // native stream (cuda: a stream belongs to one device's context). Errors:
+  // invalid_argument (no such device, named; a null native stream, one of the
+  // device's own streams, one adopted already on this device or, naming it,
+  // another), out_of_memory (every adoptable id of the device is in use). Never
+  // blocks on the device.
+  Result<StreamId> adopt_stream(std::uint32_t device, NativeStream native);
+  // Backend::release_stream of device `device`: waits (bounded by `timeout`) for the
+  // adopted stream's work, then forgets it. Errors: invalid_argument (no such
+  // device; `stream` is not adopted on that device, as a stream adopted on another
+  // device is not), timeout, backend_error. Blocks.
+  Result<void> release_stream(std::uint32_t device, StreamId stream, std::chrono::nanoseconds timeout);
   // Null unless RuntimeOptions::cache was set.
   OffloadCache* cache() noexcept { return cache_.get(); }
   const RuntimeOptions& options() const noexcept { return options_; }
@@ -318,6 +333,15 @@ class Runtime {
   std::mutex cross_mu_;  // guards cross_waits_ and cross_seq_ (released outside it)
   std::vector<CrossWait> cross_waits_;
   std::uint64_t cross_seq_ = 0;  // the next CrossWait's seq
+
+  // The native streams adopt_stream adopted, by device, until release_stream.
+  struct Adoption {
+    std::uint32_t device = 0;
+    StreamId stream = 0;
+    NativeStream native = nullptr;
+  };
+  std::mutex adopt_mu_;  // guards adoptions_; held across a backend's adopt_stream (which never blocks), never across a release's wait
+  std::vector<Adoption> adoptions_;
 };
 
 }  // namespace ferry

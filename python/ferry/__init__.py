@@ -34,7 +34,7 @@ __version__ = "0.1.0"
 __all__ = [
     "Runtime", "Graph", "Handle", "LaunchContext", "CacheSlot", "Error", "OutOfMemoryError", "StaleHandleError",
     "InvalidArgumentError", "TransferCorruptError", "BackendError", "UnsupportedError", "FerryTimeoutError",
-    "library_version", "status_name",
+    "library_version", "status_name", "MultiCache", "MultiCacheSlot",
 ]
 
 
@@ -743,21 +743,33 @@ class Runtime(DeviceWork):
             self._check(self._lib.ferry_device_native_stream(self._live(), device, stream, ctypes.byref(out)))
         return out.value or 0
 
-    def adopt_stream(self, native):
-        """A ferry stream id for the program's own native stream (an int, e.g.
-        torch.cuda.current_stream().cuda_stream when that is not the default
-        stream, which is 0: adopt cudaStreamLegacy, 0x1, for it).
-        InvalidArgumentError (0, adopted already, one of ferry's own)."""
+    def adopt_stream(self, native, device=0):
+        """A ferry stream id of `device` for the program's own native stream (an int,
+        e.g. torch.cuda.current_stream().cuda_stream when that is not the default
+        stream, which is 0: adopt cudaStreamLegacy, 0x1, for it); the stream calls
+        and the handle calls take it with that device. A native stream adopted on
+        one device is refused on every other until released.
+        InvalidArgumentError (0, adopted already on this or another device, one of
+        ferry's own, no such device)."""
         out = ctypes.c_uint32()
-        self._check(self._lib.ferry_adopt_stream(self._live(), _int(native, "adopt_stream: native", 64) or None,
-                                                 ctypes.byref(out)))
+        native = _int(native, "adopt_stream: native", 64) or None
+        device = _int(device, "adopt_stream: device", 32)
+        if device == 0:
+            self._check(self._lib.ferry_adopt_stream(self._live(), native, ctypes.byref(out)))
+        else:
+            self._check(self._lib.ferry_device_adopt_stream(self._live(), device, native, ctypes.byref(out)))
         return out.value
 
-    def release_stream(self, stream, timeout_ms=10000):
+    def release_stream(self, stream, timeout_ms=10000, device=0):
         """Waits (up to timeout_ms) for the adopted stream's work, then forgets it.
-        InvalidArgumentError (not adopted), FerryTimeoutError."""
-        self._check(self._lib.ferry_release_stream(self._live(), _int(stream, "release_stream: stream", 32),
-                                                   _int(timeout_ms, "release_stream: timeout_ms", 64)))
+        InvalidArgumentError (not adopted on `device`, no such device), FerryTimeoutError."""
+        stream = _int(stream, "release_stream: stream", 32)
+        timeout_ms = _int(timeout_ms, "release_stream: timeout_ms", 64)
+        device = _int(device, "release_stream: device", 32)
+        if device == 0:
+            self._check(self._lib.ferry_release_stream(self._live(), stream, timeout_ms))
+        else:
+            self._check(self._lib.ferry_device_release_stream(self._live(), device, stream, timeout_ms))
 
     # -- statistics
     def pool_stats(self, device=0):
@@ -833,21 +845,26 @@ class Runtime(DeviceWork):
         uploaded back to back into one slot. ferry reads them while the runtime
         lives: they are held (not resizable) until close(). InvalidArgumentError
         (no cache, duplicate key, no or empty piece)."""
-        rt = self._live()
         key = _int(key, "cache_define: key", 64)
+        self._cache_pieces[key] = self._define_pieces(self._lib.ferry_cache_define, key, pieces)
+
+    def _define_pieces(self, define, key, pieces):
+        """define(rt, key, addresses, sizes, count) over the pieces, held until close();
+        their count."""
+        rt = self._live()
         if isinstance(pieces, (bytes, bytearray, memoryview)) or hasattr(pieces, "__array_interface__"):
             pieces = [pieces]
         bufs = [_lib.Buffer(p) for p in pieces]
         try:
             addresses = (ctypes.c_void_p * max(1, len(bufs)))(*[b.address for b in bufs])
             sizes = (ctypes.c_uint64 * max(1, len(bufs)))(*[b.nbytes for b in bufs])
-            self._check(self._lib.ferry_cache_define(rt, key, addresses, sizes, len(bufs)))
+            self._check(define(rt, key, addresses, sizes, len(bufs)))
         except BaseException:
             for b in bufs:
                 b.release()
             raise
         self._cache_buffers.extend(bufs)
-        self._cache_pieces[key] = len(bufs)
+        return len(bufs)
 
     def cache_acquire(self, key, stream=0):
         """Makes `key` resident, orders `stream` after its upload and pins it:
@@ -921,3 +938,6 @@ class Runtime(DeviceWork):
     def trace_stop(self):
         """Flushes and closes the trace. InvalidArgumentError (not recording), BackendError."""
         self._check(self._lib.ferry_trace_stop(self._live()))
+
+
+from .multi_cache import MultiCache, MultiCacheSlot  # noqa: E402 (it builds on Runtime, above)

@@ -268,6 +268,29 @@ _PROTOTYPES.update({
     "ferry_device_copy_to_host": (_status, [_rt, _u32, _u32, CHandle, _p, _u64]),
 })
 
+
+# ---- Several devices: adopted streams on any device, one offload cache across
+# the devices (ferry.h's section of that name).
+
+class MultiCacheStats(_Sized):
+    _fields_ = _stats("peer_fills", "host_fills", "bytes_peer")
+
+
+MIRRORS["ferry_multi_cache_stats"] = MultiCacheStats
+
+_PROTOTYPES.update({
+    "ferry_device_adopt_stream": (_status, [_rt, _u32, _p, ctypes.POINTER(_u32)]),
+    "ferry_device_release_stream": (_status, [_rt, _u32, _u32, _u64]),
+    "ferry_multi_cache_create": (_status, [_rt, _u32, _u64, ctypes.c_char_p]),
+    "ferry_multi_cache_define": (_status, [_rt, _u64, ctypes.POINTER(_p), ctypes.POINTER(_u64), _u32]),
+    "ferry_multi_cache_placed": (_status, [_rt, _u64, ctypes.POINTER(_u32)]),
+    "ferry_multi_cache_acquire": (_status, [_rt, _u64, _u32, _u32, ctypes.POINTER(CHandle), ctypes.POINTER(_u64),
+                                            ctypes.POINTER(ctypes.c_int), ctypes.POINTER(ctypes.c_int)]),
+    "ferry_multi_cache_release": (_status, [_rt, _u64, _u32]),
+    "ferry_get_multi_cache_stats_sized": (_status, [_rt, ctypes.POINTER(MultiCacheStats), ctypes.c_size_t]),
+    "ferry_get_multi_cache_device_stats_sized": (_status, [_rt, _u32, ctypes.POINTER(CacheStats), ctypes.c_size_t]),
+})
+
 _lock = threading.Lock()
 _lib = None
 

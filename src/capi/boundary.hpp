@@ -4,6 +4,8 @@
 // message, nothing thrown across).
 #pragma once
 
+#include <chrono>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -12,6 +14,7 @@
 
 #include "ferry/devices.hpp"
 #include "ferry/ferry.h"
+#include "ferry/multi_device_cache.hpp"
 #include "ferry/pool_calls.hpp"
 #include "ferry/result.hpp"
 #include "ferry/runtime.hpp"
@@ -29,6 +32,10 @@ struct ferry_runtime_s {
   // valid for the runtime's life whatever another thread asks meanwhile.
   std::mutex tags_mu;
   std::set<std::string> tags;
+  // ferry_multi_cache_create's cache, set once (under multi_cache_mu) and kept
+  // until the runtime goes; declared after `runtime`, so destroyed before it.
+  std::mutex multi_cache_mu;
+  std::unique_ptr<ferry::MultiDeviceCache> multi_cache;
 };
 
 namespace ferry::capi {
@@ -67,6 +74,13 @@ struct DeviceCalls {
   RuntimeDevice* device = nullptr;
 };
 Result<DeviceCalls> calls_on(ferry_runtime rt, std::uint32_t device);
+
+// A timeout in milliseconds as the C ABI takes it; past what nanoseconds hold: no bound.
+inline std::chrono::nanoseconds timeout_of(uint64_t timeout_ms) {
+  constexpr uint64_t kMaxMs = static_cast<uint64_t>(INT64_MAX) / 1'000'000;  // nanoseconds are int64
+  return timeout_ms > kMaxMs ? std::chrono::nanoseconds::max()
+                             : std::chrono::nanoseconds(static_cast<int64_t>(timeout_ms) * 1'000'000);
+}
 
 template <class T>
 ferry_status done(const Result<T>& r) {

@@ -212,3 +212,21 @@ ferry_status ferry_device_native_stream(ferry_runtime rt, uint32_t device, uint3
     return ok();
   });
 }
+
+ferry_status ferry_device_adopt_stream(ferry_runtime rt, uint32_t device, void* native, uint32_t* out) {
+  return guarded("ferry_device_adopt_stream", [&] {
+    if (rt == nullptr) return null_argument("ferry_device_adopt_stream", "rt");
+    if (out == nullptr) return null_argument("ferry_device_adopt_stream", "out");
+    auto s = runtime_of(rt).adopt_stream(device, native);
+    if (!s.ok()) return fail(s.error());
+    *out = *s;
+    return ok();
+  });
+}
+
+ferry_status ferry_device_release_stream(ferry_runtime rt, uint32_t device, uint32_t stream, uint64_t timeout_ms) {
+  return guarded("ferry_device_release_stream", [&] {
+    if (rt == nullptr) return null_argument("ferry_device_release_stream", "rt");
+    return done(runtime_of(rt).release_stream(device, stream, timeout_of(timeout_ms)));
+  });
+}

@@ -157,6 +157,7 @@ constexpr std::pair<std::string_view, std::size_t> kStructSizes[] = {
     {"ferry_race_side", sizeof(ferry_race_side)},
     {"ferry_race", sizeof(ferry_race)},
     {"ferry_cache_stats", sizeof(ferry_cache_stats)},
+    {"ferry_multi_cache_stats", sizeof(ferry_multi_cache_stats)},
 };
 
 ferry::Result<ferry::RuntimeOptions> runtime_options(const ferry_runtime_options& o) {
@@ -450,7 +451,7 @@ ferry_status ferry_adopt_stream(ferry_runtime rt, void* native, uint32_t* out) {
   return guarded("ferry_adopt_stream", [&] {
     FERRY_C_CHECK(rt != nullptr, "ferry_adopt_stream", "rt");
     FERRY_C_CHECK(out != nullptr, "ferry_adopt_stream", "out");
-    auto s = rt->runtime->backend().adopt_stream(native);
+    auto s = rt->runtime->adopt_stream(0, native);
     if (!s.ok()) return fail(s.error());
     *out = *s;
     return ok();
@@ -460,10 +461,7 @@ ferry_status ferry_adopt_stream(ferry_runtime rt, void* native, uint32_t* out) {
 ferry_status ferry_release_stream(ferry_runtime rt, uint32_t stream, uint64_t timeout_ms) {
   return guarded("ferry_release_stream", [&] {
     FERRY_C_CHECK(rt != nullptr, "ferry_release_stream", "rt");
-    constexpr uint64_t kMaxMs = static_cast<uint64_t>(INT64_MAX) / 1'000'000;  // nanoseconds are int64
-    const auto timeout = timeout_ms > kMaxMs ? std::chrono::nanoseconds::max()
-                                             : std::chrono::nanoseconds(static_cast<int64_t>(timeout_ms) * 1'000'000);
-    return done(rt->runtime->backend().release_stream(stream, timeout));
+    return done(rt->runtime->release_stream(0, stream, ferry::capi::timeout_of(timeout_ms)));
   });
 }
 

@@ -3,6 +3,8 @@
 #include "ferry/devices.hpp"
 
 #include <algorithm>
+#include <chrono>
+#include <mutex>
 #include <optional>
 #include <set>
 #include <string>
@@ -176,6 +178,43 @@ Result<RuntimeDevice*> Runtime::find_device(std::uint32_t i) noexcept {
                                                        std::to_string(devices_.size()) + " device(s)");
   }
   return devices_[i].get();
+}
+
+Result<StreamId> Runtime::adopt_stream(std::uint32_t device, NativeStream native) {
+  Result<RuntimeDevice*> d = find_device(device);
+  if (!d.ok()) return std::move(d).error();
+  std::lock_guard lock(adopt_mu_);
+  for (const Adoption& a : adoptions_) {
+    if (a.native == native && a.device != device) {
+      return make_error(ErrorCode::invalid_argument, "adopt_stream(" + text::hex(native) + ") on device " +
+                                                         std::to_string(device) + ": adopted already on device " +
+                                                         std::to_string(a.device) + ", as stream " +
+                                                         std::to_string(a.stream));
+    }
+  }
+  Result<StreamId> s = (*d)->backend().adopt_stream(native);
+  if (s.ok()) adoptions_.push_back({device, *s, native});
+  return s;
+}
+
+Result<void> Runtime::release_stream(std::uint32_t device, StreamId stream, std::chrono::nanoseconds timeout) {
+  Result<RuntimeDevice*> d = find_device(device);
+  if (!d.ok()) return std::move(d).error();
+  // The wait runs outside adopt_mu_: adopt_stream on other devices goes on meanwhile.
+  Result<void> released = (*d)->backend().release_stream(stream, timeout);
+  std::lock_guard lock(adopt_mu_);
+  if (!released.ok()) {
+    Error e = std::move(released).error();
+    for (const Adoption& a : adoptions_) {
+      if (e.code == ErrorCode::invalid_argument && a.stream == stream && a.device != device) {
+        e.message += " of device " + std::to_string(device) + " (it is device " + std::to_string(a.device) + "'s)";
+        break;
+      }
+    }
+    return e;
+  }
+  std::erase_if(adoptions_, [&](const Adoption& a) { return a.device == device && a.stream == stream; });
+  return {};
 }
 
 std::vector<PoolStats> Runtime::pool_stats() const {

@@ -10,6 +10,7 @@
 
 #include "ferry/cost_model.hpp"
 #include "ferry/make_backend.hpp"
+#include "ferry/names.hpp"
 #include "ferry/runtime.hpp"
 
 namespace ferry {
@@ -22,7 +23,18 @@ std::uint64_t extent_of(const CacheRef& ref) {
   return ref.pieces.empty() ? 0 : ref.pieces.back().offset + ref.pieces.back().bytes;
 }
 
+constexpr NamedValue<DevicePlacement> kPlacementNames[] = {{DevicePlacement::round_robin, "round_robin"},
+                                                           {DevicePlacement::most_room, "most_room"}};
+
 }  // namespace
+
+std::string_view to_string(DevicePlacement placement) noexcept {
+  return name_in<DevicePlacement>(kPlacementNames, placement);
+}
+
+Result<DevicePlacement> parse_device_placement(std::string_view text) {
+  return value_in<DevicePlacement>(kPlacementNames, text, "placement");
+}
 
 struct MultiDeviceCache::Impl {
   Runtime& rt;

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <string>
 #include <vector>
 
@@ -433,6 +434,51 @@ TEST(Devices, CudaPeerCopyBetweenTwoDevicesIsVerified) {
   EXPECT_EQ(*back, pattern(77, n));
   ASSERT_TRUE(rt->device(0).pool().free(*src).ok());
   ASSERT_TRUE(rt->device(1).pool().free(*dst).ok());
+}
+
+
+// A program's own native stream adopted on device 1 (Runtime::adopt_stream): its
+// work is ordered there; device 0 refuses the same native stream and does not know
+// the id (the message names device 1); released, device 0 may adopt it.
+TEST(Devices, ANativeStreamAdoptedOnOneDeviceIsRefusedOnTheOtherUntilReleased) {
+  RuntimeOptions o;
+  o.backend.profile = "tiny";
+  o.devices.count = 2;
+  auto made = Runtime::create(std::move(o));
+  ASSERT_TRUE(made.ok()) << made.error().message;
+  Runtime& rt = **made;
+  int program_stream = 0;
+  Result<StreamId> s = rt.adopt_stream(1, &program_stream);
+  ASSERT_TRUE(s.ok()) << s.error().message;
+  EXPECT_EQ(*rt.device(1).backend().native_stream(*s), static_cast<NativeStream>(&program_stream));
+
+  DevicePool& pool = rt.device(1).pool();
+  auto h = pool.allocate(4096, *s);
+  ASSERT_TRUE(h.ok());
+  const std::vector<std::byte> bytes = testing::pattern(5, 4096);
+  TransferPlan plan;
+  plan.add(bytes.data(), *h, 0, bytes.size());
+  ASSERT_TRUE(rt.device(1).engine().upload(*s, plan).ok());
+  Result<std::vector<std::byte>> back = testing::read_back(pool, *h, *s);
+  ASSERT_TRUE(back.ok()) << back.error().message;
+  EXPECT_EQ(*back, bytes);
+
+  Result<StreamId> twice = rt.adopt_stream(0, &program_stream);
+  ASSERT_FALSE(twice.ok());
+  EXPECT_NE(twice.error().message.find("adopted already on device 1"), std::string::npos) << twice.error().message;
+  Result<void> wrong = rt.release_stream(0, *s, std::chrono::seconds(1));
+  ASSERT_FALSE(wrong.ok());
+  EXPECT_EQ(wrong.error().code, ErrorCode::invalid_argument);
+  EXPECT_NE(wrong.error().message.find("device 1's"), std::string::npos) << wrong.error().message;
+  EXPECT_FALSE(rt.adopt_stream(2, &program_stream).ok());
+  EXPECT_FALSE(rt.release_stream(2, *s, std::chrono::seconds(1)).ok());
+
+  ASSERT_TRUE(pool.free(*h).ok());
+  ASSERT_TRUE(rt.release_stream(1, *s, std::chrono::seconds(10)).ok());
+  EXPECT_FALSE(rt.release_stream(1, *s, std::chrono::seconds(1)).ok());
+  Result<StreamId> now = rt.adopt_stream(0, &program_stream);
+  ASSERT_TRUE(now.ok()) << now.error().message;
+  EXPECT_TRUE(rt.release_stream(0, *now, std::chrono::seconds(10)).ok());
 }
 
 }  // namespace

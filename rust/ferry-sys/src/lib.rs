@@ -282,8 +282,39 @@ extern "C" {
                                      dst: *mut c_void, bytes: u64) -> ferry_status;
 }
 
+// ---- Several devices: adopted streams on any device, and one offload cache
+// across the devices (ferry.h's section of that name).
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ferry_multi_cache_stats {
+    pub struct_size: usize,
+    pub peer_fills: u64,
+    pub host_fills: u64,
+    pub bytes_peer: u64,
+}
+
+extern "C" {
+    pub fn ferry_device_adopt_stream(rt: ferry_runtime, device: u32, native: *mut c_void, out: *mut u32)
+        -> ferry_status;
+    pub fn ferry_device_release_stream(rt: ferry_runtime, device: u32, stream: u32, timeout_ms: u64)
+        -> ferry_status;
+    pub fn ferry_multi_cache_create(rt: ferry_runtime, slots: u32, slot_bytes: u64, placement: *const c_char)
+        -> ferry_status;
+    pub fn ferry_multi_cache_define(rt: ferry_runtime, key: u64, pieces: *const *const c_void,
+                                    piece_bytes: *const u64, count: u32) -> ferry_status;
+    pub fn ferry_multi_cache_placed(rt: ferry_runtime, key: u64, device: *mut u32) -> ferry_status;
+    pub fn ferry_multi_cache_acquire(rt: ferry_runtime, key: u64, device: u32, stream: u32, slot: *mut ferry_handle,
+                                     offsets: *mut u64, hit: *mut c_int, from_peer: *mut c_int) -> ferry_status;
+    pub fn ferry_multi_cache_release(rt: ferry_runtime, key: u64, device: u32) -> ferry_status;
+    pub fn ferry_get_multi_cache_stats_sized(rt: ferry_runtime, out: *mut ferry_multi_cache_stats,
+                                             struct_size: usize) -> ferry_status;
+    pub fn ferry_get_multi_cache_device_stats_sized(rt: ferry_runtime, device: u32, out: *mut ferry_cache_stats,
+                                                    struct_size: usize) -> ferry_status;
+}
+
 /// Every struct of `ferry.h` that this crate declares, by its C name, with its size here.
-pub fn struct_sizes() -> [(&'static str, usize); 9] {
+pub fn struct_sizes() -> [(&'static str, usize); 10] {
     use std::mem::size_of;
     [
         ("ferry_handle", size_of::<ferry_handle>()),
@@ -295,6 +326,7 @@ pub fn struct_sizes() -> [(&'static str, usize); 9] {
         ("ferry_race_side", size_of::<ferry_race_side>()),
         ("ferry_race", size_of::<ferry_race>()),
         ("ferry_cache_stats", size_of::<ferry_cache_stats>()),
+        ("ferry_multi_cache_stats", size_of::<ferry_multi_cache_stats>()),
     ]
 }
 

@@ -44,6 +44,7 @@ fn rust_layouts() -> BTreeMap<String, (usize, BTreeMap<String, usize>)> {
         ferry_race_side { stream, ticket, kind, tag, access, block, block_tag }
         ferry_race { earlier, later, addr, bytes, reuse, earlier_device, later_device }
         ferry_cache_stats { struct_size, hits, misses, evictions, uploads, bytes_uploaded, prefetches }
+        ferry_multi_cache_stats { struct_size, peer_fills, host_fills, bytes_peer }
     }
 }
 

@@ -48,6 +48,8 @@ mod graph;
 pub use graph::Graph;
 mod device_work;
 pub use device_work::HostCopy;
+mod multi_cache;
+pub use multi_cache::{MultiCache, MultiCachePin, MultiCacheStats, Placement};
 
 /// The version of the loaded library ("MAJOR.MINOR.PATCH", CMakeLists.txt's project(VERSION)).
 ///
@@ -355,6 +357,8 @@ struct Shared {
     launch_errors: Mutex<Vec<Error>>,
     // cache_define's pieces: ferry reads them while the runtime lives.
     cache_pieces: Mutex<HashMap<u64, Vec<Vec<u8>>>>,
+    // MultiCache::define's pieces (multi_cache.rs), kept as cache_pieces are.
+    multi_cache_pieces: Mutex<HashMap<u64, Vec<Vec<u8>>>>,
     // Streams this crate began a capture on (graph.rs), each with what its
     // recorded calls use at every replay (device_work::Kept): launch refuses them.
     capturing: Mutex<HashMap<u32, device_work::Kept>>,
@@ -806,6 +810,29 @@ impl Runtime {
         let rt = self.rt("release_stream")?;
         let ms = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
         self.check(unsafe { sys::ferry_release_stream(rt, stream, ms) })
+    }
+
+    /// [`Runtime::adopt_stream`] on device `device`: a stream id of that device, for
+    /// the `*_on` stream calls. A native stream adopted on one device is refused on
+    /// every other until released. Errors: `InvalidArgument` (no such device, null,
+    /// adopted already on this or another device, one of ferry's).
+    ///
+    /// # Safety
+    /// On cuda `native` must be a live `cudaStream_t` of that device until
+    /// [`Runtime::release_stream_on`].
+    pub unsafe fn adopt_stream_on(&self, device: u32, native: *mut c_void) -> Result<u32> {
+        let rt = self.rt("adopt_stream_on")?;
+        let mut id = 0u32;
+        self.check(sys::ferry_device_adopt_stream(rt, device, native, &mut id))?;
+        Ok(id)
+    }
+
+    /// [`Runtime::release_stream`] of a stream adopted on device `device`. Errors:
+    /// `InvalidArgument` (no such device; not adopted on it), `Timeout`. Blocks.
+    pub fn release_stream_on(&self, device: u32, stream: u32, timeout: Duration) -> Result<()> {
+        let rt = self.rt("release_stream_on")?;
+        let ms = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
+        self.check(unsafe { sys::ferry_device_release_stream(rt, device, stream, ms) })
     }
 
     /// The pool's figures (device 0's).
