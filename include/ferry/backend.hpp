@@ -11,6 +11,7 @@
 #include <chrono>
 #include <memory>
 #include <cstddef>
+#include <optional>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -154,7 +155,9 @@ struct DeviceInfo {
   bool race_checking = false;      // BackendSpec::race_check is honoured (every operation and byte seen)
   bool fault_injection = false;    // BackendSpec::faults are injected
   bool lazy_host_ranges = false;   // a registered host range may stay unbacked until read (no driver pins it)
-  bool peer_copy = false;          // PeerCopyOp runs (the sim: from another sim device of the process)
+  bool peer_copy = false;          // PeerCopyOp runs (the sim: from another sim device of the process;
+                                   // cuda: where the driver says another device's memory is reachable,
+                                   // from a peer connect_peer opened)
   bool native_graphs = false;      // begin_graph / end_graph make a stream's ops one native graph, replayed
                                    // as one launch (cuda: a CUDA graph; the sim: when its spec asks)
   bool profiled = false;           // the device is a DeviceProfile the spec names (spec_profile): its capacity,
@@ -281,6 +284,20 @@ class Backend {
   virtual Result<void> join_race_checker(Backend& first) {
     (void)first;
     return {};
+  }
+  // This device is about to copy from `peer` (another device of the same
+  // Runtime: its PeerCopyOps will name it): where the device's driver says the
+  // two reach each other, makes `peer`'s memory readable here and answers the
+  // pair's link (none: they do not reach each other, so copies between them go
+  // through host memory). std::nullopt: this backend has no driver to ask (a
+  // modeled device; the sim's links are DevicesOptions::links). Runtime::create
+  // calls it once per ordered pair of its devices, once all are built, and asks
+  // no one else (Runtime::link_between). Errors: backend_error (the driver says
+  // the pair reach each other, then refuses to open the access). Blocks while
+  // the driver opens the access.
+  virtual Result<std::optional<PeerLink>> connect_peer(Backend& peer) {
+    (void)peer;
+    return std::optional<PeerLink>();
   }
   // The host is about to read or write host bytes [ptr, ptr + bytes) that device
   // operations may use (the arena hands a block to the program): a race checker

@@ -58,12 +58,13 @@ struct DevicesOptions {
   std::vector<SimFaults> faults;
   // sim: the links between pairs of devices. A pair not listed has none: its
   // peer copies go through pinned host memory. nvlink needs both devices'
-  // profiles to have one (DeviceProfile::peer_bytes_per_s > 0). cuda asks the
-  // driver instead (not done: its peer copies all go through the host).
+  // profiles to have one (DeviceProfile::peer_bytes_per_s > 0). cuda refuses
+  // them: each pair's link comes from its driver (Runtime::link_between).
   std::vector<PeerLinkSpec> links;
 };
 
 // The link `devices` lists between devices a and b; none when it lists none.
+// The model's answer only: a Runtime's pair asks Runtime::link_between.
 PeerLink link_between(const DevicesOptions& devices, std::uint32_t a, std::uint32_t b) noexcept;
 // "none", "pcie", "nvlink".
 std::string_view to_string(PeerLink link) noexcept;

@@ -464,7 +464,8 @@ FERRY_C_API ferry_status ferry_graph_destroy(ferry_graph FERRY_NULLABLE graph);
  * them, a trace writes them). */
 /* The runtime's device count in *out. Errors: INVALID_ARGUMENT (NULL out). Never blocks. */
 FERRY_C_API ferry_status ferry_device_count(ferry_runtime FERRY_NONNULL rt, uint32_t* FERRY_NONNULL out);
-/* The link between devices a and b as ferry_runtime_options.links set it, in *out:
+/* The link between devices a and b, in *out: on the sim as ferry_runtime_options.links
+ * set it, on cuda as the driver reports it (links must be NULL or "" there):
  * "none", "pcie" or "nvlink" (a static string; "none" for a == b). A linked pair's
  * ferry_copy_peer copies device to device over the link; an unlinked pair's go
  * through pinned host memory. Errors: INVALID_ARGUMENT (a device beyond the

@@ -47,6 +47,7 @@ class ForwardingBackend : public Backend {
   FaultCounters fault_counters() const override { return inner_.fault_counters(); }
   std::shared_ptr<const RaceLog> race_log() const override { return inner_.race_log(); }
   Result<void> join_race_checker(Backend& first) override { return inner_.join_race_checker(first); }
+  Result<std::optional<PeerLink>> connect_peer(Backend& peer) override { return inner_.connect_peer(peer); }
   void note_host_access(const std::byte* ptr, std::uint64_t bytes, Access access) override {
     inner_.note_host_access(ptr, bytes, access);
   }

@@ -137,6 +137,14 @@ class Runtime {
   // Never fail, never block on the device.
   std::vector<PoolStats> pool_stats() const;
   PoolStats total_pool_stats() const;
+  // The link between devices a and b, the one answer every caller asks
+  // (copy_peer's choice of path, MultiDeviceCache's cost model, the C ABI's
+  // ferry_device_link): what the two backends answered at create
+  // (Backend::connect_peer; cuda: the driver), the weaker answer when they
+  // differ, or where neither has a driver to ask (the sim) the model of
+  // DevicesOptions::links. none for a == b or a device beyond the count.
+  // Never fails, never blocks.
+  PeerLink link_between(std::uint32_t a, std::uint32_t b) const noexcept;
   // memory_summary of each device's pool under a heading naming the device
   // ("device 1 (rtx3090)"), then, with several devices, the summed figures.
   // Never fails, never blocks on the device.
@@ -146,7 +154,7 @@ class Runtime {
   // `dst`, whichever devices' pools the handles name (devices.hpp). On one device:
   // the engine's copy_on_device (device 0's through calls(): a capture records it,
   // graph.hpp; across devices a capturing stream of device 0 refuses it). Across
-  // two linked devices (DevicesOptions::links) whose destination `stream` is not
+  // two linked devices (link_between) whose destination `stream` is not
   // held: direct, the destination's device
   // pulling over the link (PeerCopyOp) on its `stream`, ordered after the source's
   // earlier work on its `stream` by a wait across devices (order_after), and the
@@ -295,10 +303,15 @@ class Runtime {
   explicit Runtime(RuntimeOptions options) : options_(std::move(options)) {}
   // Builds device `index` from `spec` and appends it to devices_ (partly built on error).
   Result<void> build_device(const BackendSpec& spec, std::uint32_t index);
+  // Asks every ordered pair of devices for its link (Backend::connect_peer) and
+  // fills links_. Once, in create, after every device is built.
+  Result<void> connect_devices();
 
   RuntimeOptions options_;
   // Built in index order; the destructor resets them in reverse. Never empty once built.
   std::vector<std::unique_ptr<RuntimeDevice>> devices_;
+  // links_[a * n + b] == links_[b * n + a], n = devices_.size(); written only by create.
+  std::vector<PeerLink> links_;
   std::unique_ptr<OffloadCache> cache_;
   std::unique_ptr<PoolCalls> direct_;  // over device 0's pool and engine: behind the capture
 

@@ -148,7 +148,8 @@ struct WorkloadOptions {
   // every pair NVLink-connected when the profile has NVLink (an HGX board's
   // NVSwitch: h200; rtx3090, tiny), none otherwise (rtx4090: no NVLink, and its
   // driver gives no PCIe peer access), so copies stage through the host. An
-  // empty list: no link. A real backend takes none (cuda refuses links).
+  // empty list: no link. A real backend takes none (cuda refuses links: its
+  // driver says which pairs are linked).
   std::optional<std::vector<PeerLinkSpec>> links;
   std::function<void(const WorkloadProgress&)> progress;  // optional
 };
@@ -247,7 +248,8 @@ struct WorkloadReport {
   // Several devices (WorkloadOptions::devices > 1): one entry per device; the
   // figures above are then the totals (docs/workloads.md). Empty with one device.
   std::vector<WorkloadDeviceReport> devices;
-  std::string links;  // with several devices: the links they ran with, "0-1:nvlink,..." or "none"
+  std::string links;  // with several devices: the links they ran with (sim: the model's; cuda: the driver's),
+                      // "0-1:nvlink,..." (each pair once, lower device first) or "none"
 };
 
 // Runs one workload. Errors (nothing ran): invalid_argument (bad option, a scale

@@ -434,8 +434,9 @@ class Runtime(DeviceWork):
         return self._devices
 
     def device_link(self, a, b):
-        """The link between devices a and b: "none", "pcie" or "nvlink" (Runtime(links=)).
-        InvalidArgumentError (a device beyond the count)."""
+        """The link between devices a and b: "none", "pcie" or "nvlink" (Runtime(links=)
+        on the sim; on cuda what the driver reports). InvalidArgumentError (a device
+        beyond the count)."""
         out = ctypes.c_char_p()
         self._check(self._lib.ferry_device_link(self._live(), _int(a, "device_link: a", 32),
                                                 _int(b, "device_link: b", 32), ctypes.byref(out)))

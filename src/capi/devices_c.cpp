@@ -50,7 +50,7 @@ ferry_status ferry_device_link(ferry_runtime rt, uint32_t a, uint32_t b, const c
       if (auto found = r.find_device(d); !found.ok()) return fail(found.error());
     }
     // to_string's names are string literals: static, NUL-terminated.
-    *out = ferry::to_string(ferry::link_between(r.options().devices, a, b)).data();
+    *out = ferry::to_string(r.link_between(a, b)).data();
     return ok();
   });
 }

@@ -2,6 +2,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <limits>
 #include <optional>
 #include <string>
@@ -16,13 +17,12 @@ namespace {
 using text::hex;
 using text::range;
 
-
 }  // namespace
 
 CudaAddressSpace::CudaAddressSpace(const DriverApi* driver, CUdevice device, int ordinal,
                                    std::uint64_t granularity, std::uint64_t physical_bytes)
     : driver_(driver), device_(device), ordinal_(ordinal), granularity_(granularity),
-      physical_bytes_(physical_bytes) {}
+      physical_bytes_(physical_bytes), readers_{device} {}
 
 CudaAddressSpace::~CudaAddressSpace() {
   std::map<std::uint64_t, Reservation> all;
@@ -95,6 +95,7 @@ Result<std::uint64_t> CudaAddressSpace::reserve(std::uint64_t bytes) {
 }
 
 Result<void> CudaAddressSpace::release(std::uint64_t base, std::uint64_t bytes) {
+  std::shared_lock grants(access_mu_);  // a grant never names a granule being unmapped
   Reservation r;
   {
     std::lock_guard lock(mu_);
@@ -178,13 +179,51 @@ Result<CUmemGenericAllocationHandle> CudaAddressSpace::map_granule(std::uint64_t
   return handle;
 }
 
-Result<void> CudaAddressSpace::set_access(std::uint64_t addr, std::uint64_t bytes) const {
-  CUmemAccessDesc access{};
-  access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-  access.location.id = device_;
-  access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-  const CUresult res = driver_->mem_set_access(static_cast<CUdeviceptr>(addr), bytes, &access, 1);
+Result<void> CudaAddressSpace::set_access(std::uint64_t addr, std::uint64_t bytes,
+                                          const std::vector<CUdevice>& devices) const {
+  std::vector<CUmemAccessDesc> access(devices.size());
+  for (std::size_t i = 0; i < devices.size(); ++i) {
+    access[i].location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    access[i].location.id = devices[i];
+    access[i].flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  }
+  const CUresult res = driver_->mem_set_access(static_cast<CUdeviceptr>(addr), bytes, access.data(), access.size());
   if (res != CUDA_SUCCESS) return driver_error(res, "cuMemSetAccess " + range(addr, bytes));
+  return {};
+}
+
+Result<void> CudaAddressSpace::grant_peer(int ordinal) {
+  if (driver_ == nullptr) return {};
+  CUdevice peer{};
+  if (const CUresult res = driver_->device_get(&peer, ordinal); res != CUDA_SUCCESS) {
+    return driver_error(res, "cuDeviceGet(" + std::to_string(ordinal) + ")");
+  }
+  std::unique_lock grants(access_mu_);  // no map or unmap runs: no granule is busy
+  if (std::find(readers_.begin(), readers_.end(), peer) != readers_.end()) return {};
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> runs;  // mapped runs: address, bytes
+  {
+    std::lock_guard lock(mu_);
+    for (const auto& [base, r] : reservations_) {
+      for (std::size_t i = 0; i < r.state.size(); ++i) {
+        if (r.state[i] != Granule::mapped) continue;
+        const std::uint64_t addr = base + i * granularity_;
+        if (!runs.empty() && runs.back().first + runs.back().second == addr) {
+          runs.back().second += granularity_;
+        } else {
+          runs.emplace_back(addr, granularity_);
+        }
+      }
+    }
+  }
+  for (const auto& [addr, bytes] : runs) {
+    if (Result<void> r = set_access(addr, bytes, {peer}); !r.ok()) {
+      Error e = std::move(r).error();
+      e.message = "granting device " + std::to_string(ordinal) + " access to device " + std::to_string(ordinal_) +
+                  "'s memory: " + e.message;
+      return e;
+    }
+  }
+  readers_.push_back(peer);
   return {};
 }
 
@@ -196,6 +235,7 @@ void CudaAddressSpace::unmap_granule(std::uint64_t addr, CUmemGenericAllocationH
 
 Result<void> CudaAddressSpace::map(std::uint64_t addr, std::uint64_t bytes) {
   FERRY_TRY(check_range(addr, bytes, "map"));
+  std::shared_lock grants(access_mu_);  // readers_ holds still until the granules are committed
   // A run larger than the device can never be mapped: refused before one granule is
   // created, instead of creating and releasing the whole device's worth one by one.
   if (physical_bytes_ != 0 && bytes > physical_bytes_) {
@@ -248,7 +288,7 @@ Result<void> CudaAddressSpace::map(std::uint64_t addr, std::uint64_t bytes) {
     handles.push_back(*h);
   }
   if (!failure) {
-    if (auto access = set_access(addr, bytes); !access.ok()) failure = std::move(access).error();
+    if (auto access = set_access(addr, bytes, readers_); !access.ok()) failure = std::move(access).error();
   }
   if (failure) {  // all or nothing: every granule mapped so far goes back
     for (std::size_t i = 0; i < handles.size(); ++i) {
@@ -272,6 +312,7 @@ Result<void> CudaAddressSpace::map(std::uint64_t addr, std::uint64_t bytes) {
 
 Result<void> CudaAddressSpace::unmap(std::uint64_t addr, std::uint64_t bytes) {
   FERRY_TRY(check_range(addr, bytes, "unmap"));
+  std::shared_lock grants(access_mu_);  // a grant never names a granule being unmapped
   std::uint64_t base = 0;
   std::size_t first = 0;
   const std::size_t count = bytes / granularity_;

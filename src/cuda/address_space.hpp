@@ -12,9 +12,17 @@
 //   with VMM: state[i] == mapped  <=>  handles[i] is a live physical allocation mapped
 //             at R.base + i * g
 //
+// Peers: with VMM a mapping is readable by exactly the devices cuMemSetAccess
+// named, so a device another one reads from (a peer copy) grants the reader
+// access over every granule (grant_peer): those mapped then, and each later map
+// names it beside this device. cuMemUnmap drops every access of a mapping (a
+// later map of the range starts with none), so an unmap revokes nothing first.
+//
 // Thread safety: every method may be called from any thread. The table lock is
 // never held across a driver call: a map or unmap first marks its granules `busy`,
-// drops the lock for the driver calls, then commits.
+// drops the lock for the driver calls, then commits. `access_mu_` is taken before
+// the table lock: shared by map, unmap and release across their driver calls,
+// exclusive by grant_peer, so a grant sees no granule half mapped.
 #pragma once
 
 #include <cuda.h>
@@ -22,6 +30,7 @@
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <shared_mutex>
 #include <vector>
 
 #include "cuda/driver_api.hpp"
@@ -52,6 +61,12 @@ class CudaAddressSpace {
   // backend_error.
   Result<void> unmap(std::uint64_t addr, std::uint64_t bytes);
   std::uint64_t mapped_bytes() const;
+  // Device `ordinal` may read and write every granule of this space from now on
+  // (the granules mapped now at once, each later one as it is mapped). Idempotent;
+  // nothing to do without VMM (cudaDeviceEnablePeerAccess covers plain
+  // allocations). Errors: backend_error (the peer is not recorded; granules
+  // granted before the failure keep the access). Blocks while maps and unmaps run.
+  Result<void> grant_peer(int ordinal);
 
   // ok when [addr, addr + bytes) lies in mapped granules of one reservation (always
   // for bytes == 0); invalid_argument naming `what` otherwise. Catching this before
@@ -79,9 +94,9 @@ class CudaAddressSpace {
   // Driver calls, no lock held.
   // Creates one granule's physical memory and maps it at addr; nothing left on failure.
   Result<CUmemGenericAllocationHandle> map_granule(std::uint64_t addr) const;
-  // Read-write access for this device over mapped [addr, addr + bytes), which may
+  // Read-write access for `devices` over mapped [addr, addr + bytes), which may
   // span many granules.
-  Result<void> set_access(std::uint64_t addr, std::uint64_t bytes) const;
+  Result<void> set_access(std::uint64_t addr, std::uint64_t bytes, const std::vector<CUdevice>& devices) const;
   void unmap_granule(std::uint64_t addr, CUmemGenericAllocationHandle handle) const;
   Error driver_error(CUresult result, const std::string& what) const;
 
@@ -91,6 +106,8 @@ class CudaAddressSpace {
   std::uint64_t granularity_;
   std::uint64_t physical_bytes_;
 
+  std::shared_mutex access_mu_;
+  std::vector<CUdevice> readers_;  // device_, then each granted peer; written under access_mu_ exclusive
   mutable std::mutex mu_;
   std::map<std::uint64_t, Reservation> reservations_;  // by base address
   std::uint64_t mapped_ = 0;

@@ -3,7 +3,8 @@
 // defined by job: streams.cpp (streams, events, polls, waits), host_memory.cpp
 // (pinned blocks, registered ranges, staged copies of pageable memory), issue.cpp
 // (admission, and each Op turned into CUDA calls), setup.cpp (device discovery,
-// construction, teardown, make_cuda_backend).
+// construction, teardown, make_cuda_backend), peers.cpp (the link to another
+// device, peer access opened for its copies).
 //
 // Streams. Stream s of the interface is a non-blocking CUDA stream (never the legacy
 // default stream), created on first use, or a program's adopted stream, which is
@@ -45,7 +46,8 @@
 // cuBLAS keeps a default workspace per handle, outside the pool's accounting.
 // Everything that may block on the device (synchronizing, freeing pinned or device
 // memory) runs with no lock of ours held. `host_mu_` (pinned and registered ranges,
-// counters) and `cublas_handles_mu_` (the handle of each native stream) are leaves:
+// counters), `cublas_handles_mu_` (the handle of each native stream) and `peers_mu_`
+// (the devices this one may read) are leaves:
 // nothing is locked while one is held. Lock order: the hold layer's lock (held
 // around issue), then `cublas_mu_`, then `mu_`.
 #pragma once
@@ -63,6 +65,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -175,6 +178,13 @@ class CudaBackend final : public HoldingBackend<Backend> {
   // kernel may call it under mu_.
   cublasHandle_t cublas_handle(cudaStream_t native) const;
 
+  // --- Peers (peers.cpp) ---------------------------------------------------------
+  // The link to `peer` (another CudaBackend) by the driver's rule (peers.cpp);
+  // where there is one, opens this device's access to the peer's memory
+  // (cudaDeviceEnablePeerAccess here, the peer's granules granted to this device).
+  // Errors: invalid_argument (not another CUDA device), backend_error.
+  Result<std::optional<PeerLink>> connect_peer(Backend& peer) override;
+
   FaultCounters fault_counters() const override {
     FaultCounters f;
     f.batch_fallbacks = batch_fallbacks_.load(std::memory_order_relaxed);
@@ -235,8 +245,13 @@ class CudaBackend final : public HoldingBackend<Backend> {
   }
 
   // --- Admission (issue.cpp): what this device refuses beyond the op contract
-  // (check_op has already passed): ranges that are not mapped.
+  // (check_op has already passed): ranges that are not mapped, a peer copy from
+  // a device connect_peer did not open.
   Result<void> validate(const Op& op) const;
+  // peers.cpp. The peer copy's source: another CudaBackend whose memory this
+  // device may read, with [src_addr, +bytes) mapped there; invalid_argument or
+  // unsupported naming what is wrong otherwise.
+  Result<void> check_peer_source(const PeerCopyOp& op) const;
 
   // host_mu_ held. Whether [p, p + bytes) overlaps a registered range.
   bool overlaps_registered(const std::byte* p, std::uint64_t bytes) const;
@@ -317,6 +332,10 @@ class CudaBackend final : public HoldingBackend<Backend> {
   HostJobs host_jobs_;
   // Freed by synchronize_issued (no lock held: freeing may block) and the destructor.
   const std::shared_ptr<RetiredGraphs> retired_graphs_ = std::make_shared<RetiredGraphs>();
+
+  // A leaf. The devices (ordinals) whose memory this one may read: connect_peer opened them.
+  mutable std::mutex peers_mu_;
+  std::set<int> peers_;
 
   mutable std::mutex host_mu_;
   std::map<std::byte*, std::uint64_t> pinned_;      // allocate_pinned blocks

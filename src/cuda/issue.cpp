@@ -115,6 +115,7 @@ Result<Ticket> CudaBackend::issue(StreamId stream, Op op) {
 
 Result<void> CudaBackend::validate(const Op& op) const {
   Result<void> r;
+  if (const auto* peer = std::get_if<PeerCopyOp>(&op)) r = check_peer_source(*peer);
   for_each_device_range(op, [&](const DeviceOperand& d) {
     if (r.ok()) r = space_.check_mapped(d.addr, d.bytes, d.role.data());  // roles are literals
   });
@@ -284,9 +285,16 @@ Result<void> CudaBackend::issue_op(StreamId s, Stream& st, Op& op, Ticket ticket
             return {};
           },
           [&](const NopOp&) -> Result<void> { return {}; },
-          [&](const PeerCopyOp&) -> Result<void> {
-            // check_op refuses it first: DeviceInfo::peer_copy is false here (docs/scale.md).
-            return make_error(ErrorCode::unsupported, "no peer copy on cuda yet");
+          [&](const PeerCopyOp& o) -> Result<void> {
+            if (o.dst.bytes == 0) return {};
+            // Unified addressing names the source's device by its address (no need
+            // for cudaMemcpyPeerAsync's ordinals). validate refused a source whose
+            // access connect_peer did not open, where either call would stage
+            // through the host unasked; so this is the direct pull over the link,
+            // on the destination's stream, in its order.
+            return check(cudaMemcpyAsync(device_ptr(o.dst.addr), device_ptr(o.src_addr), o.dst.bytes,
+                                         cudaMemcpyDeviceToDevice, st.handle),
+                         "cudaMemcpyAsync from a peer device");
           },
       },
       op);

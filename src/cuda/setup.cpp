@@ -108,6 +108,20 @@ double flops_per_sm_clock(int major, int minor) {
   return 256;
 }
 
+// Whether `device` may read another visible device's memory: PeerCopyOp can run
+// (from a device connect_peer opens).
+bool reaches_a_peer(int device) {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) count = 0;
+  bool any = false;
+  for (int other = 0; other < count && !any; ++other) {
+    int can = 0;
+    any = other != device && cudaDeviceCanAccessPeer(&can, device, other) == cudaSuccess && can != 0;
+  }
+  (void)cudaGetLastError();
+  return any;
+}
+
 Result<std::unique_ptr<Backend>> create_backend(int device) {
   cudaError_t err = cudaSetDevice(device);
   if (err == cudaSuccess) err = cudaFree(nullptr);  // creates the primary context on older runtimes
@@ -135,6 +149,7 @@ Result<std::unique_ptr<Backend>> create_backend(int device) {
   }
   info.host_register = device_attribute(cudaDevAttrHostRegisterSupported, device) != 0;
   info.native_graphs = true;  // stream capture and cudaGraphLaunch: every device this runtime supports
+  info.peer_copy = reaches_a_peer(device);
   setup.register_read_only = device_attribute(cudaDevAttrHostRegisterReadOnlySupported, device) != 0;
   setup.memory_pools = device_attribute(cudaDevAttrMemoryPoolsSupported, device) != 0;
 

@@ -147,7 +147,7 @@ Result<PeerCopyReceipt> Runtime::copy_peer(DeviceHandle dst, std::uint64_t dst_o
     FERRY_TRY(graph_capture()->refuse_on(stream, "copy_peer across devices",
                                          "it waits on the host for its source leg, which a replay cannot"));
   }
-  out.link = link_between(options_.devices, from, to);
+  out.link = link_between(from, to);
   // A held destination stream goes through the host: the source's wait for a
   // pull held there would dispatch it (export_event), breaking the hold.
   std::string direct_failed;

@@ -20,10 +20,14 @@ namespace {
 constexpr NamedValue<PeerLink> kPeerLinkNames[] = {
     {PeerLink::none, "none"}, {PeerLink::pcie, "pcie"}, {PeerLink::nvlink, "nvlink"}};
 
-Result<void> check_links(const std::vector<BackendSpec>& specs, const DevicesOptions& devices, bool profiled) {
+Result<void> check_links(const std::vector<BackendSpec>& specs, const DevicesOptions& devices, BackendKind kind,
+                         bool profiled) {
   const auto bad = [](std::string what) { return make_error(ErrorCode::invalid_argument, std::move(what)); };
+  // Refused rather than taken as a restriction: a pair the driver links and the
+  // program says is unlinked would still be linked (Runtime::link_between asks the driver).
   if (!profiled && !devices.links.empty()) {
-    return bad("links between devices are the sim's model; a real backend's come from its driver");
+    return bad("links between devices are the sim's model; the " + std::string(to_string(kind)) +
+               " backend takes each pair's link from its driver (Runtime::link_between), so leave links empty");
   }
   std::set<std::pair<std::uint32_t, std::uint32_t>> pairs;
   for (const PeerLinkSpec& l : devices.links) {
@@ -147,7 +151,7 @@ Result<std::vector<BackendSpec>> device_specs(const BackendSpec& backend, const 
       }
     }
   }
-  FERRY_TRY(check_links(specs, devices, profiled));
+  FERRY_TRY(check_links(specs, devices, backend.kind, profiled));
   return specs;
 }
 
@@ -170,6 +174,40 @@ PoolStats total_pool_stats(std::span<const PoolStats> per_device) noexcept {
     t.maps += s.maps, t.unmaps += s.unmaps;
   }
   return t;
+}
+
+Result<void> Runtime::connect_devices() {
+  const std::size_t n = devices_.size();
+  std::vector<std::optional<PeerLink>> answers(n * n);
+  for (std::size_t a = 0; a < n; ++a) {
+    for (std::size_t b = 0; b < n; ++b) {
+      if (a == b) continue;
+      Result<std::optional<PeerLink>> l = devices_[a]->backend().connect_peer(devices_[b]->backend());
+      if (!l.ok()) {
+        Error e = std::move(l).error();
+        e.message = "device " + std::to_string(a) + " reading device " + std::to_string(b) + ": " + e.message;
+        return e;
+      }
+      answers[a * n + b] = *l;
+    }
+  }
+  links_.assign(n * n, PeerLink::none);
+  for (std::uint32_t a = 0; a < n; ++a) {
+    for (std::uint32_t b = a + 1; b < n; ++b) {
+      const std::optional<PeerLink> x = answers[a * n + b], y = answers[b * n + a];
+      // A link serves copies both ways, so it is the weaker of the two directions' answers.
+      const PeerLink link = !x && !y ? ferry::link_between(options_.devices, a, b)
+                                     : std::min(x.value_or(PeerLink::none), y.value_or(PeerLink::none));
+      links_[a * n + b] = links_[b * n + a] = link;
+    }
+  }
+  return {};
+}
+
+PeerLink Runtime::link_between(std::uint32_t a, std::uint32_t b) const noexcept {
+  const std::size_t n = devices_.size();
+  if (a >= n || b >= n || links_.size() != n * n) return PeerLink::none;
+  return links_[a * n + b];
 }
 
 Result<RuntimeDevice*> Runtime::find_device(std::uint32_t i) noexcept {

@@ -58,7 +58,7 @@ struct MultiDeviceCache::Impl {
   // Whether filling `to`'s slot from `from`'s copy is modeled faster than the
   // upload from the host; a pair without a link stages through the host, so never.
   bool peer_is_faster(std::uint32_t from, std::uint32_t to, std::uint64_t bytes) const {
-    const PeerLink link = link_between(rt.options().devices, from, to);
+    const PeerLink link = rt.link_between(from, to);
     if (link == PeerLink::none || !profiles[to]) return false;
     const PinnedQuery pinned = [](const std::byte*, std::uint64_t) { return true; };
     const DeviceRange dst{0, bytes};

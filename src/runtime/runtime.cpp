@@ -142,6 +142,7 @@ Result<std::unique_ptr<Runtime>> Runtime::create(RuntimeOptions options) {
     }
   }
   rt->options_.backend_adaptor = nullptr;  // what it captured need not outlive create()
+  FERRY_TRY(rt->connect_devices());
   if (o.cache) {
     rt->cache_ = std::make_unique<OffloadCache>(rt->engine(), *o.cache);
     if (!rt->cache_->status().ok()) return prefixed(rt->cache_->status().error(), "offload cache");

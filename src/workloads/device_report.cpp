@@ -9,12 +9,18 @@
 namespace ferry::workloads {
 namespace {
 
-// The links as parse_peer_links reads them ("0-1:nvlink,..."), "none" for none.
-std::string links_text(const std::vector<PeerLinkSpec>& links) {
+// The links the runtime's pairs have (Runtime::link_between: the model's on the
+// sim, the driver's on cuda) as parse_peer_links reads them ("0-1:nvlink,..."),
+// each pair once, lower device first; "none" for none.
+std::string links_text(const Runtime& rt) {
   std::string out;
-  for (const PeerLinkSpec& l : links) {
-    out += (out.empty() ? "" : ",") + std::to_string(l.a) + "-" + std::to_string(l.b) + ":" +
-           std::string(to_string(l.link));
+  for (std::uint32_t a = 0; a < rt.device_count(); ++a) {
+    for (std::uint32_t b = a + 1; b < rt.device_count(); ++b) {
+      const PeerLink link = rt.link_between(a, b);
+      if (link == PeerLink::none) continue;
+      out += (out.empty() ? "" : ",") + std::to_string(a) + "-" + std::to_string(b) + ":" +
+             std::string(to_string(link));
+    }
   }
   return out.empty() ? "none" : out;
 }
@@ -77,7 +83,7 @@ WorkloadDeviceReport device_report(std::uint32_t i, DeviceEnv& d, const Exec& li
 void record_devices(WorkloadReport& r, Env& env, const Exec& live, const Workload& w,
                     const std::vector<std::uint64_t>& planned, double s, std::uint64_t t0) {
   const auto n = static_cast<std::uint32_t>(env.devices.size());
-  r.links = links_text(env.runtime->options().devices.links);
+  r.links = links_text(*env.runtime);
   r.devices.clear();
   for (std::uint32_t i = 0; i < n; ++i) {
     r.devices.push_back(device_report(i, env.at(i), live, w, planned[i], s, t0, r.completed));

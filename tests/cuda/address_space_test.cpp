@@ -1,6 +1,7 @@
 // The VMM address space against a fake driver, on the host: which driver calls a
 // map makes (one cuMemCreate and cuMemMap per granule, one cuMemSetAccess over the
-// whole run) and that a failure at any step leaves nothing mapped or allocated.
+// whole run), that a failure at any step leaves nothing mapped or allocated, and
+// which devices each granule is readable by once a peer is granted access.
 #include "cuda/address_space.hpp"
 
 #include <gtest/gtest.h>
@@ -8,6 +9,7 @@
 #include <cstdint>
 #include <map>
 #include <set>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -23,6 +25,7 @@ struct FakeDriver {
   std::set<CUmemGenericAllocationHandle> live;
   std::map<CUdeviceptr, CUmemGenericAllocationHandle> mapped;  // by granule address
   std::vector<std::pair<CUdeviceptr, std::size_t>> access;
+  std::map<CUdeviceptr, std::set<int>> readers;  // by granule address: the devices granted access
   int creates = 0, maps = 0;
   int fail_create = 0, fail_map = 0, fail_access = 0;
 };
@@ -51,15 +54,26 @@ CUresult CUDAAPI map(CUdeviceptr ptr, std::size_t size, std::size_t, CUmemGeneri
   return CUDA_SUCCESS;
 }
 CUresult CUDAAPI unmap(CUdeviceptr ptr, std::size_t size) {
+  fake->readers.erase(ptr);  // the driver's rule: an unmapped range keeps no access
   return size == kGranule && fake->mapped.erase(ptr) == 1 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
+CUresult CUDAAPI device_get(CUdevice* device, int ordinal) {
+  *device = ordinal;
+  return CUDA_SUCCESS;
+}
 CUresult CUDAAPI set_access(CUdeviceptr ptr, std::size_t size, const CUmemAccessDesc* desc, std::size_t count) {
-  if (count != 1 || desc->flags != CU_MEM_ACCESS_FLAGS_PROT_READWRITE) return CUDA_ERROR_INVALID_VALUE;
+  if (count == 0) return CUDA_ERROR_INVALID_VALUE;
+  for (std::size_t i = 0; i < count; ++i) {
+    if (desc[i].flags != CU_MEM_ACCESS_FLAGS_PROT_READWRITE) return CUDA_ERROR_INVALID_VALUE;
+  }
   for (std::size_t off = 0; off < size; off += kGranule) {  // the driver's rule: all of it mapped
     if (!fake->mapped.contains(ptr + off)) return CUDA_ERROR_INVALID_VALUE;
   }
   fake->access.emplace_back(ptr, size);
   if (static_cast<int>(fake->access.size()) == fake->fail_access) return CUDA_ERROR_UNKNOWN;
+  for (std::size_t off = 0; off < size; off += kGranule) {
+    for (std::size_t i = 0; i < count; ++i) fake->readers[ptr + off].insert(desc[i].location.id);
+  }
   return CUDA_SUCCESS;
 }
 
@@ -74,6 +88,7 @@ class CudaAddressSpaceTest : public ::testing::Test {
     api.mem_map = &map;
     api.mem_unmap = &unmap;
     api.mem_set_access = &set_access;
+    api.device_get = &device_get;
   }
   ~CudaAddressSpaceTest() override { fake = nullptr; }
 
@@ -164,6 +179,60 @@ TEST_F(CudaAddressSpaceTest, ReleaseUnmapsAndFreesEveryGranule) {
   ASSERT_TRUE(space.release(*base, 4 * kGranule).ok());
   EXPECT_TRUE(state.live.empty());
   EXPECT_TRUE(state.mapped.empty());
+}
+
+// A peer that may read this device (a peer copy's reader) gets access to the
+// granules mapped before the grant and to each one mapped after it; an unmapped
+// and remapped granule gets it again; a second grant changes nothing.
+TEST_F(CudaAddressSpaceTest, AGrantedPeerReadsGranulesMappedBeforeAndAfterTheGrant) {
+  CudaAddressSpace space(&api, 0, 0, kGranule);
+  auto base = space.reserve(8 * kGranule);
+  ASSERT_TRUE(base.ok());
+  ASSERT_TRUE(space.map(*base, 2 * kGranule).ok());
+  ASSERT_TRUE(space.map(*base + 3 * kGranule, kGranule).ok());
+  EXPECT_EQ(state.readers[*base], (std::set<int>{0}));
+  ASSERT_TRUE(space.grant_peer(1).ok());
+  for (const std::uint64_t g : {*base, *base + kGranule, *base + 3 * kGranule}) {
+    EXPECT_EQ(state.readers[g], (std::set<int>{0, 1})) << "granule " << (g - *base) / kGranule;
+  }
+  // The two runs mapped before the grant: one call each, not one per granule.
+  ASSERT_EQ(state.access.size(), 4u);
+  EXPECT_EQ(state.access[2], std::make_pair(static_cast<CUdeviceptr>(*base), 2 * kGranule));
+  EXPECT_EQ(state.access[3], std::make_pair(static_cast<CUdeviceptr>(*base + 3 * kGranule), kGranule));
+  ASSERT_TRUE(space.map(*base + 5 * kGranule, kGranule).ok());
+  EXPECT_EQ(state.readers[*base + 5 * kGranule], (std::set<int>{0, 1}));
+  ASSERT_TRUE(space.unmap(*base, kGranule).ok());
+  EXPECT_FALSE(state.readers.contains(*base));
+  ASSERT_TRUE(space.map(*base, kGranule).ok());
+  EXPECT_EQ(state.readers[*base], (std::set<int>{0, 1}));
+  const std::size_t calls = state.access.size();
+  ASSERT_TRUE(space.grant_peer(1).ok());
+  ASSERT_TRUE(space.grant_peer(0).ok());  // the device itself: it has access already
+  EXPECT_EQ(state.access.size(), calls);
+}
+
+// A grant the driver refuses is an error naming both devices, and the peer is not
+// recorded: a later map names only the device itself.
+TEST_F(CudaAddressSpaceTest, ARefusedGrantIsAnErrorAndLaterMapsDoNotNameThePeer) {
+  CudaAddressSpace space(&api, 0, 0, kGranule);
+  auto base = space.reserve(4 * kGranule);
+  ASSERT_TRUE(base.ok());
+  ASSERT_TRUE(space.map(*base, kGranule).ok());
+  state.fail_access = 2;  // the grant's call
+  auto granted = space.grant_peer(1);
+  ASSERT_FALSE(granted.ok());
+  EXPECT_EQ(granted.error().code, ErrorCode::backend_error);
+  EXPECT_NE(granted.error().message.find("granting device 1 access to device 0"), std::string::npos)
+      << granted.error().message;
+  state.fail_access = 0;
+  ASSERT_TRUE(space.map(*base + kGranule, kGranule).ok());
+  EXPECT_EQ(state.readers[*base + kGranule], (std::set<int>{0}));
+}
+
+// Without VMM the space has plain allocations, which peer access covers: nothing to grant.
+TEST(CudaAddressSpaceFallback, AGrantWithoutVirtualMemoryDoesNothing) {
+  CudaAddressSpace space(nullptr, 0, 0, kGranule);
+  EXPECT_TRUE(space.grant_peer(1).ok());
 }
 
 }  // namespace

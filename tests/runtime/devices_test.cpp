@@ -429,6 +429,9 @@ TEST(Devices, CudaPeerCopyBetweenTwoDevicesIsVerified) {
   auto copied = rt->copy_peer(*dst, 0, *src, 0, n, 1);
   ASSERT_TRUE(copied.ok()) << copied.error().message;
   EXPECT_TRUE(copied->verified);
+  // Direct over the link the driver reports, staged through the host without one.
+  EXPECT_EQ(copied->link, rt->link_between(0, 1));
+  EXPECT_EQ(copied->direct, copied->link != PeerLink::none);
   auto back = read_back(rt->device(1).pool(), *dst, 1);
   ASSERT_TRUE(back.ok()) << back.error().message;
   EXPECT_EQ(*back, pattern(77, n));

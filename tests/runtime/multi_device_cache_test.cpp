@@ -1,11 +1,13 @@
 // One offload cache across two sim devices (multi_device_cache.hpp): each
 // placement policy, a peer fill over an NVLink-class link, the host upload when
-// the pair has no link or the link is no faster, a peer fill whose copy arrives
+// the pair has no link or the link is no faster, a link a backend reports read
+// by the cost model as the model's, a peer fill whose copy arrives
 // wrong and is caught (I5), and the refusals. Every acquire's bytes are read back
 // from the device that holds them and compared with the host pieces.
 #include <gtest/gtest.h>
 
 #include <cstddef>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -13,6 +15,7 @@
 #include "ferry/fault_spec.hpp"
 #include "ferry/multi_device_cache.hpp"
 #include "ferry/runtime.hpp"
+#include "link_reporting_backend.hpp"
 #include "pool_helpers.hpp"
 
 namespace ferry {
@@ -142,6 +145,25 @@ TEST(MultiDeviceCache, AnNvlinkPairFillsFromThePeerInsteadOfTheHost) {
   EXPECT_EQ(s.bytes_peer, s.devices[1].bytes_filled);
   EXPECT_GE(s.bytes_peer, (96 + 40) * KiB);
   EXPECT_TRUE(f.cache->resident(2, 0)) << "the source keeps its copy";
+  expect_valid(*f.cache);
+}
+
+// The cost model reads the link the Runtime holds (Runtime::link_between): one a
+// backend reports, with no model link given, fills from the peer as the model's does.
+TEST(MultiDeviceCache, ALinkTheBackendReportsIsTheOneItsCostModelReads) {
+  RuntimeOptions o = two_devices(PeerLink::none);
+  testing::report_links(o, [](std::uint32_t, std::uint32_t) -> Result<std::optional<PeerLink>> {
+    return std::optional(PeerLink::nvlink);
+  });
+  Fixture f = make(std::move(o), DevicePlacement::round_robin);
+  ASSERT_TRUE(f.cache);
+  ASSERT_TRUE(f.cache->acquire(2, 0, kStream).ok());
+  ASSERT_TRUE(f.cache->release(2, 0).ok());
+  Result<DeviceCacheRef> moved = f.cache->acquire(2, 1, kStream);
+  ASSERT_TRUE(moved.ok()) << moved.error().message;
+  EXPECT_TRUE(moved->from_peer);
+  expect_bytes(f, *moved);
+  EXPECT_EQ(f.cache->stats().peer_fills, 1u);
   expect_valid(*f.cache);
 }
 

@@ -430,8 +430,9 @@ impl Runtime {
         self.devices
     }
 
-    /// The link between devices `a` and `b` ([`RuntimeBuilder::links`]): "none",
-    /// "pcie" or "nvlink". Errors: `InvalidArgument` (a device beyond the count).
+    /// The link between devices `a` and `b` ([`RuntimeBuilder::links`] on the sim;
+    /// on cuda what the driver reports): "none", "pcie" or "nvlink". Errors:
+    /// `InvalidArgument` (a device beyond the count).
     pub fn device_link(&self, a: u32, b: u32) -> Result<String> {
         let rt = self.rt("device_link")?;
         let mut name: *const std::os::raw::c_char = ptr::null();
