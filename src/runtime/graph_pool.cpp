@@ -233,15 +233,6 @@ std::optional<DeviceHandle> GraphCapture::defer_free(GraphPoolState& pool, Devic
   GraphPoolState::Part& p = pool.parts[k];
   p.held = false;
   GraphPoolState::Block& b = pool.blocks[p.block];
-  if (pool.users == 0) {
-    // Its pool's graphs are gone: the part goes, and its block with the last of them.
-    (void)dp.free(handle);
-    if (pool.holds_part(p.block)) return std::nullopt;
-    b.kept = false;
-    const DeviceHandle gone = b.current;
-    pool.forget_if_empty();
-    return gone;
-  }
   // I1 as for a block: the program's handle goes stale, the pool keeps the range.
   Result<DeviceHandle> again = dp.reissue(handle, p.bytes);
   if (!again.ok()) {  // its slot at its last generation: a new cut of the same range
@@ -252,7 +243,12 @@ std::optional<DeviceHandle> GraphCapture::defer_free(GraphPoolState& pool, Devic
     p.current = *again;
     pool.part_alias[key_of(*again)] = k;
   }
-  return std::nullopt;
+  if (pool.users > 0 || pool.holds_part(p.block)) return std::nullopt;
+  // Its pool's graphs are gone and this was the block's last part the program held.
+  b.kept = false;
+  const DeviceHandle gone = b.current;
+  pool.forget_if_empty();
+  return gone;
 }
 
 Result<void> GraphCapture::free(DeviceHandle handle) {

@@ -200,6 +200,41 @@ TEST_P(GraphPoolTest, AFreedPartIsStaleAndItsRangeIsTheCapturesAgain) {
   EXPECT_TRUE(calls().free(out).ok());
 }
 
+TEST_P(GraphPoolTest, PartsHeldPastThePoolsLastGraphKeepItsBlockForALaterCaptureOfThePool) {
+  constexpr std::uint64_t big = 32 * KiB, small = 8 * KiB;
+  const DeviceHandle out = alloc(big, 1);
+  ASSERT_TRUE(rt_->begin_capture(1).ok());
+  std::uint64_t base = 0;
+  temporary(big, 1, out, &base);
+  const DeviceHandle a = alloc(small, 1), b = alloc(small, 1);
+  auto g1 = rt_->end_capture(1);
+  ASSERT_TRUE(g1.ok()) << g1.error().message;
+  const GraphPool pool = g1->pool();
+  ASSERT_TRUE(g1->destroy().ok());
+  ASSERT_EQ(GraphPool::all(*rt_).size(), 1u);  // the program holds two parts of its block
+  ASSERT_TRUE(calls().free(a).ok());
+  EXPECT_EQ(rt_->pool().resolve(a).error().code, ErrorCode::stale_handle);
+
+  ASSERT_TRUE(rt_->begin_capture(1, CaptureOptions{pool}).ok());
+  const DeviceHandle c = alloc(small, 1);  // where a was
+  EXPECT_TRUE(inside(addr(c), small, base, big));
+  EXPECT_NE(c, a);
+  ASSERT_TRUE(calls().fill(1, c, 7).ok());
+  auto g2 = rt_->end_capture(1);
+  ASSERT_TRUE(g2.ok()) << g2.error().message;
+  ASSERT_TRUE(rt_->launch(*g2, 1).ok());
+  ASSERT_TRUE(calls().synchronize(1).ok());
+  EXPECT_EQ(bytes_of(c), pattern(7, small));
+  ASSERT_TRUE(g2->destroy().ok());
+  const std::uint64_t live = rt_->pool().stats().allocated_bytes;
+  ASSERT_TRUE(calls().free(b).ok());
+  EXPECT_EQ(rt_->pool().stats().allocated_bytes, live);  // c still holds the block
+  ASSERT_TRUE(calls().free(c).ok());
+  EXPECT_EQ(rt_->pool().stats().allocated_bytes, live - big);
+  EXPECT_TRUE(GraphPool::all(*rt_).empty());
+  EXPECT_TRUE(calls().free(out).ok());
+}
+
 TEST_P(GraphPoolTest, ALaterCaptureSharingThePoolReusesPartOfIt) {
   constexpr std::uint64_t big = 64 * KiB, small = 24 * KiB;
   const DeviceHandle out1 = alloc(big, 1), out2 = alloc(small, 1);
