@@ -178,6 +178,19 @@ class DevicePool {
   // stale_handle; invalid_argument (bytes 0 or beyond the block's rounded size,
   // or the slot at its last generation: allocate anew then). Never blocks.
   Result<DeviceHandle> reissue(DeviceHandle handle, std::uint64_t bytes);
+  // A handle over bytes [offset, offset + bytes) of the live block `parent`, for
+  // an owner that carves a block it keeps into parts (a graph's private pool,
+  // graph.hpp). It has a slot and generation of its own and resolves to that
+  // range (DeviceSpan::bytes is `bytes`); a lease on it, and its stream order,
+  // are its parent's (I2: an op on it holds the whole block). free() of it drops
+  // the handle, never memory; reissue() of it gives the same range a new handle
+  // (bytes up to its own rounded size). It goes stale when freed, and when its
+  // parent is freed or reissued (I1: no sub-block outlives the handle it was cut
+  // from). The pool's stats, snapshot and live_blocks() count its parent only.
+  // Errors: stale_handle (parent); invalid_argument (parent a sub-block itself,
+  // bytes 0, offset not a multiple of 256, or the range beyond the parent's
+  // rounded size). Never blocks.
+  Result<DeviceHandle> sub_block(DeviceHandle parent, std::uint64_t offset, std::uint64_t bytes);
   // Names the block for diagnostics: the race checker's reports (race.hpp) carry
   // `tag` for it. Errors: stale_handle. Never blocks.
   Result<void> set_tag(DeviceHandle handle, std::string_view tag);

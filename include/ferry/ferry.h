@@ -423,8 +423,8 @@ FERRY_C_API ferry_status ferry_import_torch_snapshot(const void* FERRY_NULLABLE 
  * naming the call and why, and
  * spoils the capture. Blocks allocated on the capturing stream are the graph's
  * private pool: a ferry_free of one is deferred until the pool's last graph is
- * destroyed, and a later same-size ferry_alloc of a capture of the same pool
- * reuses it. A graph must be destroyed before its runtime. A captured
+ * destroyed, and a later ferry_alloc of a capture of the same pool that fits
+ * reuses it (the same size whole, else a part of it, best fit). A graph must be destroyed before its runtime. A captured
  * ferry_upload reads the caller's bytes again at every launch (the call keeps
  * the pointer, not a copy): they must stay valid and unchanged while the graph
  * lives. A captured ferry_launch's callback and user data, and a captured

@@ -54,13 +54,20 @@
 // The graph's own memory, a private pool (PyTorch's graph pools are the model).
 // A block allocated on a capturing stream is the pool's. The program's free()
 // of it, during the capture or after, is deferred: the block stays the pool's,
-// reused by no one outside it, and a later allocation of the same size on a
-// capturing stream of the same pool gets it back under a new handle
-// (DevicePool::reissue: the freed handle is stale, I1; the graph's ops follow
-// the block). When the last graph of the pool is destroyed, the pool frees the
-// blocks the program freed, stream-ordered, so they are reused only after that
-// graph's last replay completed (I2, I3); a block the program still holds is
-// its own again. Graphs captured one after another may share a pool
+// reused by no one outside it, and a later allocation on a capturing stream of
+// the same pool that fits gets it back under a new handle: the same size gets
+// the whole block (DevicePool::reissue), a smaller one a part of the best
+// fitting free range of the blocks the program freed (DevicePool::sub_block: a
+// handle of its own over part of the block, leased as the block), so several
+// smaller allocations pack into one freed block and a larger one takes a block
+// of its own. A freed handle, a block's or a part's, is stale at once (I1); the
+// graph's ops follow each block and part through its handles, and a replay runs
+// them in the order recorded, so an op over a part comes after the ops recorded
+// before it over the whole block. When the last graph of the pool is
+// destroyed, the pool frees the blocks the program freed, stream-ordered, so
+// they are reused only after that graph's last replay completed (I2, I3); a
+// block the program still holds is its own again, and one of whose parts the
+// program still holds stays the pool's until it frees the last of them. Graphs captured one after another may share a pool
 // (CaptureOptions::pool, PyTorch's `pool=`): decode graphs for several batch
 // sizes then share memory, and must not be replayed at once (a block one of
 // them freed in its capture may be another's). Every other block a graph
@@ -102,7 +109,8 @@ struct FERRY_HIDDEN GraphPoolState;  // src/runtime/graph_capture.hpp
 struct GraphPoolStats {
   std::uint64_t blocks = 0;
   std::uint64_t reserved_bytes = 0;   // requested bytes of every block the pool holds
-  std::uint64_t allocated_bytes = 0;  // of those, the blocks the program holds (not freed)
+  // of those, what the program holds (not freed): whole blocks' and parts' requested bytes
+  std::uint64_t allocated_bytes = 0;
   std::uint64_t graphs = 0;           // graphs (and captures) using it
 };
 

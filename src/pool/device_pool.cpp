@@ -164,7 +164,14 @@ Result<void> DevicePool::free(DeviceHandle handle) {
   Impl& p = *impl_;
   std::lock_guard lock(p.mu);
   const std::uint32_t b = p.find_block(handle);
-  if (b == Impl::kNoBlock) return p.stale(handle);
+  if (b == Impl::kNoBlock) [[unlikely]] {
+    // A sub-block's free drops its handle only: the bytes are its block's.
+    const std::uint32_t s = p.find_sub(handle);
+    if (s == Impl::kNoBlock) return p.stale(handle);
+    p.free_sub(s);
+    p.check();
+    return {};
+  }
   p.release_handle(b);
   if (!p.queued.empty()) [[unlikely]] p.settle();
   // A free moves bytes from live to pending or releases them: no peak can rise.
@@ -183,20 +190,26 @@ Result<DeviceSpan> DevicePool::resolve(DeviceHandle handle) const {
 Result<DeviceHandle> DevicePool::reissue(DeviceHandle handle, std::uint64_t bytes) {
   Impl& p = *impl_;
   std::lock_guard lock(p.mu);
-  const std::uint32_t b = p.find_block(handle);
-  if (b == Impl::kNoBlock) return p.stale(handle);
+  Result<std::uint32_t> found = p.find(handle);
+  if (!found.ok()) return std::move(found).error();
+  const std::uint32_t b = *found;
   Impl::Block& blk = p.blocks[b];
-  const std::uint64_t size = p.size_of(blk);
+  const bool sub = blk.state == Impl::BlockState::sub;
+  const std::uint64_t size = p.span_of(b);
   if (bytes == 0 || bytes > size || blk.generation == Impl::kLastGeneration) {
     return make_error(ErrorCode::invalid_argument,
                       "reissue of block {slot " + std::to_string(b) + "} as " + std::to_string(bytes) + " bytes: " +
                           (blk.generation == Impl::kLastGeneration ? std::string("its slot is at its last generation")
                                                                    : "the block holds " + std::to_string(size)));
   }
-  // I1: every copy of the old handle goes stale, as at a free.
+  // I1: every copy of the old handle goes stale, as at a free; so does every
+  // sub-block of the block.
   ++blk.generation;
-  p.st.requested_bytes = p.st.requested_bytes - blk.requested + bytes;
-  p.st.peak_requested_bytes = std::max(p.st.peak_requested_bytes, p.st.requested_bytes);
+  if (blk.has_subs) p.drop_subs(b);
+  if (!sub) {
+    p.st.requested_bytes = p.st.requested_bytes - blk.requested + bytes;
+    p.st.peak_requested_bytes = std::max(p.st.peak_requested_bytes, p.st.requested_bytes);
+  }
   blk.requested = bytes;
   const DeviceHandle h{p.id, b, blk.generation};
   if (p.note_blocks) p.backend.note_block(blk.addr, size, h, {});
@@ -209,7 +222,7 @@ Result<void> DevicePool::set_tag(DeviceHandle handle, std::string_view tag) {
   std::lock_guard lock(p.mu);
   Result<std::uint32_t> b = p.find(handle);
   if (!b.ok()) return std::move(b).error();
-  p.backend.note_block(p.blocks[*b].addr, p.size_of(p.blocks[*b]), handle, tag);
+  p.backend.note_block(p.blocks[*b].addr, p.span_of(*b), handle, tag);
   return {};
 }
 
@@ -218,11 +231,11 @@ Result<DeviceSpan> DevicePool::lease(DeviceHandle handle, StreamPoint point) {
   std::lock_guard lock(p.mu);
   Result<std::uint32_t> b = p.find(handle);
   if (!b.ok()) return std::move(b).error();
-  Impl::Block& blk = p.blocks[*b];
-  // I2: the block stays this operation's until `point` completes.
-  blk.leased = true;
-  p.leases[*b].uses.add(point);
-  return DeviceSpan{blk.addr, blk.requested};
+  // I2: the block stays this operation's until `point` completes (a sub-block's parent).
+  const std::uint32_t held = p.holder(*b);
+  p.blocks[held].leased = true;
+  p.leases[held].uses.add(point);
+  return DeviceSpan{p.blocks[*b].addr, p.blocks[*b].requested};
 }
 
 Result<void> DevicePool::make_ready(DeviceHandle handle, StreamId stream) {
@@ -231,7 +244,8 @@ Result<void> DevicePool::make_ready(DeviceHandle handle, StreamId stream) {
     std::lock_guard lock(impl_->mu);
     Result<std::uint32_t> b = impl_->find(handle);
     if (!b.ok()) return std::move(b).error();
-    if (impl_->blocks[*b].ready_set) after = impl_->leases[*b].ready_after;
+    const std::uint32_t held = impl_->holder(*b);
+    if (impl_->blocks[held].ready_set) after = impl_->leases[held].ready_after;
   }
   Result<Ticket> t = impl_->order_after(stream, after);
   if (!t.ok()) return std::move(t).error();

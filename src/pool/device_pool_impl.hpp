@@ -12,6 +12,7 @@
 //   placement.cpp       the scan over both regions, off the hot path
 //   reclaim.cpp         the numbered reclaim ladder, and trim
 //   pool_stats.cpp      statistics, snapshots, the OOM diagnostic and validate()
+//   sub_blocks.cpp      handles over part of a live block (a graph's private pool)
 //   device_pool.cpp     construction, the public operations, handles
 #pragma once
 
@@ -46,8 +47,10 @@ struct DevicePool::Impl {
   // A live block owns its allocator node. A pending block is a freed range whose
   // leases have not retired: its address range is free space already (node kNone),
   // and the block only keeps its granules mapped and names the work a later
-  // block placed over it must be ordered after.
-  enum class BlockState : std::uint8_t { spare, live, pending, retired };
+  // block placed over it must be ordered after. A sub record names part of a
+  // live block (sub_blocks.cpp): no memory, no node, no leases of its own (its
+  // leases and stream order are its parent's).
+  enum class BlockState : std::uint8_t { spare, live, pending, retired, sub };
 
   // What every allocate and free touches, in half a cache line; what only leased
   // blocks need lives in `leases` beside it (the churn loop touches no lease).
@@ -65,6 +68,7 @@ struct DevicePool::Impl {
     bool ready_set : 1 = false;     // leases[b].ready_after is set  (!ready_set => it is {})
     bool slot_retired : 1 = false;  // freed at kLastGeneration: the slot retires with the block
     bool internal : 1 = false;      // live: ferry's own buffer (allocate_internal)
+    bool has_subs : 1 = false;      // live: sub records name parts of it  (has_subs <=> subs_of has it)
   };
   static_assert(sizeof(Block) == 32);
   static_assert(kMaxStreams <= 256, "Block::stream is one byte");
@@ -75,6 +79,7 @@ struct DevicePool::Impl {
     // touches it: other streams must wait for this point before using it (I3).
     StreamPoint ready_after{};
     std::uint64_t pending_size = 0;  // a pending block's size (it has no allocator node)
+    std::uint32_t parent = kNoBlock;  // a sub record's live block  (state sub <=> parent set)
   };
 
   // I1: a slot whose generation reached this is retired at its free, never reused,
@@ -134,6 +139,8 @@ struct DevicePool::Impl {
   // already), by record index; retiring them looks only at the ones that completed.
   detail::PendingBlocks<std::uint32_t> pending;
   std::uint64_t retired_slots = 0;  // records in state retired
+  // The sub records of each live block that has any, as made (sub_blocks.cpp).
+  std::map<std::uint32_t, std::vector<std::uint32_t>> subs_of;
   PoolStats st;
   // Unmaps decided and not started. Empty whenever the lock is free: whoever
   // queues runs them before releasing it (without_lock, settle), so a busy granule
@@ -493,6 +500,8 @@ struct DevicePool::Impl {
   // A live block's handle is dropped and the block filed by its leases.
   [[gnu::always_inline]] void release_handle(std::uint32_t b) {
     Block& blk = blocks[b];
+    // I1: a sub-block never outlives the block it names.
+    if (blk.has_subs) [[unlikely]] drop_subs(b);
     // I1: a freed slot's generation changes, so every copy of the handle goes stale;
     // one that would wrap retires with the block instead, so no generation is ever
     // handed out twice.
@@ -515,11 +524,35 @@ struct DevicePool::Impl {
     return h.slot;
   }
 
+  // The record of a live handle, a block's or a sub-block's.
   Result<std::uint32_t> find(DeviceHandle h) const {
-    const std::uint32_t b = find_block(h);
+    std::uint32_t b = find_block(h);
+    if (b == kNoBlock) [[unlikely]] b = find_sub(h);
     if (b == kNoBlock) return stale(h);
     return b;
   }
+
+  // --- sub-blocks (sub_blocks.cpp) -------------------------------------------
+
+  // The sub record of a live sub-block handle, or kNoBlock.
+  [[gnu::noinline]] std::uint32_t find_sub(DeviceHandle h) const;
+  // The block whose leases and stream order record b's bytes follow: b's own, or
+  // its parent's for a sub record.
+  std::uint32_t holder(std::uint32_t b) const {
+    return blocks[b].state == BlockState::sub ? leases[b].parent : b;
+  }
+  // The bytes record b names: a block's size, or a sub-block's rounded request.
+  std::uint64_t span_of(std::uint32_t b) const {
+    return blocks[b].state == BlockState::sub ? (blocks[b].requested + kAlign - 1) / kAlign * kAlign
+                                              : size_of(blocks[b]);
+  }
+  // Sub record s goes stale (its slot spare, or retired at its last generation).
+  void drop_sub(std::uint32_t s);
+  // The program frees sub-block s: it goes stale and leaves its parent's list.
+  void free_sub(std::uint32_t s);
+  // Every sub record of live block b goes stale.
+  [[gnu::noinline]] void drop_subs(std::uint32_t b);
+  bool validate_subs(std::string* why) const;
 
   std::uint64_t largest_free_extent() const;
 

@@ -59,7 +59,7 @@ bool DevicePool::Impl::validate_locked(std::string* why) const {
   ValidateTally t;
   std::vector<std::uint8_t> is_spare, filed;
   return validate_regions(why, t) && validate_lists(why, is_spare, filed) &&
-         validate_blocks(why, is_spare, filed, t) && validate_granules(why, t);
+         validate_blocks(why, is_spare, filed, t) && validate_granules(why, t) && validate_subs(why);
 }
 
 // Reads retire the frees whose work completed first, so an idle device shows no

@@ -88,64 +88,6 @@ Result<void> GraphCapture::refuse_on(StreamId stream, std::string_view call, std
   return {};
 }
 
-Result<void> GraphCapture::release(GraphState& state) {
-  std::vector<DeviceHandle> to_free;
-  {
-    std::lock_guard lock(mu_);
-    GraphPoolState& pool = *state.pool;
-    if (--pool.users == 0) {
-      for (const GraphPoolState::Block& b : pool.blocks) {
-        if (b.held) owners_.erase(key_of(b.current));
-        else to_free.push_back(b.current);
-      }
-      pool.blocks.clear();
-      pool.alias.clear();
-    }
-  }
-  Result<void> first;
-  for (DeviceHandle h : to_free) {
-    Result<void> r = direct_.free(h);
-    if (!r.ok() && first.ok()) first = std::move(r);
-  }
-  return first;
-}
-
-GraphPoolStats GraphCapture::pool_stats(const GraphPoolState& pool) const {
-  GraphPoolStats s;
-  std::lock_guard lock(mu_);
-  s.blocks = pool.blocks.size();
-  s.graphs = pool.users;
-  for (const GraphPoolState::Block& b : pool.blocks) {
-    s.reserved_bytes += b.bytes;
-    if (b.held) s.allocated_bytes += b.bytes;
-  }
-  return s;
-}
-
-std::vector<GraphPoolStats> GraphCapture::all_pools() const {
-  std::vector<std::shared_ptr<GraphPoolState>> live;
-  {
-    std::lock_guard lock(mu_);
-    for (const std::weak_ptr<GraphPoolState>& p : pools_) {
-      if (std::shared_ptr<GraphPoolState> pool = p.lock(); pool && pool->users > 0) live.push_back(std::move(pool));
-    }
-  }
-  std::vector<GraphPoolStats> out;
-  for (const auto& pool : live) out.push_back(pool_stats(*pool));
-  return out;
-}
-
-std::vector<DeviceHandle> GraphCapture::current_blocks(const GraphState& state) const {
-  std::vector<DeviceHandle> now = state.blocks;
-  std::lock_guard lock(mu_);
-  for (DeviceHandle& h : now) {
-    if (auto it = state.pool->alias.find(key_of(h)); it != state.pool->alias.end()) {
-      h = state.pool->blocks[it->second].current;
-    }
-  }
-  return now;
-}
-
 GraphStats GraphCapture::stats(const GraphState& state) const {
   GraphStats s;
   s.ops = state.ops.size();
@@ -156,70 +98,6 @@ GraphStats GraphCapture::stats(const GraphState& state) const {
   return s;
 }
 
-
-Result<DeviceHandle> GraphCapture::allocate(std::uint64_t bytes, StreamId stream, std::string_view tag) {
-  std::shared_ptr<GraphState> state = open_on(stream);
-  if (!state) return direct_.allocate(bytes, stream, tag);
-  // The pool rounds to 256; a request that does not fit now runs the reclaim
-  // ladder, whose last rung waits for in-flight frees: a host wait.
-  const std::uint64_t rounded = bytes > UINT64_MAX - 255 ? UINT64_MAX : (bytes + 255) / 256 * 256;
-  const std::uint64_t fits = rt_.pool().largest_free_extent();
-  if (bytes != 0 && rounded > fits) {
-    return spoil(*state, refused("allocate(" + std::to_string(bytes) + " bytes)", stream,
-                                 "it does not fit now (largest free extent " + std::to_string(fits) +
-                                     " bytes) and the reclaim ladder would wait for in-flight frees"));
-  }
-  {
-    std::lock_guard lock(mu_);
-    GraphPoolState& pool = *state->pool;
-    for (std::size_t i = 0; i < pool.blocks.size(); ++i) {
-      GraphPoolState::Block& b = pool.blocks[i];
-      // The same size only: the ops recorded over the block's old handle keep
-      // their ranges when they follow it.
-      if (b.held || b.bytes != bytes) continue;
-      Result<DeviceHandle> again = rt_.pool().reissue(b.current, bytes);
-      if (!again.ok()) continue;  // its slot at its last generation: allocate anew
-      b.current = *again;
-      b.held = true;
-      pool.alias[key_of(*again)] = i;
-      owners_[key_of(*again)] = state->pool;
-      return again;
-    }
-  }
-  Result<DeviceHandle> h = direct_.allocate(bytes, stream, tag);
-  if (!h.ok()) return h;
-  std::lock_guard lock(mu_);
-  GraphPoolState& pool = *state->pool;
-  pool.alias[key_of(*h)] = pool.blocks.size();
-  pool.blocks.push_back({*h, bytes, true});
-  owners_[key_of(*h)] = state->pool;
-  return h;
-}
-
-Result<void> GraphCapture::free(DeviceHandle handle) {
-  {
-    std::lock_guard lock(mu_);
-    auto it = owners_.find(key_of(handle));
-    if (it != owners_.end()) {
-      // Graphs' ops were recorded with this block's address: it stays the
-      // pool's, reused by none but its captures, until its last graph goes.
-      GraphPoolState& pool = *it->second;
-      const std::size_t i = pool.alias.at(key_of(handle));
-      GraphPoolState::Block& b = pool.blocks[i];
-      // I1: the program's handle goes stale now, as at any free; the pool keeps
-      // the block under a handle only it knows (at a slot's last generation it
-      // keeps the old one).
-      if (Result<DeviceHandle> again = rt_.pool().reissue(handle, b.bytes); again.ok()) {
-        b.current = *again;
-        pool.alias[key_of(*again)] = i;
-      }
-      b.held = false;
-      owners_.erase(it);
-      return {};
-    }
-  }
-  return direct_.free(handle);
-}
 
 Result<void> GraphCapture::trim() { return direct_.trim(); }
 
@@ -459,8 +337,7 @@ Result<void> GraphCapture::launch_native(GraphState& state, StreamId stream, con
   // One op over every block, read and written: it leases them until the whole
   // replay has completed (I2) and is ordered after each block's earlier users (I3).
   std::vector<Operand> operands;
-  operands.reserve(now.size());
-  for (DeviceHandle h : now) operands.push_back(Operand{h, Access::read_write});
+  for (DeviceHandle h : native_operands(state, now)) operands.push_back(Operand{h, Access::read_write});
   const NativeGraph& g = *state.native;
   Result<Ticket> t = direct_.user(stream, operands, g.launch, UserCost{g.flops, g.mem_bytes},
                                   "graph " + std::to_string(state.id));

@@ -47,19 +47,55 @@ struct RecordedOp {
 };
 
 // A private pool: blocks allocated on its capturing streams, kept until its last
-// graph goes. Guarded by the GraphCapture's mutex.
+// graph goes, and the parts later allocations of its captures cut from the
+// blocks the program freed (graph_pool.cpp). Guarded by the GraphCapture's mutex.
+//   a block holds a part  =>  the block is not held whole
+//   the held parts of a block are disjoint, inside [0, its rounded bytes)
+//   while a block is kept, every part of it has a handle that resolves
 struct GraphPoolState {
   struct Block {
     DeviceHandle current;    // its handle now (reissued when reused)
     std::uint64_t bytes = 0;  // as requested
-    bool held = false;        // the program holds `current`; else freed, the pool's to reuse
+    bool held = false;        // the program holds `current`: the whole block
+    bool kept = true;         // the pool's (false: freed, or the program's again)
+  };
+  // A sub-block (DevicePool::sub_block) of a block the program freed, for a
+  // smaller allocation of a capture: the recorded ops follow it as they follow
+  // a block, through every handle it has had.
+  struct Part {
+    std::size_t block = 0;
+    std::uint64_t offset = 0;
+    std::uint64_t bytes = 0;  // as requested
+    DeviceHandle current;     // its handle now (the pool's own once the program freed it)
+    bool held = true;         // the program holds `current`
   };
   Runtime* runtime = nullptr;
   std::uint64_t id = 0;  // GraphEvent::pool
   std::vector<Block> blocks;
-  std::map<HandleKey, std::size_t> alias;  // every handle a block has had -> its index
-  std::uint64_t users = 0;                 // graphs and open captures
+  std::vector<Part> parts;
+  std::map<HandleKey, std::size_t> alias;       // every handle a block has had -> its index
+  std::map<HandleKey, std::size_t> part_alias;  // every handle a part has had -> its index
+  std::uint64_t users = 0;                      // graphs and open captures
   bool capturing = false;
+
+  bool holds_part(std::size_t block) const {
+    return std::any_of(parts.begin(), parts.end(), [&](const Part& p) { return p.held && p.block == block; });
+  }
+  bool keeps_any() const {
+    return std::any_of(blocks.begin(), blocks.end(), [](const Block& b) { return b.kept; });
+  }
+  // Once no block is kept, no handle the pool has known names its memory.
+  void forget_if_empty() {
+    if (keeps_any()) return;
+    blocks.clear();
+    parts.clear();
+    alias.clear();
+    part_alias.clear();
+  }
+  // The handle a recorded handle's memory has now (h itself: not the pool's).
+  DeviceHandle now(DeviceHandle h) const;
+  // The whole block under a recorded handle now: a part's block (h itself: not the pool's).
+  DeviceHandle whole(DeviceHandle h) const;
 };
 
 struct GraphState {
@@ -141,6 +177,21 @@ class GraphCapture final : public PoolCalls {
   Result<Ticket> record(GraphState& state, std::string what, std::vector<DeviceHandle> touched, Replay run,
                         bool device_only = false);
   static TransferReceipt recorded_receipt(StreamId stream);
+
+  // graph_pool.cpp, under mu_. A later allocation of a capture of `pool` from
+  // the memory the program freed in it: the same size whole, else the best fit
+  // among the free ranges of its blocks; nullopt when none fits.
+  std::optional<DeviceHandle> reuse(const std::shared_ptr<GraphPoolState>& pool, std::uint64_t bytes);
+  // After block i got a new handle (reissue drops its sub-blocks): every part of
+  // it is cut again, under a handle only the pool knows.
+  void recut_parts(GraphPoolState& pool, std::size_t i);
+  // The program's free of a pool block or part: deferred, its handle stale (I1).
+  // Returns a block to free now (a part's block once its pool's graphs are gone
+  // and its last part is freed).
+  std::optional<DeviceHandle> defer_free(GraphPoolState& pool, DeviceHandle handle);
+  // One op of a native launch over every block: each part's whole block instead
+  // of it (two overlapping operands would copy back over each other on the sim).
+  std::vector<DeviceHandle> native_operands(const GraphState& state, const std::vector<DeviceHandle>& now) const;
 
   Runtime& rt_;
   PoolCalls& direct_;

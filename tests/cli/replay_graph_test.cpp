@@ -114,6 +114,31 @@ TEST(ReplayGraph, ABlockFreedInACaptureIsReusedInsideIt) {
   EXPECT_EQ(r->peak_live_bytes, 2 * kMiB);
 }
 
+// A smaller allocation of the capture gets a part of the freed block; the
+// reference follows the part through the launch (the whole block's fill first).
+TEST(ReplayGraph, ABlockFreedInACaptureIsReusedInsideItByASmallerAllocation) {
+  Result<ReplayReport> r = replay(R"({"op":"capture","phase":"begin","graph":"g","stream":0}
+{"op":"alloc","id":"t","bytes":1048576,"stream":0}
+{"op":"fill","id":"t","stream":0,"seed":1}
+{"op":"free","id":"t"}
+{"op":"alloc","id":"u","bytes":262144,"stream":0}
+{"op":"alloc","id":"w","bytes":524288,"stream":0}
+{"op":"fill","id":"u","stream":0,"seed":2}
+{"op":"fill","id":"w","stream":0,"seed":3}
+{"op":"capture","phase":"end","graph":"g","stream":0}
+{"op":"alloc","id":"v","bytes":262144,"stream":0}
+{"op":"replay","graph":"g","stream":0}
+{"op":"replay","graph":"g","stream":0}
+{"op":"check","id":"u"}
+{"op":"check","id":"w"}
+)");
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_TRUE(r->passed()) << report_summary(*r);
+  EXPECT_EQ(r->checks, 2u);
+  // u and w are parts of t's block; v (outside the capture) has a block of its own.
+  EXPECT_EQ(r->peak_live_bytes, kMiB + 256 * 1024);
+}
+
 // A `copy` in a capture is recorded (integrity off) and each launch copies: the
 // reference follows the whole-block copy, so the check compares bytes; a
 // partial one leaves the destination unknown. Under verify the capture refuses

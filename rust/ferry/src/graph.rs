@@ -16,8 +16,8 @@ use crate::{invalid, lock, Result, Runtime};
 ///
 /// What this crate lets a capture record: allocations on the capturing stream (the
 /// graph's private pool: dropping one there defers its free until the pool's last
-/// graph is gone, and a later same-size allocation of a capture of that pool gets
-/// the block back), [`Runtime::record_use`], [`Runtime::copy_peer`] within
+/// graph is gone, and a later allocation of a capture of that pool that fits gets
+/// the block back, or a part of it when smaller), [`Runtime::record_use`], [`Runtime::copy_peer`] within
 /// device 0 (a device-to-device copy) and [`Runtime::upload`] under
 /// [`Integrity::Off`](crate::Integrity::Off), over a copy of its bytes that the graph owns
 /// (the borrow ends with the call; each replay reads the copy),
