@@ -83,7 +83,7 @@ void Replayer::alloc(const TraceOp& op) {
   Buffer& b = buffers_[op.id];
   // Only an alloc that carried `expect` and succeeded anyway leaves a live
   // handle behind under the same id (the validator rejects the rest).
-  if (b.allocated) (void)pool_->free(b.handle);
+  if (b.allocated) (void)runtime_.device(b.device).pool().free(b.handle);
   b = Buffer{};
   // On a capturing stream, from the graph's private pool.
   Result<DeviceHandle> h =
