@@ -29,6 +29,12 @@ CAPACITY = {
     "dequant-pattern": 128 * MiB,
     "mixed-random": 128 * MiB,
     "decode-graph": 64 * MiB,
+    "two-devices": 64 * MiB,
+}
+
+# The meta line's other fields, for a trace over several devices (each pool gets the capacity).
+DEVICES = {
+    "two-devices": {"devices": 2, "links": "0-1:nvlink"},
 }
 
 
@@ -338,6 +344,50 @@ def decode_graph(tokens=4):
     return t
 
 
+def two_devices():
+    """Two devices (docs/scale.md): an expert on device 1, the activation copied
+    to it peer to peer and overwritten on device 0 after a wait across devices
+    (stream 2 of device 0 waits for device 1's pull on its stream 0), the expert's
+    output copied back to device 0 after another; every op on
+    device 1 carries "device":1, every trace line's own waits order the streams
+    (it passes under --strict --race-check)."""
+    t = Trace()
+    d1 = {"device": 1}
+    t.alloc("w0", 8 * MiB, 0)
+    t.fill("w0", 0, 700)
+    t.op(op="alloc", id="e1", bytes=8 * MiB, stream=0, **d1)
+    t.op(op="upload", id="e1", stream=0, seed=701, **d1)
+    t.alloc("x", 1 * MiB, 0)
+    t.fill("x", 0, 702)
+    t.op(op="alloc", id="x1", bytes=1 * MiB, stream=0, **d1)
+    t.op(op="copy_peer", src="x", dst="x1", stream=0, bytes=1 * MiB)  # ordered after x's fill by copy_peer
+    t.op(op="wait", stream=2, **{"for": 0, "for_device": 1})  # x's next write follows device 1's pull of it
+    t.fill("x", 2, 703)
+    t.op(op="alloc", id="y1", bytes=1 * MiB, stream=0, **d1)
+    t.op(op="compute", inputs=["x1", "e1"], output="y1", stream=0, **d1)
+    t.alloc("y", 1 * MiB, 1)
+    t.op(op="wait", stream=1, **{"for": 0, "for_device": 1})  # the pull of y1 on device 0's stream 1
+    t.op(op="wait", stream=1, **{"for": 0}, **d1)  # the source's hash on device 1's stream 1 (verify)
+    t.op(op="wait", stream=1, **{"for": 0})  # w0's fill
+    t.op(op="copy_peer", src="y1", dst="y", stream=1, bytes=1 * MiB)
+    t.alloc("z", 1 * MiB, 1)
+    t.compute(["y", "w0"], "z", 1)
+    t.op(op="sync", stream=0, **d1)
+    t.op(op="trim", **d1)
+    t.check("z")
+    t.check("y")
+    t.check("x")
+    for id in ("y1", "x1", "e1"):
+        t.op(op="check", id=id, **d1)
+    t.sync()
+    for id in ("y1", "x1", "e1"):
+        t.op(op="free", id=id, **d1)
+        t.live.pop(id, None)
+    for id in ("w0", "x", "y", "z"):
+        t.free(id)
+    return t
+
+
 def byte_size(text):
     """A byte count: digits, optionally followed by KiB, MiB or GiB."""
     units = {"": 1, "B": 1, "KiB": KiB, "MiB": MiB, "GiB": 1 << 30}
@@ -375,6 +425,7 @@ def main(argv=None):
         "dequant-pattern": lambda: dequant_pattern(*([] if args.seed is None else [args.seed])),
         "mixed-random": lambda: mixed_random(3 if args.seed is None else args.seed, args.ops, args.max_bytes),
         "decode-graph": decode_graph,
+        "two-devices": two_devices,
     }
     os.makedirs(args.out, exist_ok=True)
     for name, make in makers.items():
@@ -383,7 +434,7 @@ def main(argv=None):
         t = make()
         cap = CAPACITY[name]
         # The meta line: the capacity the trace is meant for, used when replay gets no --capacity.
-        t.lines.insert(0, json.dumps({"op": "meta", "capacity": cap}, separators=(",", ":")))
+        t.lines.insert(0, json.dumps({"op": "meta", "capacity": cap, **DEVICES.get(name, {})}, separators=(",", ":")))
         path = os.path.join(args.out, name + ".jsonl")
         with open(path, "w", newline="\n") as f:
             f.write(t.text())

@@ -388,7 +388,10 @@ FERRY_C_API ferry_status ferry_get_cache_stats(ferry_runtime FERRY_NONNULL rt, f
  * call returns. Errors: INVALID_ARGUMENT (already recording; a stream is
  * capturing: the calls its capture recorded so far were not seen, so it could
  * not be written; the path cannot be opened, is not a regular file — a FIFO,
- * /dev/full — or cannot be written). Never waits behind other threads' calls. */
+ * /dev/full — or cannot be written), UNSUPPORTED (the runtime has several devices:
+ * the recorder writes device 0's calls only, so the other devices' calls, waits
+ * across devices and peer copies would be missing). Never waits behind other
+ * threads' calls. */
 FERRY_C_API ferry_status ferry_trace_start(ferry_runtime FERRY_NONNULL rt, const char* FERRY_NONNULL path);
 /* Flushes and closes the trace, once the calls that were recording when it was
  * called have returned (never later ones). Errors: INVALID_ARGUMENT (not

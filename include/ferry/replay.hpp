@@ -45,8 +45,13 @@
 //     Runtime::launch; the reference applies the recorded ops, in order, at the
 //     launch. Under --strict nothing is ordered, so a launch that races another
 //     stream's op is reported as a race naming the `replay` line.
+//   * Several devices (a meta `devices` N): a Runtime of N devices; each op runs
+//     on its `device`'s stack, an id lives on its alloc's device, a `wait` with
+//     `for_device` is Runtime::order_after across devices, `copy_peer` is
+//     Runtime::copy_peer, and the waits the replay inserts reach across devices
+//     where an id's last user ran on another. Captures are device 0's.
 //   * At the end open captures are ended, every graph destroyed, every stream
-//     synchronized and every live id freed.
+//     of every device synchronized and every live id freed.
 //
 // Thread safety: replay functions are reentrant; each call builds its own
 // backend, pool, host arena and transfer engine. They block for as long as the replay runs.
@@ -144,6 +149,7 @@ struct ReplayRaceSide {
   std::string access;    // "read", "write" or "read_write"
   StreamPoint point;
   std::string id;        // the trace id whose allocation held the bytes then, if any
+  std::uint32_t device = 0;  // the device of the op's stream (RaceAccess::device)
 };
 
 // Two unordered conflicting accesses (race.hpp). `reuse`: the two sides' bytes
@@ -168,7 +174,8 @@ struct ReplayReport {
   // Set when the file was a PyTorch memory snapshot: what its own history says.
   std::optional<TorchSnapshotSource> source;
   std::string backend, device;
-  std::uint64_t capacity = 0;  // the pool's capacity as it ran
+  std::uint64_t capacity = 0;  // the pool's capacity as it ran; with several devices, their pools' summed
+  std::uint32_t devices = 1;   // the trace's meta `devices`; above 1 the pool figures are summed over them
   std::uint64_t seed = 0;
   std::string faults = "none";  // describe(SimFaults) of what the sim injected
 

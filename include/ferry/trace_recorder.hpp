@@ -73,6 +73,11 @@
 // captures); a graph captured before recording began is not written either (its
 // launches and destroy count as unrecorded).
 //
+// Several devices: the recorder sees the calls of the slot it sits in, device
+// 0's; it writes no `device` field, no wait across devices and no copy_peer
+// (the format has them), so ferry_trace_start refuses a Runtime with several
+// devices.
+//
 // Replaying: `ferry replay FILE` with the same device profile runs at the
 // recorded capacity (the meta line's), so that pressure (and any out_of_memory
 // the trace expects) happens as it did; --capacity overrides it.

@@ -931,7 +931,8 @@ class Runtime(DeviceWork):
         """Records the pool calls to `path` (a str or path object) in the replay format
         (`ferry replay PATH`). InvalidArgumentError (None, already recording, a stream
         capturing: a capture begun before recording cannot be written; a path that is
-        not a writable regular file: a FIFO, a device). Never blocks."""
+        not a writable regular file: a FIFO, a device), UnsupportedError (a runtime of
+        several devices: the recorder writes device 0's calls only). Never blocks."""
         if isinstance(path, os.PathLike):
             path = os.fspath(path)
         self._check(self._lib.ferry_trace_start(self._live(), _text(path, "trace_start: path", optional=False)))

@@ -523,6 +523,15 @@ ferry_status ferry_trace_start(ferry_runtime rt, const char* path) {
       std::lock_guard lock(rt->trace_mu);
       if (rt->trace) return fail(FERRY_ERROR_INVALID_ARGUMENT, "ferry_trace_start: already recording");
     }
+    // The recorder sits in device 0's slot: other devices' calls, waits across devices and peer copies
+    // would be missing from the trace, which would then replay as a different program.
+    if (const uint32_t n = rt->runtime->device_count(); n > 1) {
+      return fail(ferry::make_error(ferry::ErrorCode::unsupported,
+                                    "ferry_trace_start: the runtime drives " + std::to_string(n) +
+                                        " devices, and the trace recorder writes device 0's calls only (recording "
+                                        "several devices is not done; the trace format and ferry replay have "
+                                        "them): record on a one-device runtime"));
+    }
     for (uint32_t s = 0; s < ferry::kMaxStreams; ++s) {
       // Its calls recorded so far were not seen: the trace could not capture them again.
       if (rt->runtime->capturing(s)) {

@@ -66,7 +66,7 @@ void Replayer::replay(const TraceOp& op) {
   }
   if (!outcome(op, runtime_.launch(run.graph, op.stream))) return;
   // Each recorded op ran, in order, before the launch's last ticket.
-  const StreamPoint done{op.stream, backend_.submitted(op.stream)};
+  const StreamPoint done{op.stream, backend_->submitted(op.stream)};
   for (const TraceOp* r : run.ops) {
     switch (r->kind) {
       case OpKind::fill: {
@@ -110,6 +110,8 @@ void Replayer::replay(const TraceOp& op) {
 }
 
 bool Replayer::captured(const TraceOp& op) {
+  // Captures are device 0's; a wait across devices is Runtime::order_after's (which refuses a capturing stream).
+  if (device_ != 0 || op.for_device != 0) return false;
   switch (op.kind) {
     case OpKind::fill:
     case OpKind::compute:

@@ -37,7 +37,19 @@ namespace ferry::replay_runner {
 // A check copies a buffer back in pieces of at most this many bytes.
 constexpr std::uint64_t kCheckPiece = std::uint64_t{64} << 20;
 
+void Replayer::use_device(std::uint32_t device) {
+  RuntimeDevice& d = runtime_.device(device);
+  device_ = device;
+  backend_ = &d.backend();
+  order_ = &d.order();
+  pool_ = &d.pool();
+  arena_ = &d.arena();
+  engine_ = &d.engine();
+}
+
 void Replayer::execute(const TraceOp& op) {
+  use_device(op.device);
+  if (op.kind == OpKind::sync && op.all_devices) return sync(op);  // every device's streams
   if (captured(op)) return;
   switch (op.kind) {
     case OpKind::alloc: return alloc(op);
@@ -48,25 +60,21 @@ void Replayer::execute(const TraceOp& op) {
     case OpKind::user: return user(op);
     case OpKind::copy: return copy(op);
     case OpKind::hold:
-      backend_.set_hold(op.stream, true);
+      backend_->set_hold(op.stream, true);
       return expect_success(op);
     case OpKind::release:
-      backend_.set_hold(op.stream, false);
-      if (!outcome(op, backend_.flush(op.stream))) return;
+      backend_->set_hold(op.stream, false);
+      if (!outcome(op, backend_->flush(op.stream))) return;
       return expect_success(op);
     case OpKind::sync: return sync(op);
     case OpKind::trim:
       if (!outcome(op, pool_->trim())) return;
       return expect_success(op);
     case OpKind::check: return check(op);
-    case OpKind::wait: {
-      // An event recorded on `for` now, waited on by `stream`.
-      const StreamPoint point{op.waits_for, backend_.submitted(op.waits_for)};
-      if (!outcome(op, order_.order_after(op.stream, point))) return;
-      return expect_success(op);
-    }
+    case OpKind::wait: return wait(op);
     case OpKind::capture: return capture(op);
     case OpKind::replay: return replay(op);
+    case OpKind::copy_peer: return copy_peer(op);
     case OpKind::meta: return;  // never among ops: parse_trace keeps it in Trace
   }
 }
@@ -75,7 +83,7 @@ void Replayer::alloc(const TraceOp& op) {
   Buffer& b = buffers_[op.id];
   // Only an alloc that carried `expect` and succeeded anyway leaves a live
   // handle behind under the same id (the validator rejects the rest).
-  if (b.allocated) (void)pool_->free(b.handle);
+  if (b.allocated) (void)runtime_.device(b.device).pool().free(b.handle);
   b = Buffer{};
   // On a capturing stream, from the graph's private pool.
   Result<DeviceHandle> h =
@@ -87,9 +95,10 @@ void Replayer::alloc(const TraceOp& op) {
   }
   b.handle = *h;
   b.allocated = true;
+  b.device = device_;
   b.expected = ExpectedBytes::unknown(op.bytes);
   if (racing_) (void)pool_->set_tag(*h, trace_.ids[op.id]);  // the handle is live: cannot fail
-  if (naming_owners_) {
+  if (naming_owners_ && device_ == 0) {  // an observer sees device 0's pool
     const DeviceSpan span = *pool_->resolve(*h);
     name_owner(span.addr, span.addr + (span.bytes + 255) / 256 * 256, op.id);
   }
@@ -143,7 +152,7 @@ void Replayer::upload(const TraceOp& op) {
     // Whatever the engine enqueued before it gave up may still write the
     // buffer: order later users after all of it, and trust none of the bytes.
     if (receipt.error().code == ErrorCode::transfer_corrupt) {
-      wrote(b, {op.stream, backend_.submitted(op.stream)}, ExpectedBytes::unknown(size));
+      wrote(b, {op.stream, backend_->submitted(op.stream)}, ExpectedBytes::unknown(size));
     }
     record(op, receipt.error());
     return;
@@ -194,6 +203,39 @@ void Replayer::copy(const TraceOp& op) {
   expect_success(op);
 }
 
+void Replayer::copy_peer(const TraceOp& op) {
+  Buffer& src = buffers_[op.inputs.front()];
+  Buffer& dst = buffers_[op.id];
+  if (skip(src) || skip(dst)) return;
+  // The pull on the dst's device and the staged path's download on the src's both follow the src's writer.
+  if (!outcome(op, order_after_writer(op.stream, src))) return;
+  if (!outcome(op, order_after_writers_and_readers(op.stream, dst))) return;
+  if (op.for_device != op.device) {
+    use_device(op.for_device);
+    const Result<void> source_side = order_after_writer(op.stream, src);
+    use_device(op.device);
+    if (!outcome(op, source_side)) return;
+  }
+  ExpectedBytes result = copied(op);  // before dst changes (src may be dst)
+  Result<PeerCopyReceipt> r = runtime_.copy_peer(dst.handle, op.dst_offset, src.handle, op.src_offset, op.bytes, op.stream);
+  if (!outcome(op, r)) return;
+  // Later writers of src wait for the src device's `stream`, which follows the copy's read either way.
+  src.reads.add({op.stream, runtime_.device(op.for_device).backend().submitted(op.stream)});
+  wrote(dst, r->done, std::move(result));
+  expect_success(op);
+}
+
+void Replayer::wait(const TraceOp& op) {
+  // An event recorded on `for` (of for_device) now, waited on by `stream`.
+  const StreamPoint point{op.waits_for, runtime_.device(op.for_device).backend().submitted(op.waits_for)};
+  if (op.for_device == op.device) {
+    if (!outcome(op, order_->order_after(op.stream, point))) return;
+  } else if (!outcome(op, runtime_.order_after(op.device, op.stream, op.for_device, point))) {
+    return;
+  }
+  expect_success(op);
+}
+
 ExpectedBytes Replayer::copied(const TraceOp& op) const {
   const Buffer& dst = buffers_[op.id];
   return ExpectedBytes::copied(buffers_[op.inputs.front()].expected, op.src_offset, dst.expected.size(),
@@ -235,7 +277,7 @@ Result<void> stand_in_kernel(const KernelLaunch& launch) {
 }
 
 std::vector<ExpectedBytes> Replayer::user_results(const TraceOp& op) {
-  const bool modeled = backend_.info().host_visible;
+  const bool modeled = backend_->info().host_visible;
   std::vector<ExpectedBytes*> inputs;
   bool whole_inputs = true;
   for (const replay::TraceOperand& o : op.operands) {
@@ -269,11 +311,15 @@ void Replayer::user_wrote(const TraceOp& op, StreamPoint point, std::vector<Expe
 }
 
 void Replayer::sync(const TraceOp& op) {
-  if (op.all_streams) {
-    if (!outcome(op, backend_.synchronize())) return;
+  if (op.all_devices) {
+    for (std::uint32_t d = 0; d < runtime_.device_count(); ++d) {
+      if (!outcome(op, runtime_.device(d).backend().synchronize())) return;
+    }
+  } else if (op.all_streams) {
+    if (!outcome(op, backend_->synchronize())) return;
   } else {
-    const Ticket last = backend_.submitted(op.stream);
-    if (!outcome(op, order_.wait(StreamPoint{op.stream, last}))) return;
+    const Ticket last = backend_->submitted(op.stream);
+    if (!outcome(op, order_->wait(StreamPoint{op.stream, last}))) return;
   }
   compare_pending_checks(op.all_streams ? std::nullopt : std::optional<StreamId>(op.stream));
   expect_success(op);
@@ -301,7 +347,7 @@ void Replayer::check(const TraceOp& op) {
     Result<Ticket> t = enqueue_copy_to_host(*pool_, stream, b.handle, off, piece);
     if (!outcome(op, t)) return;
     b.reads.add({stream, *t});
-    if (!outcome(op, order_.wait_for_result(StreamPoint{stream, *t}))) return;
+    if (!outcome(op, order_->wait_for_result(StreamPoint{stream, *t}))) return;
     at = b.expected.first_mismatch(piece, off);
   }
   copy_targets_.pop_back();
@@ -318,24 +364,26 @@ void Replayer::check(const TraceOp& op) {
 
 Result<void> Replayer::order_after_writer(StreamId stream, Buffer& b) {
   if (strict_ || !b.last_write) return {};
-  return wait_on(stream, *b.last_write);
+  return wait_on(stream, b.device, *b.last_write);
 }
 
 Result<void> Replayer::order_after_writers_and_readers(StreamId stream, Buffer& b) {
   if (strict_) return {};  // the trace's own waits order the streams
   FERRY_TRY(order_after_writer(stream, b));
-  b.reads.retire(order_);
+  b.reads.retire(runtime_.device(b.device).order());
   std::vector<StreamPoint> reads(b.reads.points().begin(), b.reads.points().end());
-  for (const StreamPoint& p : reads) FERRY_TRY(wait_on(stream, p));
+  for (const StreamPoint& p : reads) FERRY_TRY(wait_on(stream, b.device, p));
   return {};
 }
 
-Result<void> Replayer::wait_on(StreamId stream, StreamPoint point) {
-  if (point.stream == stream || order_.is_complete(point)) return {};
+Result<void> Replayer::wait_on(StreamId stream, std::uint32_t from, StreamPoint point) {
+  RuntimeDevice& source = runtime_.device(from);
+  if ((from == device_ && point.stream == stream) || source.order().is_complete(point)) return {};
   if (testing_hooks::dropped(testing_hooks::WaitSite::replay_runner)) return {};
   // A held producer would never reach the event: dispatch what it holds.
-  if (backend_.held(point.stream)) FERRY_TRY(backend_.flush(point.stream));
-  Result<Ticket> t = order_.order_after(stream, point);
+  if (source.backend().held(point.stream)) FERRY_TRY(source.backend().flush(point.stream));
+  Result<Ticket> t = from == device_ ? order_->order_after(stream, point)
+                                     : runtime_.order_after(device_, stream, from, point);
   if (!t.ok()) return std::move(t).error();
   return {};
 }

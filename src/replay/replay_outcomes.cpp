@@ -34,23 +34,29 @@
 
 namespace ferry::replay_runner {
 
-std::array<Ticket, kMaxStreams> Replayer::submitted() const {
-  std::array<Ticket, kMaxStreams> out{};
+Replayer::Submitted Replayer::submitted() const {
+  Submitted out;
   if (!racing_) return out;
-  for (StreamId s = 0; s < kMaxStreams; ++s) out[s] = backend_.submitted(s);
+  out.resize(runtime_.device_count());
+  for (std::uint32_t d = 0; d < out.size(); ++d) {
+    for (StreamId s = 0; s < kMaxStreams; ++s) out[d][s] = runtime_.device(d).backend().submitted(s);
+  }
   return out;
 }
 
-void Replayer::note_work(const std::array<Ticket, kMaxStreams>& before, const TraceOp& op) {
+void Replayer::note_work(const Submitted& before, const TraceOp& op) {
   if (!racing_) return;
-  const std::array<Ticket, kMaxStreams> after = submitted();
-  for (StreamId s = 0; s < kMaxStreams; ++s) {
-    if (after[s] > before[s]) work_[s].push_back({before[s] + 1, &op});
+  const Submitted after = submitted();
+  for (std::uint32_t d = 0; d < after.size(); ++d) {
+    for (StreamId s = 0; s < kMaxStreams; ++s) {
+      if (after[d][s] > before[d][s]) work_[d][s].push_back({before[d][s] + 1, &op});
+    }
   }
 }
 
-const TraceOp* Replayer::op_of(StreamPoint p) const {
-  const auto& runs = work_[p.stream];
+const TraceOp* Replayer::op_of(std::uint32_t device, StreamPoint p) const {
+  if (device >= work_.size()) return nullptr;
+  const auto& runs = work_[device][p.stream];
   auto it = std::upper_bound(runs.begin(), runs.end(), p.ticket,
                              [](Ticket t, const WorkRun& r) { return t < r.first; });
   if (it == runs.begin()) return nullptr;
@@ -58,7 +64,7 @@ const TraceOp* Replayer::op_of(StreamPoint p) const {
 }
 
 void Replayer::fill_races() {
-  const std::shared_ptr<const RaceLog> log = backend_.race_log();
+  const std::shared_ptr<const RaceLog> log = backend_->race_log();
   if (!log) return;
   report_.race_checked = true;
   report_.races = log->count;
@@ -68,13 +74,14 @@ void Replayer::fill_races() {
     rr.bytes = r.bytes;
     rr.reuse = r.reuse;
     for (auto [side, out] : {std::pair{&r.earlier, &rr.earlier}, std::pair{&r.later, &rr.later}}) {
-      const TraceOp* op = op_of(side->op);
+      const TraceOp* op = op_of(side->device, side->op);
       out->line = op != nullptr ? op->line : 0;
       out->op = op != nullptr ? std::string(replay::to_string(op->kind)) : "end";
       out->kind = std::string(side->kind);
       out->access = std::string(to_string(side->access));
       out->point = side->op;
       out->id = side->block.tag;  // the trace's id (alloc() tags each block with it)
+      out->device = side->device;
     }
     report_.race_list.push_back(std::move(rr));
   }
@@ -126,7 +133,18 @@ void Replayer::add_problem(std::size_t line, std::string op, std::string what, s
 }
 
 void Replayer::fill_integrity() {
-  const IntegrityCounters c = engine_->counters();
+  IntegrityCounters c = engine_->counters();  // device 0's, plus the other devices' counts
+  for (std::uint32_t d = 1; d < runtime_.device_count(); ++d) {
+    const IntegrityCounters o = runtime_.device(d).engine().counters();
+    c.bytes_moved += o.bytes_moved;
+    c.bytes_verified += o.bytes_verified;
+    c.mismatches += o.mismatches;
+    c.retries += o.retries;
+    c.fallbacks += o.fallbacks;
+    c.recovered += o.recovered;
+    c.corrupt += o.corrupt;
+    c.units_retired += o.units_retired;
+  }
   ReplayIntegrity& i = report_.integrity;
   i.policy = engine_->policy();
   i.bytes_moved = c.bytes_moved;
@@ -144,20 +162,27 @@ void Replayer::fill_integrity() {
 }
 
 void Replayer::finish() {
+  use_device(0);
   close_graphs();
-  for (StreamId s = 0; s < kMaxStreams; ++s) {
-    if (backend_.held(s)) backend_.set_hold(s, false);
+  bool synchronized = true;
+  for (std::uint32_t d = 0; d < runtime_.device_count(); ++d) {
+    Backend& backend = runtime_.device(d).backend();
+    for (StreamId s = 0; s < kMaxStreams; ++s) {
+      if (backend.held(s)) backend.set_hold(s, false);
+    }
   }
-  if (Result<void> r = backend_.synchronize(); !r.ok()) {
-    ++report_.errors[std::string(to_string(r.error().code))];
-    ++report_.unexpected_errors;
-    add_problem(0, "end", std::string(to_string(r.error().code)),
-                "synchronizing at the end of the trace: " + r.error().message);
-  } else {
-    compare_pending_checks(std::nullopt);
+  for (std::uint32_t d = 0; d < runtime_.device_count() && synchronized; ++d) {
+    if (Result<void> r = runtime_.device(d).backend().synchronize(); !r.ok()) {
+      synchronized = false;
+      ++report_.errors[std::string(to_string(r.error().code))];
+      ++report_.unexpected_errors;
+      add_problem(0, "end", std::string(to_string(r.error().code)),
+                  "synchronizing at the end of the trace: " + r.error().message);
+    }
   }
+  if (synchronized) compare_pending_checks(std::nullopt);
   for (Buffer& b : buffers_) {
-    if (b.allocated) (void)pool_->free(b.handle);
+    if (b.allocated) (void)runtime_.device(b.device).pool().free(b.handle);
     b.allocated = false;
   }
   copy_targets_.clear();

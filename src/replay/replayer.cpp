@@ -34,7 +34,7 @@
 namespace ferry::replay_runner {
 
 void Replayer::run(const std::function<void(const ReplayStep&)>& on_step) {
-  const std::uint64_t start_ns = backend_.now_ns();
+  const std::uint64_t start_ns = backend_->now_ns();
   ReplayStep step;
   step.total = trace_.ops.size();
   step.pool = pool_;
@@ -52,7 +52,7 @@ void Replayer::run(const std::function<void(const ReplayStep&)>& on_step) {
     if (!observing) return;
     step.line = line;
     step.op = name;
-    step.now_ns = backend_.now_ns();
+    step.now_ns = backend_->now_ns();
     if (!graphs_.empty()) {
       step.graph_pool_reserved_bytes = step.graph_pool_allocated_bytes = 0;
       for (const GraphPoolStats& p : GraphPool::all(runtime_)) {
@@ -75,7 +75,7 @@ void Replayer::run(const std::function<void(const ReplayStep&)>& on_step) {
   observe(0, "start");
   for (const TraceOp& op : trace_.ops) {
     ++report_.ops;
-    const std::array<Ticket, kMaxStreams> before = submitted();
+    const Submitted before = submitted();
     try {
       execute(op);
     } catch (const std::bad_alloc&) {
@@ -90,9 +90,12 @@ void Replayer::run(const std::function<void(const ReplayStep&)>& on_step) {
   finish();
   fill_races();
   observe(0, "end");
-  report_.device_time_ns = backend_.now_ns() - start_ns;
-  const PoolStats st = pool_->stats();
-  report_.capacity = pool_->capacity();
+  use_device(0);
+  report_.device_time_ns = backend_->now_ns() - start_ns;
+  // With several devices, the figures of all their pools together (total_pool_stats).
+  const PoolStats st = runtime_.device_count() == 1 ? pool_->stats() : runtime_.total_pool_stats();
+  report_.capacity = 0;
+  for (std::uint32_t d = 0; d < runtime_.device_count(); ++d) report_.capacity += runtime_.device(d).pool().capacity();
   report_.peak_live_bytes = st.peak_requested_bytes;
   report_.peak_allocated_bytes = st.peak_allocated_bytes;
   report_.peak_reserved_bytes = st.peak_reserved_bytes;
@@ -100,7 +103,10 @@ void Replayer::run(const std::function<void(const ReplayStep&)>& on_step) {
   report_.reclaims = st.reclaims;
   report_.ooms_survived = st.ooms_survived;
   fill_integrity();
-  report_.illegal_accesses = backend_.fault_counters().illegal_accesses;
+  report_.illegal_accesses = 0;
+  for (std::uint32_t d = 0; d < runtime_.device_count(); ++d) {
+    report_.illegal_accesses += runtime_.device(d).backend().fault_counters().illegal_accesses;
+  }
   if (report_.illegal_accesses > 0) {
     add_problem(0, "end", "illegal_access",
                 std::to_string(report_.illegal_accesses) +

@@ -40,8 +40,9 @@ struct Buffer {
   bool allocated = false;      // the latest alloc succeeded
   bool failed = false;         // the latest alloc failed: later ops are skipped
   ExpectedBytes expected = ExpectedBytes::unknown(0);
+  std::uint32_t device = 0;    // the device of its latest alloc
   // Hazard tracking across streams: the op that last wrote the bytes, and the
-  // ops that read them since.
+  // ops that read them since, all on streams of `device`.
   std::optional<StreamPoint> last_write;
   UseSet reads;
 };
@@ -58,10 +59,12 @@ class Replayer {
  public:
   // `runtime` must outlive the Replayer.
   Replayer(const Trace& trace, Runtime& runtime, ReplayReport& report, bool strict)
-      : trace_(trace), runtime_(runtime), backend_(runtime.backend()), order_(runtime.order()), report_(report), strict_(strict),
-        pool_(&runtime.pool()), arena_(&runtime.arena()), engine_(&runtime.engine()), buffers_(trace.ids.size()),
-        racing_(backend_.race_log() != nullptr), graphs_(trace.graphs.size()) {
-    pool_->reset_peak_stats();  // the engine's start-up probe is not the trace's
+      : trace_(trace), runtime_(runtime), report_(report), strict_(strict), buffers_(trace.ids.size()),
+        racing_(runtime.backend().race_log() != nullptr), work_(runtime.device_count()), graphs_(trace.graphs.size()) {
+    for (std::uint32_t d = runtime.device_count(); d-- > 0;) {
+      use_device(d);
+      pool_->reset_peak_stats();  // the engine's start-up probe is not the trace's
+    }
   }
 
   void run(const std::function<void(const ReplayStep&)>& on_step);
@@ -69,13 +72,17 @@ class Replayer {
  private:
   void execute(const TraceOp& op);
 
+  // The device whose components backend_ ... engine_ are: the op's, while it runs.
+  void use_device(std::uint32_t device);
+
   // --- which trace line each device op came from (for race reports) -----------
 
-  std::array<Ticket, kMaxStreams> submitted() const;
+  using Submitted = std::vector<std::array<Ticket, kMaxStreams>>;  // by device, by stream
+  Submitted submitted() const;
 
-  void note_work(const std::array<Ticket, kMaxStreams>& before, const TraceOp& op);
+  void note_work(const Submitted& before, const TraceOp& op);
 
-  const TraceOp* op_of(StreamPoint p) const;
+  const TraceOp* op_of(std::uint32_t device, StreamPoint p) const;
 
   void fill_races();
 
@@ -104,6 +111,13 @@ class Replayer {
   // reference follows the bytes where it can (ExpectedBytes::copied).
   void copy(const TraceOp& op);
   ExpectedBytes copied(const TraceOp& op) const;
+
+  // Runtime::copy_peer from the src's device to the dst's (op.device): ordered
+  // (unless strict) after the src's writer on both devices' `stream`.
+  void copy_peer(const TraceOp& op);
+
+  // A `wait` op: `stream` of op.device waits for `waits_for` of op.for_device.
+  void wait(const TraceOp& op);
 
   // --- graphs (replay_graphs.cpp) ------------------------------------------------
 
@@ -137,7 +151,8 @@ class Replayer {
   // it or refuses it (as the program's call would be). True when it was taken.
   bool captured(const TraceOp& op);
 
-  bool recording(StreamId stream) const { return capturing_[stream].has_value(); }
+  // Captures are device 0's.
+  bool recording(StreamId stream) const { return device_ == 0 && capturing_[stream].has_value(); }
 
   // Ends the captures still open and destroys every graph (before the end's frees).
   void close_graphs();
@@ -159,7 +174,8 @@ class Replayer {
 
   Result<void> order_after_writers_and_readers(StreamId stream, Buffer& b);
 
-  Result<void> wait_on(StreamId stream, StreamPoint point);
+  // `stream` of the current device waits for `point` of device `from`.
+  Result<void> wait_on(StreamId stream, std::uint32_t from, StreamPoint point);
 
   void wrote(Buffer& b, StreamPoint point, ExpectedBytes expected);
 
@@ -193,19 +209,20 @@ class Replayer {
 
   const Trace& trace_;
   Runtime& runtime_;
-  Backend& backend_;
-  StreamOrder& order_;
   ReplayReport& report_;
   const bool strict_;
-  DevicePool* pool_;
-  HostArena* arena_;
-  TransferEngine* engine_;
+  std::uint32_t device_ = 0;
+  Backend* backend_ = nullptr;
+  StreamOrder* order_ = nullptr;
+  DevicePool* pool_ = nullptr;
+  HostArena* arena_ = nullptr;
+  TransferEngine* engine_ = nullptr;
   std::vector<Buffer> buffers_;
   // Host buffers handed to enqueued copies to host: each lives until its copy
   // completed (the op that waited for it drops it) or finish() synchronized.
   std::deque<std::vector<std::byte>> copy_targets_;
   const bool racing_;  // the backend checks races: keep what names their sides
-  std::array<std::vector<WorkRun>, kMaxStreams> work_;
+  std::vector<std::array<std::vector<WorkRun>, kMaxStreams>> work_;  // by device
   std::vector<GraphRun> graphs_;  // by Trace::graphs index
   std::array<std::optional<IdIndex>, kMaxStreams> capturing_;  // the graph each stream records
   std::vector<PendingCheck> pending_checks_;  // at most one per recorded check: its latest launch

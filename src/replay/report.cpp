@@ -19,6 +19,7 @@ std::string report_json(const ReplayReport& r) {
   j["trace"] = r.trace;
   j["backend"] = r.backend;
   j["device"] = r.device;
+  if (r.devices > 1) j["devices"] = r.devices;  // one device's reports keep their keys
   j["capacity"] = r.capacity;
   j["seed"] = r.seed;
   j["faults"] = r.faults;
@@ -71,10 +72,12 @@ std::string report_json(const ReplayReport& r) {
   if (r.race_checked) {
     ordered_json list = ordered_json::array();
     for (const ReplayRace& race : r.race_list) {
-      const auto side = [](const ReplayRaceSide& s) {
-        return ordered_json{{"line", s.line},     {"op", s.op},         {"kind", s.kind},
-                            {"access", s.access}, {"stream", s.point.stream}, {"ticket", s.point.ticket},
-                            {"id", s.id}};
+      const auto side = [&r](const ReplayRaceSide& s) {
+        ordered_json o{{"line", s.line},     {"op", s.op},         {"kind", s.kind},
+                       {"access", s.access}, {"stream", s.point.stream}, {"ticket", s.point.ticket},
+                       {"id", s.id}};
+        if (r.devices > 1) o["device"] = s.device;  // one device's reports keep their keys
+        return o;
       };
       list.push_back({{"earlier", side(race.earlier)},
                       {"later", side(race.later)},
@@ -103,9 +106,10 @@ std::string race_lines(const ReplayReport& r) {
   constexpr std::size_t kShown = 5;
   for (std::size_t i = 0; i < r.race_list.size() && i < kShown; ++i) {
     const ReplayRace& race = r.race_list[i];
-    const auto side = [](const ReplayRaceSide& x) {
+    const auto side = [&r](const ReplayRaceSide& x) {
       return (x.line ? "line " + std::to_string(x.line) : std::string("the end")) + " (" + x.op + ": " + x.kind +
              " " + x.access + " on stream " + std::to_string(x.point.stream) +
+             (r.devices > 1 ? " of device " + std::to_string(x.device) : "") +
              (x.id.empty() ? "" : ", id \"" + x.id + "\"") + ")";
     };
     s += "  race: " + side(race.earlier) + " and " + side(race.later) + ", " + human_bytes(race.bytes) +
@@ -141,7 +145,8 @@ std::string report_summary(const ReplayReport& r) {
     s += '\n';
   };
   s += "replay " + r.trace + "\n";
-  line("device", r.backend + " " + r.device + ", pool capacity " + human_bytes(r.capacity) +
+  line("device", r.backend + " " + r.device + (r.devices > 1 ? " x " + std::to_string(r.devices) + " devices" : "") +
+                     ", pool capacity " + human_bytes(r.capacity) +
                      ", seed " + std::to_string(r.seed) +
                      (r.faults != "none" ? ", injecting " + r.faults : ""));
   line("ops", std::to_string(r.ops) + (r.skipped ? " (" + std::to_string(r.skipped) +

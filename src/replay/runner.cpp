@@ -30,6 +30,8 @@ Result<ReplayReport> run(const Trace& trace, const ReplayOptions& options) {
   ro.backend = options.backend;
   ro.pool.capacity = options.capacity != 0 || !options.trace_capacity ? options.capacity : trace.capacity.value_or(0);
   ro.engine.policy = options.integrity;  // the engine's start-up probe runs under every policy
+  ro.devices.count = trace.devices;  // each with the options' profile (sim) and pool capacity
+  ro.devices.links = trace.links;
   Result<std::unique_ptr<Runtime>> made = Runtime::create(std::move(ro));
   if (!made.ok()) return std::move(made).error();
   Runtime& runtime = **made;
@@ -37,6 +39,7 @@ Result<ReplayReport> run(const Trace& trace, const ReplayOptions& options) {
   report.backend = std::string(to_string(info.backend));
   report.modeled_time = info.modeled_time;
   report.device = info.device;
+  report.devices = runtime.device_count();
   Replayer(trace, runtime, report, options.strict).run(options.on_step);
   return report;
 }

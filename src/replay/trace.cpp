@@ -15,7 +15,7 @@ namespace {
 
 using nlohmann::json;
 
-constexpr std::array<NamedValue<OpKind>, 16> kOps{{
+constexpr std::array<NamedValue<OpKind>, 17> kOps{{
     {OpKind::alloc, "alloc"},
     {OpKind::free, "free"},
     {OpKind::fill, "fill"},
@@ -31,6 +31,7 @@ constexpr std::array<NamedValue<OpKind>, 16> kOps{{
     {OpKind::copy, "copy"},
     {OpKind::capture, "capture"},
     {OpKind::replay, "replay"},
+    {OpKind::copy_peer, "copy_peer"},
     {OpKind::meta, "meta"},
 }};
 
@@ -195,6 +196,7 @@ struct IdState {
   std::size_t alloc_line = 0;  // 0: no earlier line allocated it
   bool live = false;           // allocated and not freed since
   bool may_have_failed = false;  // its latest alloc carried `expect`
+  std::uint32_t device = 0;    // the device its latest alloc ran on
 };
 
 class Validator {
@@ -215,6 +217,7 @@ class Validator {
     std::optional<std::string> id;
     std::optional<std::vector<std::string>> inputs;
     std::vector<std::string> operand_ids;
+    if (op.kind != OpKind::meta && !device_fields(f, op, number)) return;
     switch (op.kind) {
       case OpKind::alloc:
         id = f.id("id");
@@ -251,6 +254,7 @@ class Validator {
           op.stream = f.stream("stream").value_or(0);
         } else {
           op.all_streams = true;
+          op.all_devices = !f.has("device");
         }
         break;
       case OpKind::trim:
@@ -265,6 +269,7 @@ class Validator {
         if (f.has("tag")) op.tag = f.text("tag").value_or("");
         break;
       case OpKind::copy:
+      case OpKind::copy_peer:
         if (std::optional<std::string> src = f.id("src")) inputs = std::vector<std::string>{*src};
         id = f.id("dst");
         op.stream = f.stream("stream").value_or(0);
@@ -274,16 +279,13 @@ class Validator {
         break;
       case OpKind::capture:
       case OpKind::replay:
+        // Graphs are device 0's (Runtime::begin_capture, launch).
+        if (op.device != 0) return problem(number, "a " + std::string(to_string(op.kind)) + " op runs on device 0 only");
         if (!graph_fields(f, op, number)) return;
         break;
-      case OpKind::meta: {
+      case OpKind::meta:
         if (!first) return problem(number, "a meta op may only be the trace's first line");
-        const std::optional<std::uint64_t> capacity = f.u64("capacity");
-        if (f.failed()) return problem(number, f.problem());
-        if (*capacity == 0) return problem(number, "field \"capacity\" must be above 0");
-        trace_.capacity = capacity;
-        return;
-      }
+        return meta(f, number);
     }
     if (f.has("expect")) op.expect = f.expect("expect");
     if (f.failed()) {
@@ -298,19 +300,29 @@ class Validator {
   bool bind_ids(TraceOp& op, const std::optional<std::string>& id,
                 const std::optional<std::vector<std::string>>& inputs, const std::vector<std::string>& operand_ids) {
     const std::size_t number = op.line;
+    // A copy_peer's ids name its devices; every other op's ids are on its own device.
+    const bool peer = op.kind == OpKind::copy_peer;
     if (inputs) {
       for (const std::string& in : *inputs) {
-        const std::optional<IdIndex> index = use(in, number);
+        const std::optional<IdIndex> index = use(in, number, peer ? std::nullopt : std::optional(op.device));
         if (!index) return false;
         op.inputs.push_back(*index);
       }
     }
     for (std::size_t i = 0; i < operand_ids.size(); ++i) {
-      const std::optional<IdIndex> index = use(operand_ids[i], number);
+      const std::optional<IdIndex> index = use(operand_ids[i], number, op.device);
       if (!index) return false;
       op.operands[i].id = *index;
     }
     if (!id) return true;
+    if (peer) {
+      const std::optional<IdIndex> dst = use(*id, number, std::nullopt);
+      if (!dst) return false;
+      op.id = *dst;
+      op.device = states_[*dst].device;
+      op.for_device = states_[op.inputs.front()].device;
+      return true;
+    }
     if (op.kind == OpKind::alloc) {
       const IdIndex index = intern(*id);
       IdState& st = states_[index];
@@ -320,10 +332,11 @@ class Validator {
         return false;
       }
       declare(*id, number, op.expect.has_value());
+      states_[index].device = op.device;
       op.id = index;
       return true;
     }
-    const std::optional<IdIndex> index = use(*id, number);
+    const std::optional<IdIndex> index = use(*id, number, op.device);
     if (!index) return false;
     op.id = *index;
     if (op.kind == OpKind::free) states_[*index].live = false;
@@ -456,13 +469,83 @@ class Validator {
     st.may_have_failed = may_fail;
   }
 
-  std::optional<IdIndex> use(const std::string& id, std::size_t number) {
+  // `device`: the device the op runs on, which the id's block must be on (nullopt: any).
+  std::optional<IdIndex> use(const std::string& id, std::size_t number, std::optional<std::uint32_t> device) {
     auto it = index_.find(id);
     if (it == index_.end() || states_[it->second].alloc_line == 0) {
       problem(number, "id " + quoted_id(id) + " was not allocated by an earlier line");
       return std::nullopt;
     }
+    if (device && states_[it->second].device != *device) {
+      problem(number, "id " + quoted_id(id) + " was allocated on device " + std::to_string(states_[it->second].device) +
+                          " (line " + std::to_string(states_[it->second].alloc_line) + "), used on device " +
+                          std::to_string(*device));
+      return std::nullopt;
+    }
     return it->second;
+  }
+
+  // The first line's meta op: capacity, and the devices and their links.
+  void meta(FieldReader& f, std::size_t number) {
+    if (f.has("capacity") || !f.has("devices")) {  // capacity is required unless devices is given
+      const std::optional<std::uint64_t> capacity = f.u64("capacity");
+      if (f.failed()) return problem(number, f.problem());
+      if (*capacity == 0) return problem(number, "field \"capacity\" must be above 0");
+      trace_.capacity = capacity;
+    }
+    if (f.has("devices")) {
+      const std::optional<std::uint64_t> devices = f.u64("devices");
+      if (f.failed()) return problem(number, f.problem());
+      if (*devices == 0 || *devices > kMaxDevices) {
+        return problem(number, "field \"devices\" must be 1 to " + std::to_string(kMaxDevices) + ", got " +
+                                   std::to_string(*devices));
+      }
+      trace_.devices = static_cast<std::uint32_t>(*devices);
+    }
+    if (f.has("links")) {
+      const std::optional<std::string> text = f.text("links");
+      if (f.failed()) return problem(number, f.problem());
+      Result<std::vector<PeerLinkSpec>> links = parse_peer_links(*text);
+      if (!links.ok()) return problem(number, "field \"links\": " + links.error().message);
+      for (const PeerLinkSpec& l : *links) {
+        if (std::max(l.a, l.b) >= trace_.devices) {
+          return problem(number, "field \"links\" names device " + std::to_string(std::max(l.a, l.b)) + ", but the trace has " +
+                                     text::count(trace_.devices, "device", "devices"));
+        }
+      }
+      trace_.links = std::move(*links);
+    }
+  }
+
+  // The op's `device` and a wait's `for_device`: below the trace's device count
+  // (a meta op's `devices`, else 1). False with the problem noted.
+  bool device_fields(FieldReader& f, TraceOp& op, std::size_t number) {
+    const auto read = [&](const char* key) -> std::optional<std::uint32_t> {
+      const std::optional<std::uint64_t> d = f.u64(key);
+      if (f.failed()) {
+        problem(number, f.problem());
+        return std::nullopt;
+      }
+      if (*d >= trace_.devices) {
+        problem(number, "field " + text::quoted(key) + " is device " + std::to_string(*d) + ", but the trace has " +
+                            text::count(trace_.devices, "device", "devices") +
+                            (trace_.devices == 1 ? " (a first-line meta op's \"devices\" says how many)" : ""));
+        return std::nullopt;
+      }
+      return static_cast<std::uint32_t>(*d);
+    };
+    if (f.has("device")) {
+      const std::optional<std::uint32_t> d = read("device");
+      if (!d) return false;
+      op.device = *d;
+    }
+    op.for_device = op.device;
+    if (op.kind == OpKind::wait && f.has("for_device")) {
+      const std::optional<std::uint32_t> d = read("for_device");
+      if (!d) return false;
+      op.for_device = *d;
+    }
+    return true;
   }
 
   Trace trace_;

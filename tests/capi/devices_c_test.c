@@ -225,6 +225,10 @@ int main(void) {
   if (rt == NULL) return 1;
   OK(ferry_device_count(rt, &count));
   CHECK(count == 2);
+  /* The recorder writes device 0's calls only: a trace of two devices is refused, not written short. */
+  CHECK(ferry_trace_start(rt, "never-written-two-devices.jsonl") == FERRY_ERROR_UNSUPPORTED);
+  CHECK(strstr(ferry_last_error(), "drives 2 devices") != NULL);
+  CHECK(ferry_trace_stop(rt) == FERRY_ERROR_INVALID_ARGUMENT);
 
   ferry_handle a, b;
   OK(ferry_device_alloc(rt, 0, N, 1, &a));

@@ -140,5 +140,47 @@ TEST(ReplayRace, RaceCheckOnCudaIsABadOption) {
   EXPECT_EQ(r.code, 2) << r.out << r.err;
 }
 
+// A trace over two devices (docs/spec.md §3) without its wait across devices:
+// the race names each side's device, in the summary and the JSON.
+TEST(ReplayRace, AMissingWaitAcrossDevicesNamesEachSidesDevice) {
+  const std::string path = write_trace("two_devices_no_wait.jsonl",
+      "{\"op\":\"meta\",\"capacity\":67108864,\"devices\":2,\"links\":\"0-1:pcie\"}\n"
+      "{\"op\":\"alloc\",\"id\":\"x\",\"bytes\":65536,\"stream\":0}\n"
+      "{\"op\":\"fill\",\"id\":\"x\",\"stream\":0,\"seed\":1}\n"
+      "{\"op\":\"alloc\",\"id\":\"y\",\"bytes\":65536,\"stream\":0,\"device\":1}\n"
+      "{\"op\":\"copy_peer\",\"src\":\"x\",\"dst\":\"y\",\"stream\":0,\"bytes\":65536}\n"
+      "{\"op\":\"fill\",\"id\":\"x\",\"stream\":1,\"seed\":2}\n"
+      "{\"op\":\"check\",\"id\":\"y\",\"device\":1}\n");
+  const auto r = run_ferry({"replay", path, "--strict", "--race-check", "--integrity", "off"});
+  EXPECT_EQ(r.code, 1) << r.out << r.err;
+  EXPECT_NE(r.out.find("x 2 devices, pool capacity 128.0 MiB"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("line 5 (copy_peer: copy_peer read on stream 0 of device 1"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("line 6 (fill: fill write on stream 1 of device 0"), std::string::npos) << r.out;
+
+  const auto j = run_ferry({"replay", path, "--strict", "--race-check", "--integrity", "off", "--json"});
+  const auto report = nlohmann::json::parse(j.out);
+  EXPECT_EQ(report["devices"], 2);
+  bool across = false;
+  for (const auto& race : report["races"]["list"]) {
+    across = across || (race["earlier"]["device"] == 1 && race["later"]["device"] == 0 && race["later"]["line"] == 6);
+  }
+  EXPECT_TRUE(across) << j.out;
+
+  // With the wait across devices the program needs, no race.
+  std::string fixed;
+  {
+    std::ifstream in(path);
+    std::string line;
+    int n = 0;
+    while (std::getline(in, line)) {
+      if (++n == 6) fixed += "{\"op\":\"wait\",\"stream\":1,\"for\":0,\"for_device\":1}\n";
+      fixed += line + "\n";
+    }
+  }
+  const auto ok = run_ferry({"replay", write_trace("two_devices_wait.jsonl", fixed), "--strict", "--race-check",
+                             "--integrity", "off"});
+  EXPECT_EQ(ok.code, 0) << ok.out << ok.err;
+}
+
 }  // namespace
 }  // namespace ferry

@@ -160,3 +160,13 @@ def test_the_trace_writes_fill_compute_and_check_lines(rt, tmp_path):
     rt.trace_stop()
     ops = [json.loads(line).get("op") for line in path.read_text().splitlines()]
     assert ops.count("fill") == 1 and ops.count("compute") == 1 and ops.count("check") == 1
+
+
+def test_trace_start_refuses_a_runtime_of_several_devices(tmp_path):
+    """The recorder writes device 0's calls only (docs/scale.md): a two-device
+    runtime's trace would miss device 1's work, so it is refused and nothing is written."""
+    path = tmp_path / "two.jsonl"
+    with ferry.Runtime(profile="tiny", devices=2) as rt:
+        with pytest.raises(ferry.UnsupportedError, match="drives 2 devices"):
+            rt.trace_start(path)
+    assert not path.exists()

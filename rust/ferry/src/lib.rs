@@ -978,7 +978,8 @@ impl Runtime {
 
     /// Records the pool calls (alloc, free, upload, download, hold, synchronize,
     /// trim) to `path` in the replay format (`ferry replay FILE`) until
-    /// [`Runtime::trace_stop`].
+    /// [`Runtime::trace_stop`]. A runtime of several devices is refused
+    /// (unsupported): the recorder writes device 0's calls only.
     pub fn trace_start(&self, path: &Path) -> Result<()> {
         let rt = self.rt("trace_start")?;
         use std::os::unix::ffi::OsStrExt;
