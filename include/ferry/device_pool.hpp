@@ -201,6 +201,13 @@ class DevicePool {
   // allocated on, call make_ready() (the enqueue_* helpers below do).
   Result<DeviceSpan> lease(DeviceHandle handle, StreamPoint point);
 
+  // The points a reader of the block on another device must follow (I3): the
+  // latest lease of each stream (every enqueued op that touched the block, the
+  // writes among them; some may have completed) and the point where the block
+  // became this allocation's, when make_ready would wait for one. Leases do not
+  // say read from write, so reads count too. Errors: stale_handle. Never blocks.
+  Result<UseSet> last_uses(DeviceHandle handle) const;
+
   // Orders `stream` after the point where the block became this allocation's.
   // That point is pending only when the allocation reused memory that earlier
   // work still touches (I3); then a wait on that point is enqueued on `stream`

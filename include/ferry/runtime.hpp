@@ -156,16 +156,23 @@ class Runtime {
   // graph.hpp; across devices a capturing stream of device 0 refuses it). Across
   // two linked devices (link_between) whose destination `stream` is not
   // held: direct, the destination's device
-  // pulling over the link (PeerCopyOp) on its `stream`, ordered after the source's
-  // earlier work on its `stream` by a wait across devices (order_after), and the
+  // pulling over the link (PeerCopyOp) on its `stream`, ordered by waits across
+  // devices (order_after) after the source block's last uses on every stream of
+  // its device (DevicePool::last_uses: every op enqueued on it before the call,
+  // writes included; not the rest of the source's `stream`, so prefetches queued
+  // there do not delay the pull; work of the program's own on the block counts
+  // only when declared, record_use), and the
   // source's `stream` ordered after the pull by another, which leases the source
   // until the pull completed (I2: freeing it meanwhile is safe; later work on
   // that stream follows the pull). Integrity off, that blocks on nothing (receipt.done
   // says when the pull completes); under probe and verify both sides are hashed
-  // on their devices (a link has no pinned unit for probe's canary), the call
+  // on their devices (a link has no pinned unit for probe's canary; the source's
+  // hash on an idle verify stream of its engine, after those uses, the pull after
+  // the hash), the call
   // returns once both hashes completed, and a mismatch is redone through the host
   // (I5). Otherwise (no link, a held destination stream, a mismatch): through a pinned block of the
   // destination's arena, downloaded from the source on the source device's `stream`
+  // (ordered after the source's last uses on its other streams too)
   // and uploaded on the destination device's `stream`, each leg under its engine's
   // integrity policy (verify: device hash of the source == host bytes == device
   // hash of the destination; a mismatch retries the leg through another path, I5).

@@ -238,6 +238,16 @@ Result<DeviceSpan> DevicePool::lease(DeviceHandle handle, StreamPoint point) {
   return DeviceSpan{p.blocks[*b].addr, p.blocks[*b].requested};
 }
 
+Result<UseSet> DevicePool::last_uses(DeviceHandle handle) const {
+  const Impl& p = *impl_;
+  std::lock_guard lock(p.mu);
+  Result<std::uint32_t> b = p.find(handle);
+  if (!b.ok()) return std::move(b).error();
+  UseSet out = p.leases[*b].uses;
+  if (p.blocks[*b].ready_set) out.add(p.leases[*b].ready_after);
+  return out;
+}
+
 Result<void> DevicePool::make_ready(DeviceHandle handle, StreamId stream) {
   StreamPoint after;
   {

@@ -49,13 +49,42 @@ Result<StreamPoint> submit_hash(RuntimeDevice& dev, StreamId stream, DeviceHandl
   return StreamPoint{stream, *t};
 }
 
+// Orders `stream` of `dev` after the last uses of `h` on every stream of `dev`
+// (DevicePool::last_uses), held work among them dispatched: the host waits for
+// what follows.
+Result<void> order_after_uses(RuntimeDevice& dev, StreamId stream, DeviceHandle h) {
+  Result<UseSet> uses = dev.pool().last_uses(h);
+  if (!uses.ok()) return std::move(uses).error();
+  for (const StreamPoint& p : uses->points()) {
+    FERRY_TRY(dev.order().order_after(stream, p, StreamOrder::HeldWork::dispatch));
+  }
+  return {};
+}
+
+// The stream of the source's device that its hash runs on: the first of its
+// engine's verify streams with nothing queued that has not completed, so the
+// hash waits for the block's own uses alone (not for `stream`'s prefetches, say);
+// when every one is busy, the one `stream`'s uploads hash on.
+StreamId source_hash_stream(RuntimeDevice& dev, StreamId stream) {
+  const EngineOptions& o = dev.engine().options();
+  for (std::uint32_t i = 0; i < o.verify_streams; ++i) {
+    const StreamId v = o.verify_stream - i;
+    if (!dev.backend().held(v) && dev.order().is_complete(StreamPoint{v, dev.backend().submitted(v)})) return v;
+  }
+  return o.verify_stream - stream % o.verify_streams;
+}
+
 // The destination's device pulls the bytes over `link` (PeerCopyOp, leasing
-// its block), its stream ordered after the source's earlier work on `stream` by
-// a wait across devices; then the source's `stream` waits for the pull, a wait
-// that leases the source (I2 across devices: a free of it while the pull is
-// queued keeps its memory until the pull completed, and later work on that
-// stream, a reuse of the block included, follows the pull). Unhashed it blocks
-// on nothing; hashed, it returns once both hashes completed.
+// its block), its stream ordered after the source block's last uses on every
+// stream of its device (DevicePool::last_uses: each write enqueued before this
+// call, I3) by waits across devices, not after the tail of the source's
+// `stream`, whose later work (prefetches) the pull does not read; hashed, the
+// source's hash follows those uses and the pull follows the hash. Then the
+// source's `stream` waits for the pull, a wait that leases the source (I2
+// across devices: a free of it while the pull is queued keeps its memory until
+// the pull completed, and later work on that stream, a reuse of the block
+// included, follows the pull). Unhashed it blocks on nothing; hashed, it
+// returns once both hashes completed.
 template <class WaitAcross>
 Result<DirectTry> direct_copy(const PeerSides& s, PeerLink link, bool hashed, WaitAcross&& wait_across) {
   auto hashes = std::make_shared<std::array<std::uint64_t, 2>>();  // source, destination
@@ -68,14 +97,21 @@ Result<DirectTry> direct_copy(const PeerSides& s, PeerLink link, bool hashed, Wa
     return e;
   };
   FERRY_TRY(s.source.pool().make_ready(s.src, s.stream));
-  StreamPoint source_ready{s.stream, s.source.backend().submitted(s.stream)};
+  Result<UseSet> uses = s.source.pool().last_uses(s.src);
+  if (!uses.ok()) return std::move(uses).error();
+  StreamPoint source_ready{};
   if (hashed) {
-    Result<StreamPoint> h = submit_hash(s.source, s.stream, s.src, s.src_offset, s.bytes, hashes->data());
-    if (!h.ok()) return std::move(h).error();
-    source_ready = *h;
+    const StreamId on = source_hash_stream(s.source, s.stream);
+    if (Result<void> w = order_after_uses(s.source, on, s.src); !w.ok()) return drained(std::move(w).error());
+    Result<StreamPoint> h = submit_hash(s.source, on, s.src, s.src_offset, s.bytes, hashes->data());
+    if (!h.ok()) return drained(std::move(h).error());
+    uses->clear();
+    uses->add(source_ready = *h);
   }
-  if (Result<Ticket> w = wait_across(s.target, s.stream, s.source, source_ready, nullptr); !w.ok()) {
-    return drained(std::move(w).error());
+  for (const StreamPoint& p : uses->points()) {
+    if (Result<Ticket> w = wait_across(s.target, s.stream, s.source, p, nullptr); !w.ok()) {
+      return drained(std::move(w).error());
+    }
   }
   if (Result<void> r = s.target.pool().make_ready(s.dst, s.stream); !r.ok()) return drained(std::move(r).error());
   Result<Ticket> c = s.target.order().submit(s.stream, [&](Ticket ticket) -> Result<Op> {
@@ -172,6 +208,8 @@ Result<PeerCopyReceipt> Runtime::copy_peer(DeviceHandle dst, std::uint64_t dst_o
     direct_failed = "the direct copy over " + std::string(to_string(out.link)) + " arrived with destination hash " +
                     text::hex16(d->arrived) + " != source hash " + text::hex16(d->expected) + "; ";
   }
+  // I3: the download follows the source's writes on the device's other streams too.
+  FERRY_TRY(order_after_uses(source, stream, src));
   // Staged in the destination's arena: its upload leg then reads pinned memory
   // that device's integrity probe and retries already know.
   Result<HostBlock> staged = target.arena().allocate(bytes);

@@ -64,6 +64,19 @@ Scene make_scene(bool race_check = false) {
   return s;
 }
 
+// Device 1 pulls the source on kPull with no order of its own: a bare
+// PeerCopyOp (copy_peer would order it after the source's uses, peer_order_test).
+Result<Ticket> bare_pull(Scene& s) {
+  Runtime& rt = *s.rt;
+  Result<DeviceSpan> from = rt.device(0).pool().resolve(s.src);
+  if (!from.ok()) return std::move(from).error();
+  return rt.device(1).order().submit(kPull, [&](Ticket t) -> Result<Op> {
+    Result<DeviceSpan> to = rt.device(1).pool().lease(s.dst, StreamPoint{kPull, t});
+    if (!to.ok()) return std::move(to).error();
+    return Op{PeerCopyOp{DeviceRange{to->addr, kBytes}, &rt.device(0).backend(), from->addr, PeerLink::pcie}};
+  });
+}
+
 // What one run of the waited pull shows: the two clocks and the bytes.
 struct Outcome {
   Ticket wait = 0;
@@ -119,13 +132,13 @@ TEST(CrossDeviceOrder, AStreamWaitsForAnotherDevicesPointAndSeesItsBytes) {
   EXPECT_EQ(*back, pattern(kSeed, kBytes));
 }
 
-// The same pull with no wait reads the source before its fill ran (the peer copy
+// A bare pull with no wait reads the source before its fill ran (the peer copy
 // reads it when it runs, which nothing orders after the fill): what the wait above is for.
 TEST(CrossDeviceOrder, WithoutTheWaitThePullReadsTheSourceBeforeItsFill) {
   Scene s = make_scene();
   ASSERT_TRUE(s.rt);
-  auto copied = s.rt->copy_peer(s.dst, 0, s.src, 0, kBytes, kPull);
-  ASSERT_TRUE(copied.ok()) << copied.error().message;
+  auto pulled = bare_pull(s);
+  ASSERT_TRUE(pulled.ok()) << pulled.error().message;
   auto back = read_back(s.rt->device(1).pool(), s.dst, kPull);
   ASSERT_TRUE(back.ok()) << back.error().message;
   EXPECT_NE(*back, pattern(kSeed, kBytes));
@@ -221,8 +234,8 @@ TEST(CrossDeviceRaces, APullUnorderedAfterTheSourcesFillIsARaceNamingBothDevices
   ASSERT_TRUE(s.rt);
   Runtime& rt = *s.rt;
   const std::uint64_t src_addr = rt.device(0).pool().resolve(s.src)->addr;
-  auto copied = rt.copy_peer(s.dst, 0, s.src, 0, kBytes, kPull);
-  ASSERT_TRUE(copied.ok()) << copied.error().message;
+  auto pulled = bare_pull(s);
+  ASSERT_TRUE(pulled.ok()) << pulled.error().message;
   ASSERT_TRUE(rt.synchronize().ok());
   const RaceLog l = races_of(rt, 1);
   EXPECT_EQ(races_of(rt, 0).count, l.count) << "the devices share one log";
@@ -265,7 +278,7 @@ TEST(CrossDeviceRaces, TheWaitOrdersOnlyThePointsStream) {
   auto other = enqueue_fill(rt.device(0).pool(), kWriter + 1, s.src, kSeed);
   ASSERT_TRUE(other.ok());
   ASSERT_TRUE(rt.order_after(1, kPull, 0, s.filled).ok());
-  ASSERT_TRUE(rt.copy_peer(s.dst, 0, s.src, 0, kBytes, kPull).ok());
+  ASSERT_TRUE(bare_pull(s).ok());
   ASSERT_TRUE(rt.synchronize().ok());
   const RaceLog l = races_of(rt, 0);
   bool pull_raced = false;
