@@ -820,31 +820,35 @@ def test_links_join_devices_and_their_copies_take_the_link():
             ferry.Runtime(profile="tiny", devices=2, links=bad)
 
 
-def _pull_after_fill(wait):
-    """A block of device 0 filled by a launch on its stream 1, pulled over the link by
-    device 1 on its stream 0: (races found, the pulled bytes are the fill's)."""
+def _overwrite_after_pull(wait):
+    """A block of device 0 written on its stream 1, pulled over the link by device 1
+    on its stream 0 (copy_peer orders the pull after the block's writes itself), then
+    overwritten by a launch on device 0's stream 1: (races found, the pulled bytes are
+    the first contents). Only a wait of device 0's stream 1 for device 1's stream 0
+    orders the overwrite after the pull."""
     data = bytes(range(256)) * 16
     with ferry.Runtime(profile="tiny", devices=2, links="0-1:nvlink", race_check=True, integrity="off") as rt:
         src, dst = rt.alloc(len(data), stream=1), rt.alloc(len(data), device=1)
-
-        def fill(ctx):
-            ctx.views[0][:] = data
-
-        rt.launch(1, [(src, "w")], fill, flops=1e9)
-        if wait:
-            rt.stream_wait(0, 1, device=1, for_device=0)
+        rt.upload(src, data, stream=1)
         rt.copy_peer(dst, src, len(data))
+        if wait:
+            rt.stream_wait(1, 0, device=0, for_device=1)
+
+        def overwrite(ctx):
+            ctx.views[0][:] = bytes(len(data))
+
+        rt.launch(1, [(src, "w")], overwrite, flops=1e9)
         out = rt.download(dst, len(data))
         rt.synchronize()
         return rt.races()["count"], out == data
 
 
 def test_a_wait_across_devices_orders_the_pull_and_the_race_checker_sees_it():
-    """stream_wait(device=, for_device=) (ferry_device_stream_wait): device 1's stream
-    waits for device 0's point without the host; the race checker over both sims finds
-    the pull unordered without it."""
-    assert _pull_after_fill(True) == (0, True)
-    races, _ = _pull_after_fill(False)
+    """stream_wait(device=, for_device=) (ferry_device_stream_wait): device 0's stream
+    waits for device 1's point without the host; the race checker over both sims finds
+    the overwrite of the pull's source unordered without it."""
+    assert _overwrite_after_pull(True) == (0, True)
+    races, _ = _overwrite_after_pull(False)
     assert races >= 1
     with ferry.Runtime(profile="tiny") as rt:
         with pytest.raises(ferry.InvalidArgumentError, match="no device 1"):

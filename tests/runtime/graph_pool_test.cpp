@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "backend_fixture.hpp"
+#include "graph_fixture.hpp"
 #include "ferry/graph.hpp"
 #include "ferry/make_backend.hpp"
 #include "ferry/pool_calls.hpp"
@@ -26,43 +26,18 @@ namespace {
 
 using testing::mix_bytes;
 using testing::pattern;
-using testing::read_back;
 
 constexpr std::uint64_t KiB = 1024;
-constexpr const char* kSimGraphs = "sim_graphs";
+using testing::kSimGraphs;
 
-class GraphPoolTest : public ::testing::TestWithParam<std::string> {
+class GraphPoolTest : public testing::GraphFixture {
  protected:
-  void SetUp() override { make({}); }
-
-  void make(const std::function<void(RuntimeOptions&)>& tweak) {
-    rt_.reset();
-    RuntimeOptions o;
-    const bool sim_graphs = GetParam() == kSimGraphs;
-    o.backend = testing::backend_spec(sim_graphs ? "sim" : GetParam());
-    o.backend.sim_native_graphs = sim_graphs;
-    if (tweak) tweak(o);
-    auto made = Runtime::create(o);
-    if (!made.ok() && !testing::backend_skip_reason(GetParam()).empty()) {
-      GTEST_SKIP() << "backend " << GetParam() << " unavailable: " << testing::backend_skip_reason(GetParam());
-    }
-    ASSERT_TRUE(made.ok()) << made.error().message;
-    rt_ = std::move(made).value();
-    calls_ = rt_->calls();
-  }
-
   void TearDown() override {
     if (!rt_) return;
     std::string why;
     EXPECT_TRUE(rt_->pool().validate(&why)) << why;
   }
 
-  PoolCalls& calls() { return *calls_; }
-  DeviceHandle alloc(std::uint64_t bytes, StreamId stream) {
-    auto h = calls().allocate(bytes, stream);
-    EXPECT_TRUE(h.ok()) << h.error().message;
-    return h.ok() ? *h : DeviceHandle{};
-  }
   std::uint64_t addr(DeviceHandle h) {
     auto s = rt_->pool().resolve(h);
     EXPECT_TRUE(s.ok()) << s.error().message;
@@ -72,11 +47,6 @@ class GraphPoolTest : public ::testing::TestWithParam<std::string> {
   static bool inside(std::uint64_t a, std::uint64_t bytes, std::uint64_t base, std::uint64_t range) {
     return a >= base && a + bytes <= base + range;
   }
-  std::vector<std::byte> bytes_of(DeviceHandle h, StreamId stream = 1) {
-    auto got = read_back(rt_->pool(), h, stream);
-    EXPECT_TRUE(got.ok()) << got.error().message;
-    return got.ok() ? *got : std::vector<std::byte>{};
-  }
   // A capture's temporary: allocated, filled with `seed`, mixed into `out`, freed.
   void temporary(std::uint64_t bytes, std::uint64_t seed, DeviceHandle out, std::uint64_t* at = nullptr) {
     const DeviceHandle t = alloc(bytes, 1);
@@ -85,9 +55,6 @@ class GraphPoolTest : public ::testing::TestWithParam<std::string> {
     ASSERT_TRUE(calls().compute(1, std::span<const DeviceHandle>(&t, 1), out).ok());
     ASSERT_TRUE(calls().free(t).ok());
   }
-
-  std::unique_ptr<Runtime> rt_;
-  std::shared_ptr<PoolCalls> calls_;
 };
 
 TEST_P(GraphPoolTest, ASmallerAllocationReusesPartOfABlockFreedInTheCapture) {

@@ -504,10 +504,12 @@ fn linked_devices_copy_over_their_link() {
     }
 }
 
-/// A block of device 0 filled by a launch on its stream 1, pulled over the link by
-/// device 1 on its stream 0: the race checker (one over both sims) finds the pull
-/// unordered after the fill unless device 1's stream waits for device 0's.
-fn pull_after_fill(wait: bool) -> (u64, bool) {
+/// A block of device 0 written on its stream 1, pulled over the link by device 1 on
+/// its stream 0 (copy_peer orders the pull after the block's writes itself), then
+/// overwritten by a launch on device 0's stream 1: the race checker (one over both
+/// sims) finds the overwrite unordered after the pull unless device 0's stream 1
+/// waits for device 1's stream 0.
+fn overwrite_after_pull(wait: bool) -> (u64, bool) {
     let rt = Runtime::builder()
         .profile("tiny")
         .devices(2)
@@ -519,16 +521,16 @@ fn pull_after_fill(wait: bool) -> (u64, bool) {
     let data = pattern(4096, 9);
     let src = rt.alloc(4096, 1).expect("a block on device 0");
     let dst = rt.alloc_on(1, 4096, 0).expect("a block on device 1");
-    let fill = data.clone();
+    rt.upload(1, &src, 0, &data).expect("the first contents");
+    rt.copy_peer(0, &dst, 0, &src, 0, 4096).expect("the pull");
+    if wait {
+        rt.stream_wait_across(0, 1, 1, 0).expect("device 0's stream 1 waits for device 1's stream 0");
+    }
     rt.launch_with_cost(1, &[Operand::write(&src)], 1e9, 0, move |ctx| {
-        ctx.view_mut(0)?.copy_from_slice(&fill);
+        ctx.view_mut(0)?.fill(0);
         Ok(())
     })
-    .expect("the fill");
-    if wait {
-        rt.stream_wait_across(1, 0, 0, 1).expect("device 1's stream 0 waits for device 0's stream 1");
-    }
-    rt.copy_peer(0, &dst, 0, &src, 0, 4096).expect("the pull");
+    .expect("the overwrite");
     let mut back = vec![0u8; 4096];
     rt.download(0, &dst, 0, &mut back).expect("a download on device 1");
     rt.synchronize().expect("device 0");
@@ -538,9 +540,9 @@ fn pull_after_fill(wait: bool) -> (u64, bool) {
 
 #[test]
 fn a_wait_across_devices_orders_the_pull_and_the_race_checker_sees_it() {
-    assert_eq!(pull_after_fill(true), (0, true));
-    let (races, _) = pull_after_fill(false);
-    assert!(races >= 1, "an unordered pull is a race");
+    assert_eq!(overwrite_after_pull(true), (0, true));
+    let (races, _) = overwrite_after_pull(false);
+    assert!(races >= 1, "an overwrite unordered after the pull is a race");
     let rt = tiny();
     match rt.stream_wait_across(0, 0, 1, 0) {
         Err(Error::InvalidArgument(m)) => assert!(m.contains("no device 1"), "{m}"),
