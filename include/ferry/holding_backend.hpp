@@ -67,6 +67,16 @@ struct StreamFault {
     if (error && ticket <= through) return *error;
     return {};
   }
+  // A stream that waits on `waited` (a point of this stream) is ordered after this
+  // failure when it came at or before the point (I3): the waiter takes it on as its
+  // own, so a download there never reads what the failed op left as a success.
+  Result<void> passed_on(StreamPoint waited) const {
+    if (!error || ticket > waited.ticket) return {};
+    Error e = *error;
+    e.message = "ordered by a wait after stream " + std::to_string(waited.stream) + " ticket " +
+                std::to_string(ticket) + ", which failed: " + e.message;
+    return e;
+  }
 };
 
 class HoldQueues {

@@ -104,10 +104,14 @@ Result<void> StreamOrder::wait(const UseSet& uses) {
 }
 
 Result<Ticket> StreamOrder::order_after(StreamId stream, StreamPoint point, HeldWork held) {
-  if (point.stream == stream || point.ticket == 0 || is_complete(point)) return Ticket{0};
+  if (point.stream == stream || point.ticket == 0) return Ticket{0};
+  // A point that completed with its stream's failure still gets its wait: the wait
+  // is how the failure passes on to `stream` (StreamFault::passed_on).
+  const auto done_cleanly = [&] { return is_complete(point) && backend_.wait(point, wait_timeout_).ok(); };
+  if (done_cleanly()) return Ticket{0};
   if (held == HeldWork::dispatch) {
     FERRY_TRY(backend_.flush(point.stream));
-    if (is_complete(point)) return Ticket{0};
+    if (done_cleanly()) return Ticket{0};
   }
   return submit(stream, [&](Ticket) -> Result<Op> { return Op{WaitOp{point}}; });
 }

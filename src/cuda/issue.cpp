@@ -275,7 +275,15 @@ Result<void> CudaBackend::issue_op(StreamId s, Stream& st, Op& op, Ticket ticket
           [&](const BatchCopyToDeviceOp& o) { return batch_to_device(s, st, o); },
           [&](const ComputeOp& o) { return compute(st, o); },
           [&](const HashOp& o) { return hash(s, st, o); },
-          [&](const WaitOp& o) { return wait_on(s, st, o); },
+          [&](const WaitOp& o) {
+            // A user kernel fails at dispatch, so the waited stream's failure is known here.
+            if (o.point.stream != s) {
+              if (Result<void> failed = streams_[o.point.stream].fault.passed_on(o.point); !failed.ok()) {
+                st.fault.record(ticket, std::move(failed).error());
+              }
+            }
+            return wait_on(s, st, o);
+          },
           [&](const NativeWaitOp& o) {
             return check(cudaStreamWaitEvent(st.handle, static_cast<cudaEvent_t>(o.event), 0),
                          "cudaStreamWaitEvent on a native event");

@@ -126,7 +126,7 @@ void SimGpu::apply(StreamId stream, const PendingOp& pending) {
             return {};
           },
           [&](const UserOp& u) { return run_user(stream, pending.ticket, u); },
-          [](const WaitOp&) -> Result<void> { return {}; },
+          [&](const WaitOp& w) { return streams_[w.point.stream].fault.passed_on(w.point); },
           [](const NativeWaitOp&) -> Result<void> { return {}; },  // issue() made it a WaitOp
           [](const NopOp&) -> Result<void> { return {}; },
           [&](const PeerCopyOp& p) -> Result<void> {

@@ -102,6 +102,35 @@ TEST_P(RuntimeTest, ADownloadAfterAFailedKernelReportsTheFault) {
   EXPECT_FALSE(rt.engine().download(0, a->handle(), 0, back).ok());
 }
 
+// Issue 41 item 10: a download on a stream ordered (by a wait) after another
+// stream's failed kernel reports that fault, whether the wait was enqueued before
+// the kernel ran or after it had failed.
+TEST_P(RuntimeTest, ADownloadOrderedAfterAnotherStreamsFailedKernelReportsTheFault) {
+  Runtime& rt = *rt_;
+  for (const bool wait_after_failure : {false, true}) {
+    SCOPED_TRACE(wait_after_failure ? "wait enqueued after the failure" : "wait enqueued before it ran");
+    Result<Allocation> a = rt.allocate(64 * KiB, 0);
+    ASSERT_TRUE(a.ok()) << a.error().message;
+    const StreamId producer = wait_after_failure ? 3 : 1, consumer = wait_after_failure ? 4 : 2;
+    ASSERT_TRUE(enqueue_fill(rt.pool(), consumer, a->handle(), 7).ok());
+    ASSERT_TRUE(rt.synchronize().ok());
+    const Operand ops[] = {{a->handle(), Access::write}};
+    auto failed = enqueue_user(
+        rt.pool(), producer, ops,
+        [](const KernelLaunch&) -> Result<void> { return make_error(ErrorCode::invalid_argument, "kernel failed"); },
+        {}, "doomed");
+    ASSERT_TRUE(failed.ok()) << failed.error().message;
+    // The kernel has run (and failed) before the wait is asked for: its point is complete.
+    if (wait_after_failure) ASSERT_TRUE(rt.order().wait({producer, *failed}).ok());
+    auto ordered = rt.order().order_after(consumer, {producer, *failed}, StreamOrder::HeldWork::dispatch);
+    ASSERT_TRUE(ordered.ok()) << ordered.error().message;
+    std::vector<std::byte> back(64 * KiB);
+    auto d = rt.engine().download(consumer, a->handle(), 0, back);
+    ASSERT_FALSE(d.ok()) << "the bytes the failed kernel left were downloaded as a success";
+    EXPECT_NE(d.error().message.find("kernel failed"), std::string::npos) << d.error().message;
+  }
+}
+
 // Issue 24 item 5: a kernel's callable that calls ferry is refused with
 // invalid_argument naming the rule, never a self-deadlock on the backend's lock.
 TEST_P(RuntimeTest, AKernelThatCallsFerryIsRefusedNotDeadlocked) {
