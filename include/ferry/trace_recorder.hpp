@@ -105,6 +105,7 @@
 
 #include "ferry/api.hpp"
 #include "ferry/device_pool.hpp"
+#include "ferry/forwarding_pool_calls.hpp"
 #include "ferry/pool_calls.hpp"
 #include "ferry/result.hpp"
 #include "ferry/stream.hpp"
@@ -119,7 +120,7 @@ struct RecordingStats {
   std::uint64_t failed_calls = 0;  // calls recorded with "expect" (the call failed)
 };
 
-class RecordingPool final : public PoolCalls {
+class RecordingPool final : public ForwardingPoolCalls {
  public:
   // Frees remembered per recorder, for recording double frees.
   static constexpr std::size_t kRememberedFrees = 4096;
@@ -169,9 +170,7 @@ class RecordingPool final : public PoolCalls {
   // Writes the graph's `capture` or `replay` line (see above), then nothing else.
   void note_graph(const GraphEvent& event) override;
 
-  // --- inspection -----------------------------------------------------------------
-  DevicePool& pool() noexcept override;
-  TransferEngine& engine() noexcept override;
+  // --- inspection (pool() and engine() are upstream's) -------------------------------
   // The id the trace uses for `handle`, if this recorder returned it (and, once
   // freed, still remembers it).
   std::optional<std::string> id_of(DeviceHandle handle) const;

@@ -163,9 +163,10 @@ struct RecordingPool::Impl {
 };
 
 RecordingPool::RecordingPool(PoolCalls& upstream, std::ostream& out)
-    : impl_(std::make_unique<Impl>(upstream, out)) {}
+    : ForwardingPoolCalls(upstream), impl_(std::make_unique<Impl>(upstream, out)) {}
 
-RecordingPool::RecordingPool(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+// The base is built from impl's upstream before impl is moved in.
+RecordingPool::RecordingPool(std::unique_ptr<Impl> impl) : ForwardingPoolCalls(impl->up), impl_(std::move(impl)) {}
 
 Result<std::unique_ptr<RecordingPool>> RecordingPool::to_file(PoolCalls& upstream, const std::string& path) {
   Result<std::unique_ptr<std::ostream>> file = open_output_file(path);
@@ -443,10 +444,6 @@ void RecordingPool::note_graph(const GraphEvent& event) {
   }
   ++p.st.unrecorded;  // a graph captured before recording began, or an empty one
 }
-
-DevicePool& RecordingPool::pool() noexcept { return impl_->up.pool(); }
-
-TransferEngine& RecordingPool::engine() noexcept { return impl_->up.engine(); }
 
 std::optional<std::string> RecordingPool::id_of(DeviceHandle handle) const {
   std::lock_guard lock(impl_->mu);

@@ -99,8 +99,6 @@ GraphStats GraphCapture::stats(const GraphState& state) const {
 }
 
 
-Result<void> GraphCapture::trim() { return direct_.trim(); }
-
 Result<Ticket> GraphCapture::fill(StreamId stream, DeviceHandle dst, std::uint64_t seed) {
   std::shared_ptr<GraphState> state = open_on(stream);
   if (!state) return direct_.fill(stream, dst, seed);
@@ -360,6 +358,13 @@ Result<void> GraphCapture::launch(GraphState& state, StreamId stream) {
       return make_error(ErrorCode::stale_handle,
                         "launch: block " + text::handle(h) +
                             " of the graph was freed outside it; nothing enqueued (" + span.error().message + ")");
+    }
+  }
+  // I3 for memory the pool took back from the program: a replay on any stream
+  // follows the program's work on it before its free (a no-op once that completed).
+  for (const StreamPoint& p : state.inherited.points()) {
+    if (Result<Ticket> t = rt_.order().order_after(stream, p, StreamOrder::HeldWork::dispatch); !t.ok()) {
+      return std::move(t).error();
     }
   }
   if (state.native) return launch_native(state, stream, now);

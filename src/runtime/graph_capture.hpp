@@ -19,6 +19,7 @@
 #include <tuple>
 #include <vector>
 
+#include "ferry/forwarding_pool_calls.hpp"
 #include "ferry/graph.hpp"
 #include "ferry/pool_calls.hpp"
 #include "ferry/runtime.hpp"
@@ -106,6 +107,9 @@ struct GraphState {
   std::vector<RecordedOp> ops;
   std::vector<DeviceHandle> blocks;  // every block an op touches, each once, as recorded
   std::optional<Error> spoiled;      // the first refused call of the capture
+  // The last uses of the pool memory the capture was handed back (the program's
+  // work before it freed it): every replay is ordered after them (I3).
+  UseSet inherited;
   std::atomic<std::uint64_t> launches{0};
   // Set at end_capture, then constant. The device's graph of the ops, when it made
   // one: a launch is then one user op over every block; else why not (GraphStats).
@@ -117,13 +121,11 @@ struct GraphState {
   }
 };
 
-class GraphCapture final : public PoolCalls {
+// The calls it does not override (pool, engine, trim) go straight to `direct`.
+class GraphCapture final : public ForwardingPoolCalls {
  public:
   // `direct` (the Runtime's own calls on its components) must outlive it.
-  GraphCapture(Runtime& rt, PoolCalls& direct) noexcept : rt_(rt), direct_(direct) {}
-
-  DevicePool& pool() noexcept override { return rt_.pool(); }
-  TransferEngine& engine() noexcept override { return rt_.engine(); }
+  GraphCapture(Runtime& rt, PoolCalls& direct) noexcept : ForwardingPoolCalls(direct), rt_(rt), direct_(direct) {}
 
   Result<void> begin(StreamId stream, std::shared_ptr<GraphPoolState> pool);
   Result<std::shared_ptr<GraphState>> end(StreamId stream);
@@ -145,7 +147,6 @@ class GraphCapture final : public PoolCalls {
 
   Result<DeviceHandle> allocate(std::uint64_t bytes, StreamId stream, std::string_view tag) override;
   Result<void> free(DeviceHandle handle) override;
-  Result<void> trim() override;
   Result<Ticket> fill(StreamId stream, DeviceHandle dst, std::uint64_t seed) override;
   Result<Ticket> compute(StreamId stream, std::span<const DeviceHandle> inputs, DeviceHandle output, double flops,
                          std::uint64_t mem_bytes) override;

@@ -9,15 +9,15 @@
 #include <utility>
 #include <vector>
 
+#include "core/align.hpp"
 #include "runtime/graph_capture.hpp"
 
 namespace ferry::detail {
 namespace {
 
-constexpr std::uint64_t kAlign = 256;  // DevicePool rounds every block to it
-
+// As DevicePool rounds a block: a size past 2^64 - 1 rounded fits nowhere.
 std::uint64_t rounded(std::uint64_t bytes) {
-  return bytes > UINT64_MAX - (kAlign - 1) ? UINT64_MAX : (bytes + kAlign - 1) / kAlign * kAlign;
+  return detail::checked_align_up(bytes, kBlockAlign).value_or(UINT64_MAX);
 }
 
 // A free range [offset, offset + bytes) of one block.
@@ -192,7 +192,14 @@ Result<DeviceHandle> GraphCapture::allocate(std::uint64_t bytes, StreamId stream
   {
     std::lock_guard lock(mu_);
     if (bytes != 0) {
-      if (std::optional<DeviceHandle> h = reuse(state->pool, bytes)) return *h;
+      if (std::optional<DeviceHandle> h = reuse(state->pool, bytes)) {
+        // The memory changes hands here as at a pool reuse: its earlier users come
+        // before the replays (leases, and so last_uses, are the whole block's).
+        if (Result<UseSet> uses = rt_.pool().last_uses(state->pool->whole(*h)); uses.ok()) {
+          state->inherited.merge(*uses);
+        }
+        return *h;
+      }
     }
   }
   // The pool rounds to 256; a request that does not fit now runs the reclaim

@@ -6,6 +6,7 @@
 #include <string_view>
 #include <utility>
 
+#include "ferry/forwarding_pool_calls.hpp"
 #include "ferry/user_kernel.hpp"
 
 namespace ferry {
@@ -37,53 +38,16 @@ class RuntimeCalls final : public DirectPoolCalls {
 namespace detail {
 
 // What calls() returns: each call goes to what sits in the slot when it runs.
-class SlotFront final : public PoolCalls {
+class SlotFront final : public ForwardingPoolCalls {
  public:
   explicit SlotFront(Runtime& rt) noexcept : rt_(rt) {}
   DevicePool& pool() noexcept override { return rt_.pool(); }
   TransferEngine& engine() noexcept override { return rt_.engine(); }
-  Result<DeviceHandle> allocate(std::uint64_t bytes, StreamId stream, std::string_view tag) override {
-    return up()->allocate(bytes, stream, tag);
-  }
-  Result<void> free(DeviceHandle handle) override { return up()->free(handle); }
-  Result<void> trim() override { return up()->trim(); }
-  Result<Ticket> fill(StreamId stream, DeviceHandle dst, std::uint64_t seed) override {
-    return up()->fill(stream, dst, seed);
-  }
-  Result<Ticket> compute(StreamId stream, std::span<const DeviceHandle> inputs, DeviceHandle output, double flops,
-                         std::uint64_t mem_bytes) override {
-    return up()->compute(stream, inputs, output, flops, mem_bytes);
-  }
-  Result<Ticket> copy_to_host(StreamId stream, DeviceHandle src, std::span<std::byte> dst) override {
-    return up()->copy_to_host(stream, src, dst);
-  }
-  Result<Ticket> user(StreamId stream, std::span<const Operand> operands, UserKernel kernel, UserCost cost,
-                      std::string tag) override {
-    return up()->user(stream, operands, std::move(kernel), cost, std::move(tag));
-  }
-  Result<Ticket> record_use(StreamId stream, std::span<const DeviceHandle> handles) override {
-    return up()->record_use(stream, handles);
-  }
-  Result<TransferReceipt> upload(StreamId stream, const TransferPlan& plan) override {
-    return up()->upload(stream, plan);
-  }
-  Result<TransferReceipt> download(StreamId stream, DeviceHandle src, std::uint64_t src_offset,
-                                   std::span<std::byte> dst) override {
-    return up()->download(stream, src, src_offset, dst);
-  }
-  Result<TransferReceipt> copy_on_device(StreamId stream, DeviceHandle dst, std::uint64_t dst_offset,
-                                         DeviceHandle src, std::uint64_t src_offset, std::uint64_t bytes) override {
-    return up()->copy_on_device(stream, dst, dst_offset, src, src_offset, bytes);
-  }
-  Result<void> hold(StreamId stream) override { return up()->hold(stream); }
-  Result<void> release(StreamId stream) override { return up()->release(stream); }
-  Result<void> wait(StreamId stream, StreamId for_stream) override { return up()->wait(stream, for_stream); }
-  Result<void> synchronize(StreamId stream) override { return up()->synchronize(stream); }
-  Result<void> synchronize() override { return up()->synchronize(); }
-  void note_graph(const GraphEvent& event) override { up()->note_graph(event); }
 
  private:
-  std::shared_ptr<PoolCalls> up() const { return rt_.slot_calls(); }
+  // The slot's adaptor, or the capture: it may be swapped while a call runs,
+  // so each call holds what it started on.
+  std::shared_ptr<PoolCalls> next() const override { return rt_.slot_calls(); }
   Runtime& rt_;
 };
 

@@ -277,6 +277,50 @@ TEST_P(GraphPoolTest, TheRaceCheckerSeesPartsAsTheirRanges) {
   for (DeviceHandle h : {a, b}) EXPECT_TRUE(calls().free(h).ok());
 }
 
+// Issue 41 item 11: memory the program used on its own stream and then freed
+// inside a capture is handed to a later capture of the pool; that capture's
+// replay on another stream is ordered after the program's use (I2/I3), as a
+// direct allocation reusing it would be. Whole blocks and parts alike.
+TEST_P(GraphPoolTest, AReplayOnAnotherStreamFollowsTheProgramsUseOfMemoryItFreed) {
+  make([](RuntimeOptions& o) { o.backend.race_check = true; });
+  if (!rt_) return;
+  if (!rt_->backend().info().race_checking) GTEST_SKIP() << "this backend checks no races";
+  constexpr std::uint64_t big = 32 * KiB, half = 16 * KiB;
+  for (const std::uint64_t later : {big, half}) {
+    SCOPED_TRACE(later == big ? "reused whole" : "reused as a part");
+    ASSERT_TRUE(rt_->begin_capture(1).ok());
+    const DeviceHandle x = alloc(big, 1);  // the pool's, the program's until it frees it
+    auto g1 = rt_->end_capture(1);
+    ASSERT_TRUE(g1.ok()) << g1.error().message;
+    const auto x_at = rt_->pool().resolve(x);
+    ASSERT_TRUE(x_at.ok());
+    ASSERT_TRUE(calls().fill(1, x, 2).ok());  // the program's own use, on its stream
+    ASSERT_TRUE(rt_->begin_capture(1, CaptureOptions{g1->pool()}).ok());
+    ASSERT_TRUE(calls().free(x).ok());  // freed inside a capture: the pool keeps it
+    auto g2 = rt_->end_capture(1);
+    ASSERT_TRUE(g2.ok()) << g2.error().message;
+
+    ASSERT_TRUE(rt_->begin_capture(2, CaptureOptions{g1->pool()}).ok());
+    const DeviceHandle y = alloc(later, 2);
+    ASSERT_TRUE(calls().fill(2, y, 3).ok());
+    auto g3 = rt_->end_capture(2);
+    ASSERT_TRUE(g3.ok()) << g3.error().message;
+    const auto y_at = rt_->pool().resolve(y);
+    ASSERT_TRUE(y_at.ok());
+    ASSERT_EQ(y_at->addr, x_at->addr) << "the later capture did not reuse the freed memory";
+
+    const std::uint64_t before = rt_->backend().race_log()->count;
+    ASSERT_TRUE(rt_->launch(*g3, 2).ok());
+    ASSERT_TRUE(calls().synchronize().ok());
+    EXPECT_EQ(rt_->backend().race_log()->count, before)
+        << "the replay on stream 2 raced the program's fill on stream 1 of memory it had freed";
+    EXPECT_EQ(bytes_of(y, 2), pattern(3, later));
+    for (Graph* g : {&*g1, &*g2, &*g3}) ASSERT_TRUE(g->destroy().ok());
+    EXPECT_TRUE(calls().free(y).ok());
+    ASSERT_TRUE(calls().synchronize().ok());
+  }
+}
+
 // What a pool that reuses a freed block only for the same size reserves for a
 // capture's temporaries (each allocated, used, freed, in order): the rule this
 // pool followed before parts, kept here as the baseline.
