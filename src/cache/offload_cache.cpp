@@ -1,5 +1,6 @@
 #include "ferry/offload_cache.hpp"
 
+#include "core/align.hpp"
 #include "core/invariant.hpp"
 #include "core/testing_hooks.hpp"
 #include "ferry/names.hpp"
@@ -20,7 +21,7 @@
 namespace ferry {
 namespace {
 
-constexpr std::uint64_t kPieceAlign = 256;  // pieces start 256-aligned inside a slot
+constexpr std::uint64_t kPieceAlign = detail::kBlockAlign;  // pieces start block-aligned inside a slot
 constexpr std::uint64_t kNever = std::numeric_limits<std::uint64_t>::max();
 
 std::string key_text(CacheKey key) { return "cache entry " + std::to_string(key); }
@@ -427,13 +428,13 @@ Result<void> OffloadCache::define(CacheKey key, std::vector<std::span<const std:
                         "define " + key_text(key) + ": piece " + std::to_string(i) + " is empty");
     }
     // Sizes past 2^64 would wrap into a small entry: refused here, before any slot is sized by it.
-    if (offset > UINT64_MAX - (kPieceAlign - 1) ||
-        pieces[i].size() > UINT64_MAX - (offset + kPieceAlign - 1) / kPieceAlign * kPieceAlign) {
+    const std::optional<std::uint64_t> at = detail::checked_align_up(offset, kPieceAlign);
+    if (!at || pieces[i].size() > UINT64_MAX - *at) {
       return make_error(ErrorCode::invalid_argument,
                         "define " + key_text(key) + ": the pieces' sizes sum past 2^64 bytes at piece " +
                             std::to_string(i));
     }
-    offset = (offset + kPieceAlign - 1) / kPieceAlign * kPieceAlign;
+    offset = *at;
     e.offsets.push_back(offset);
     offset += pieces[i].size();
   }

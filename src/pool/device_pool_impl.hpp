@@ -543,7 +543,7 @@ struct DevicePool::Impl {
   }
   // The bytes record b names: a block's size, or a sub-block's rounded request.
   std::uint64_t span_of(std::uint32_t b) const {
-    return blocks[b].state == BlockState::sub ? (blocks[b].requested + kAlign - 1) / kAlign * kAlign
+    return blocks[b].state == BlockState::sub ? detail::align_up(blocks[b].requested, kAlign)
                                               : size_of(blocks[b]);
   }
   // Sub record s goes stale (its slot spare, or retired at its last generation).
@@ -589,7 +589,7 @@ struct DevicePool::Impl {
     if (!status.ok() || bytes == 0 || stream >= kMaxStreams) [[unlikely]] return refuse(bytes, stream);
     std::lock_guard lock(mu);
     if (bytes > capacity) [[unlikely]] return too_large(bytes, stream);
-    const std::uint64_t size = (bytes + kAlign - 1) / kAlign * kAlign;
+    const std::uint64_t size = detail::align_up(bytes, kAlign);  // bytes <= capacity: no overflow
     retire_pending();
     std::uint32_t b = try_fit(size);
     if (b < kRetry) [[likely]] return bind_ordered(b, size, bytes, stream, internal);

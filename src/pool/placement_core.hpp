@@ -30,12 +30,13 @@
 #include <vector>
 
 #include "core/offset_allocator.hpp"
+#include "core/align.hpp"
 
 namespace ferry::detail {
 
 class PlacementCore {
  public:
-  static constexpr std::uint64_t kAlign = 256;  // every placement starts and ends on this
+  static constexpr std::uint64_t kAlign = kBlockAlign;  // every placement starts and ends on this
   static constexpr std::uint32_t kNone = OffsetAllocator::kNone;
   using Allocation = OffsetAllocator::Allocation;
   // A range whose placements have no granules: no references are counted.

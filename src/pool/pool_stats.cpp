@@ -30,7 +30,7 @@ std::string DevicePool::Impl::diagnostic(std::uint64_t bytes, StreamId stream) c
   const std::uint64_t held = st.allocated_bytes + st.pending_free_bytes;
   // Past the capacity the rounding (and held + size) would wrap: a request that
   // large is named as such, never as fragmentation.
-  const std::uint64_t size = bytes > capacity ? 0 : (bytes + kAlign - 1) / kAlign * kAlign;
+  const std::uint64_t size = bytes > capacity ? 0 : detail::align_up(bytes, kAlign);
   const std::string cause =
       bytes > capacity ? std::string("capacity: the request is larger than the whole capacity")
       : held + size > capacity

@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/align.hpp"
 #include "core/input_file.hpp"
 #include "core/testing_hooks.hpp"
 #include "core/text.hpp"
@@ -100,7 +101,7 @@ void Replayer::alloc(const TraceOp& op) {
   if (racing_) (void)pool_->set_tag(*h, trace_.ids[op.id]);  // the handle is live: cannot fail
   if (naming_owners_ && device_ == 0) {  // an observer sees device 0's pool
     const DeviceSpan span = *pool_->resolve(*h);
-    name_owner(span.addr, span.addr + (span.bytes + 255) / 256 * 256, op.id);
+    name_owner(span.addr, span.addr + detail::align_up(span.bytes, detail::kBlockAlign), op.id);
   }
   expect_success(op);
 }

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "core/align.hpp"
 #include "core/text.hpp"
 
 namespace ferry::sim {
@@ -18,10 +19,8 @@ namespace {
 constexpr std::size_t kZeroBlock = 64 * 1024;
 const std::array<std::byte, kZeroBlock> kZeros{};
 
-// Precondition: bytes + granularity does not overflow (callers bound bytes first).
-std::uint64_t round_up(std::uint64_t bytes, std::uint64_t granularity) {
-  return (bytes + granularity - 1) / granularity * granularity;
-}
+// Callers bound bytes first, so bytes + granularity does not overflow.
+using detail::align_up;
 
 }  // namespace
 
@@ -50,12 +49,12 @@ Result<std::uint64_t> DeviceMemory::reserve(std::uint64_t bytes) {
   // One unreserved granule after each reservation: an overrun past its end
   // faults instead of landing in the neighbour.
   const std::uint64_t limit_left = kAddressLimit - next_base_;
-  if (bytes > limit_left || round_up(bytes, granularity_) + granularity_ > limit_left) {
+  if (bytes > limit_left || align_up(bytes, granularity_) + granularity_ > limit_left) {
     return make_error(ErrorCode::out_of_memory,
                       "reserve_address of " + text::exact_bytes(bytes) + ": the simulated virtual "
                           "address space has " + text::exact_bytes(limit_left) + " left");
   }
-  const std::uint64_t size = round_up(bytes, granularity_);
+  const std::uint64_t size = align_up(bytes, granularity_);
   const std::uint64_t base = next_base_;
   reservations_.emplace(base, Reservation{size, 0});
   next_base_ = base + size + granularity_;
@@ -69,7 +68,7 @@ Result<void> DeviceMemory::release(std::uint64_t base, std::uint64_t bytes) {
                       "release_address(" + text::hex(base) + "): not the base of a reservation");
   }
   if (bytes != it->second.bytes &&
-      (bytes == 0 || bytes > it->second.bytes || round_up(bytes, granularity_) != it->second.bytes)) {
+      (bytes == 0 || bytes > it->second.bytes || align_up(bytes, granularity_) != it->second.bytes)) {
     return make_error(ErrorCode::invalid_argument,
                       "release_address(" + text::hex(base) + ", " + text::exact_bytes(bytes) +
                           "): the reservation there is " + text::exact_bytes(it->second.bytes));

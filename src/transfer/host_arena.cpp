@@ -8,6 +8,7 @@
 #include <new>
 
 #include "core/testing_hooks.hpp"
+#include "core/align.hpp"
 #include "ferry/content.hpp"
 #include "transfer/host_arena_impl.hpp"
 
@@ -26,8 +27,8 @@ constexpr std::uint64_t kPage = 4096;
 // never hold the same canary bytes.
 constexpr std::uint64_t kCanarySeed = 0xc0ffee5eedull;
 
-constexpr std::uint64_t align_up(std::uint64_t v, std::uint64_t a) { return (v + a - 1) / a * a; }
-constexpr std::uint64_t align_down(std::uint64_t v, std::uint64_t a) { return v / a * a; }
+using detail::align_down;
+using detail::align_up;
 
 // What no state of the arena could serve (`alignment` at least kArenaAlignment):
 // invalid_argument, or out_of_memory for a request larger than the whole budget.

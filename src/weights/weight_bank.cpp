@@ -12,6 +12,7 @@
 #include <unordered_map>
 
 #include "core/input_file.hpp"
+#include "core/align.hpp"
 #include "ferry/backend.hpp"
 #include "ferry/content.hpp"
 #include "ferry/host_arena.hpp"
@@ -26,7 +27,7 @@ namespace {
 constexpr std::uint64_t kPage = 4096;
 constexpr std::uint64_t kSyntheticAlign = 256;
 
-std::uint64_t round_up(std::uint64_t v, std::uint64_t a) { return (v + a - 1) / a * a; }
+using detail::align_up;
 
 constexpr std::array<NamedValue<BankPlacement>, 2> kPlacements{{
     {BankPlacement::registered, "registered"},
@@ -127,7 +128,7 @@ struct WeightBank::Impl {
       if (run_bytes != 0) (void)madvise(buffer + run, run_bytes, MADV_DONTNEED);
       run_bytes = 0;
     };
-    for (std::uint64_t page = round_up(s.begin, kPage); page + kPage <= s.end; page += kPage) {
+    for (std::uint64_t page = align_up(s.begin, kPage); page + kPage <= s.end; page += kPage) {
       if (shared(page)) {
         flush();
         continue;
@@ -229,7 +230,7 @@ Result<WeightBank> WeightBank::open_safetensors(const std::string& path) {
   }
   // Read whole rather than mapped: a run uploads every tensor anyway, and a
   // mapped file truncated under the run would kill the process with SIGBUS (I7).
-  impl->buffer_len = round_up(size, kPage);
+  impl->buffer_len = align_up(size, kPage);
   impl->buffer = static_cast<std::byte*>(std::aligned_alloc(kPage, impl->buffer_len));
   if (impl->buffer == nullptr) {
     return make_error(ErrorCode::out_of_memory,
@@ -272,13 +273,13 @@ Result<WeightBank> WeightBank::synthetic(std::span<const SyntheticTensor> tensor
       return make_error(ErrorCode::invalid_argument, "synthetic bank: tensor \"" + s.name + "\" is too large");
     }
     info.offset = offset;
-    offset = round_up(offset + info.bytes, kSyntheticAlign);
+    offset = align_up(offset + info.bytes, kSyntheticAlign);
     impl->index.emplace(s.name, impl->tensors.size());
     impl->tensors.push_back(std::move(info));
     impl->generators.emplace_back(s.pattern, s.seed);
   }
   impl->index.clear();
-  impl->buffer_len = round_up(std::max<std::uint64_t>(offset, 1), kPage);
+  impl->buffer_len = align_up(std::max<std::uint64_t>(offset, 1), kPage);
   if (storage == SyntheticStorage::lazy) {
     // Address space only: pages are backed when a staging writes them.
     void* m = mmap(nullptr, impl->buffer_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,

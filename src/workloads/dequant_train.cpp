@@ -21,6 +21,7 @@
 #include <algorithm>
 #include <array>
 
+#include "core/align.hpp"
 #include "workloads/exec.hpp"
 
 namespace ferry::workloads {
@@ -351,7 +352,7 @@ class DequantTrain final : public Workload {
     const std::uint64_t i = passes_[k];
     const TensorInfo& q = bank.tensors()[index_[2 * i]];
     const TensorInfo& sc = bank.tensors()[index_[2 * i + 1]];
-    const std::uint64_t soff = (q.bytes + 255) / 256 * 256;
+    const std::uint64_t soff = detail::align_up(q.bytes, detail::kBlockAlign);
     Result<DeviceHandle> buf = ex.alloc(soff + sc.bytes, up_stream_);
     if (!buf.ok()) {
       if (is_prefetch && buf.error().code == ErrorCode::out_of_memory) return false;
@@ -390,7 +391,7 @@ class DequantTrain final : public Workload {
     FERRY_TRY(ex.after(kCompute, *done));
     const TensorInfo& q = bank.tensors()[index_[2 * i]];
     const TensorInfo& sc = bank.tensors()[index_[2 * i + 1]];
-    const std::uint64_t soff = (q.bytes + 255) / 256 * 256;
+    const std::uint64_t soff = detail::align_up(q.bytes, detail::kBlockAlign);
     const std::uint64_t w_bytes = in_of(j) * out_of(j) * 2;
     FERRY_TRY(alloc_to(ex, w_bytes, out));
     const DeviceHandle buf = staged_[k].buf;

@@ -36,6 +36,7 @@
 #include <set>
 #include <tuple>
 
+#include "core/align.hpp"
 #include "workloads/exec.hpp"
 
 #include "ferry/cost_model.hpp"
@@ -153,7 +154,7 @@ class MoeOffload final : public Workload {
   Result<std::vector<std::byte>> execute(Exec& ex, const WeightBank& bank) override {
     cache_slots = total_slots();
     const std::uint64_t gu_bytes = 2 * inter_ * hidden_ * 2, down_bytes = hidden_ * inter_ * 2;
-    const std::uint64_t entry_bytes = (gu_bytes + 255) / 256 * 256 + down_bytes;
+    const std::uint64_t entry_bytes = detail::align_up(gu_bytes, detail::kBlockAlign) + down_bytes;
     const std::uint32_t n = ex.device_count();
     // One expert cache over the devices, `slots_per_device()` slots on each.
     std::unique_ptr<MultiDeviceCache> cache;

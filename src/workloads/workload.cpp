@@ -12,6 +12,7 @@
 #include "ferry/fault_spec.hpp"
 #include "ferry/make_backend.hpp"
 #include "ferry/names.hpp"
+#include "core/align.hpp"
 #include "core/text.hpp"
 #include "workloads/device_report.hpp"
 #include "workloads/exec.hpp"
@@ -306,7 +307,7 @@ Result<WorkloadReport> run_workload(WorkloadKind kind, const WorkloadOptions& op
     const std::uint64_t granule =
         can.profiled ? workloads::scaled_profile(*profile, s).granularity : 1;
     capacity = static_cast<std::uint64_t>(std::ceil(double(planned) / options.target_pressure));
-    capacity = (capacity + granule - 1) / granule * granule;
+    capacity = detail::align_up(capacity, granule);
   }
   w->prefetch_skipped = 0;
   w->host_executed = 0;
