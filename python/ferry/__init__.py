@@ -26,6 +26,7 @@ import threading
 import weakref
 
 from . import _lib
+from ._capture_gate import CaptureGate
 from ._device_work import DeviceWork, release_buffers
 
 # CMakeLists.txt's project(VERSION), the one source (tests/python checks the two agree).
@@ -266,6 +267,11 @@ class Graph:
         if not ptr:
             return
         rt = self._runtime
+        if not rt._forget_graph(ptr):
+            # Its runtime's close() destroyed it (and ferry with it): never twice.
+            release_buffers(self._kept)
+            self._keys, self._kept = [], []
+            return
         status = rt._lib.ferry_graph_destroy(ptr)
         # Replays in flight still call back (ferry_graph_destroy does not wait for them).
         rt._retire(self._keys, self._kept)
@@ -356,8 +362,14 @@ class Runtime(DeviceWork):
         # run: (keys, kept bytes) pairs, dropped by the next synchronize() that
         # returns after them, or close().
         self._capturing = {}
+        self._capture_gate = CaptureGate()
         self._graph_callables = {}
         self._graphs = weakref.WeakSet()
+        # The addresses of the graphs not yet destroyed: close() destroys those left
+        # even when the collector cleared the WeakSet's references before it ran (a
+        # graph and its runtime dropped together, as at interpreter exit).
+        self._live_graphs = set()
+        self._graphs_lock = threading.Lock()
         self._retired = []
         self._retired_lock = threading.Lock()
         # copy_to_host's destinations outside a capture, (device, held buffer), until
@@ -373,6 +385,11 @@ class Runtime(DeviceWork):
         # A graph must go before its runtime (ferry.h).
         for graph in list(getattr(self, "_graphs", ())):
             graph._destroy_quietly()
+        if getattr(self, "_graphs_lock", None) is not None:
+            with self._graphs_lock:
+                left, self._live_graphs = self._live_graphs, set()
+            for ptr in left:
+                self._lib.ferry_graph_destroy(ctypes.c_void_p(ptr))
         rt, self._rt = self._rt, None
         if rt:
             self._lib.ferry_runtime_destroy(rt)
@@ -404,6 +421,14 @@ class Runtime(DeviceWork):
     @property
     def closed(self):
         return not self._rt
+
+    def _forget_graph(self, ptr):
+        # True when `ptr` was live: the caller destroys it then, and only then.
+        with self._graphs_lock:
+            if ptr.value not in self._live_graphs:
+                return False
+            self._live_graphs.discard(ptr.value)
+            return True
 
     # -- errors
     def _check(self, status, what=None):
@@ -512,16 +537,17 @@ class Runtime(DeviceWork):
         dst = _handle(h, "upload")
         stream = _int(stream, "upload: stream", 32)
         offset = _int(offset, "upload: offset", 64)
-        capture = self._capturing.get(stream)
-        if capture is not None:
-            # A recorded upload reads its host bytes at every replay, and `data` is
-            # lent for this call only: the graph reads a copy it keeps.
-            with _lib.Buffer(data) as lent:
-                data = ctypes.create_string_buffer(ctypes.string_at(lent.address, lent.nbytes), lent.nbytes)
-            capture[1].append(data)
-        with _lib.Buffer(data) as buf:
-            upload = self._lib.ferry_upload if self._devices == 1 else self._lib.ferry_device_upload
-            self._check(upload(rt, stream, dst, offset, buf.address, buf.nbytes))
+        with self._capture_gate.shared("upload"):
+            capture = self._capturing.get(stream)
+            if capture is not None:
+                # A recorded upload reads its host bytes at every replay, and `data` is
+                # lent for this call only: the graph reads a copy it keeps.
+                with _lib.Buffer(data) as lent:
+                    data = ctypes.create_string_buffer(ctypes.string_at(lent.address, lent.nbytes), lent.nbytes)
+                capture[1].append(data)
+            with _lib.Buffer(data) as buf:
+                upload = self._lib.ferry_upload if self._devices == 1 else self._lib.ferry_device_upload
+                self._check(upload(rt, stream, dst, offset, buf.address, buf.nbytes))
 
     def download(self, h, nbytes=None, stream=0, offset=0):
         """Device -> host: `nbytes` of h from `offset` as bytes (None: the rest of the
@@ -588,23 +614,24 @@ class Runtime(DeviceWork):
                 array[i].bytes = _int(op[3], what + ": nbytes", 64)
             writable.append(access != _lib.READ)
         key = next(self._keys)
-        if device == 0 and stream in self._capturing:
-            # Recorded, not run: the callable runs at each replay of the graph.
-            self._graph_callables[key] = (fn, writable)
-            self._capturing[stream][0].append(key)
-        else:
-            self._pending[key] = (fn, writable)
-        try:
-            if device == 0:
-                self._check(self._lib.ferry_launch(rt, stream, array, len(operands), self._trampoline, key, flops,
-                                                   mem_bytes))
+        with self._capture_gate.shared("launch"):
+            if device == 0 and stream in self._capturing:
+                # Recorded, not run: the callable runs at each replay of the graph.
+                self._graph_callables[key] = (fn, writable)
+                self._capturing[stream][0].append(key)
             else:
-                self._check(self._lib.ferry_device_launch(rt, device, stream, array, len(operands), self._trampoline,
-                                                          key, flops, mem_bytes))
-        except BaseException:
-            self._pending.pop(key, None)
-            self._graph_callables.pop(key, None)
-            raise
+                self._pending[key] = (fn, writable)
+            try:
+                if device == 0:
+                    self._check(self._lib.ferry_launch(rt, stream, array, len(operands), self._trampoline, key, flops,
+                                                       mem_bytes))
+                else:
+                    self._check(self._lib.ferry_device_launch(rt, device, stream, array, len(operands),
+                                                              self._trampoline, key, flops, mem_bytes))
+            except BaseException:
+                self._pending.pop(key, None)
+                self._graph_callables.pop(key, None)
+                raise
 
     def _run_callable(self, ctx_ptr, key):
         # Called by ferry (any thread, the GIL taken by ctypes). Nothing may escape:
@@ -907,8 +934,9 @@ class Runtime(DeviceWork):
         if pool is not None and not isinstance(pool, Graph):
             raise _invalid("begin_capture: pool %r is not a ferry.Graph" % (pool,))
         share = pool._live() if pool is not None else None
-        self._check(self._lib.ferry_begin_capture(self._live(), stream, share))
-        self._capturing[stream] = ([], [])
+        with self._capture_gate.alone("begin_capture"):
+            self._check(self._lib.ferry_begin_capture(self._live(), stream, share))
+            self._capturing[stream] = ([], [])
 
     def end_capture(self, stream=0):
         """The Graph of what `stream` recorded. InvalidArgumentError (not capturing;
@@ -916,13 +944,16 @@ class Runtime(DeviceWork):
         hold, a verified upload, ...). Never blocks."""
         stream = _int(stream, "end_capture: stream", 32)
         out = ctypes.c_void_p()
-        status = self._lib.ferry_end_capture(self._live(), stream, ctypes.byref(out))
-        keys, kept = self._capturing.pop(stream, ([], []))
+        with self._capture_gate.alone("end_capture"):
+            status = self._lib.ferry_end_capture(self._live(), stream, ctypes.byref(out))
+            keys, kept = self._capturing.pop(stream, ([], []))
         if status != _lib.OK:
             for key in keys:
                 self._graph_callables.pop(key, None)
             release_buffers(kept)  # a spoiled capture's calls never run
             self._check(status)
+        with self._graphs_lock:
+            self._live_graphs.add(out.value)
         graph = Graph(self, out, keys, kept)
         self._graphs.add(graph)
         return graph

@@ -3,7 +3,7 @@ fill, compute and the asynchronous copy to the host, each on the device its
 handle names, captured like any call on a capturing stream of device 0.
 
 A mixin of ferry.Runtime, kept apart from __init__.py; it uses the Runtime's
-_live, _check, _lib, _devices, _capturing and _host_outs.
+_live, _check, _lib, _devices, _capturing, _capture_gate and _host_outs.
 """
 import ctypes
 
@@ -74,20 +74,22 @@ class DeviceWork:
         except (BufferError, ValueError, TypeError) as e:
             raise _invalid("copy_to_host: out %s is not a writable contiguous buffer (%s)"
                            % (type(out).__name__, e)) from None
-        capture = self._capturing.get(stream) if device == 0 else None
         try:
-            if device == 0:
-                self._check(self._lib.ferry_copy_to_host(rt, stream, src, buf.address, buf.nbytes))
-            else:
-                self._check(self._lib.ferry_device_copy_to_host(rt, device, stream, src, buf.address, buf.nbytes))
+            with self._capture_gate.shared("copy_to_host"):
+                capture = self._capturing.get(stream) if device == 0 else None
+                if device == 0:
+                    self._check(self._lib.ferry_copy_to_host(rt, stream, src, buf.address, buf.nbytes))
+                else:
+                    self._check(self._lib.ferry_device_copy_to_host(rt, device, stream, src, buf.address,
+                                                                    buf.nbytes))
+                if capture is not None:
+                    capture[1].append(buf)  # the graph's until it is destroyed and synchronized
+                else:
+                    with self._retired_lock:
+                        self._host_outs.append((device, buf))
         except BaseException:
-            buf.release()
+            buf.release()  # refused: ferry holds nothing
             raise
-        if capture is not None:
-            capture[1].append(buf)  # the graph's until it is destroyed and synchronized
-        else:
-            with self._retired_lock:
-                self._host_outs.append((device, buf))
 
 
 def release_buffers(items):

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use ferry_sys as sys;
 
-use crate::{call_closure, count, invalid, lock, Allocation, Error, LaunchContext, Operand, Result, Runtime, Shared};
+use crate::{call_closure, count, invalid, lock, read, Allocation, Error, LaunchContext, Operand, Result, Runtime, Shared};
 
 /// A heap value ferry reaches through a raw pointer (a host buffer it writes, a
 /// closure it calls): held as a pointer, never as a `Box` that a move would
@@ -178,7 +178,7 @@ impl Runtime {
         let buf = Lent::new(vec![0u8; len].into_boxed_slice());
         let (dst, bytes) = (buf.as_ptr() as *mut u8 as *mut c_void, len as u64);
         let (device, h) = (src.device, src.handle.0);
-        // Held through the call: an end_capture meanwhile would miss the buffer.
+        let _gate = read(&self.shared.capture_gate);
         let mut capturing = lock(&self.shared.capturing);
         if device == 0 {
             if let Some(kept) = capturing.get_mut(&stream) {
@@ -239,12 +239,13 @@ impl Runtime {
         F: Fn(&mut LaunchContext<'_>) -> Result<()> + Send + Sync + 'static,
     {
         let rt = self.rt("launch_replayable")?;
+        let _gate = read(&self.shared.capture_gate);
         let mut capturing = lock(&self.shared.capturing);
         let kept = match capturing.get_mut(&stream) {
             Some(kept) => kept,
             None => {
                 drop(capturing);
-                return self.launch_with_cost(stream, operands, flops, mem_bytes, move |c| f(c));
+                return self.launch_gated(rt, 0, stream, operands, flops, mem_bytes, move |c| f(c));
             }
         };
         let raw = self.operands_of("launch_replayable", operands)?;

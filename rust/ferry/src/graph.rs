@@ -8,7 +8,7 @@ use std::ptr::{self, NonNull};
 use ferry_sys as sys;
 
 use crate::device_work::{HostCopy, Kept};
-use crate::{invalid, lock, Result, Runtime};
+use crate::{invalid, lock, write, Result, Runtime};
 
 /// A captured graph ([`Runtime::end_capture`]). It borrows its runtime, so it is
 /// gone before the runtime is; `Drop` destroys it (`ferry_graph_destroy`, its error
@@ -43,6 +43,18 @@ use crate::{invalid, lock, Result, Runtime};
 /// assert!(matches!(graph.launch(1), Err(ferry::Error::StaleHandle(_))));
 /// # Ok::<(), ferry::Error>(())
 /// ```
+///
+/// A graph cannot outlive its runtime (`ferry_graph_destroy` after
+/// `ferry_runtime_destroy` is undefined in C): the borrow checker refuses it.
+///
+/// ```compile_fail
+/// let graph = {
+///     let rt = ferry::Runtime::builder().profile("tiny").build().unwrap();
+///     rt.begin_capture(1, None).unwrap();
+///     rt.end_capture(1).unwrap()
+/// }; // error[E0597]: `rt` does not live long enough
+/// graph.launch(1).unwrap();
+/// ```
 pub struct Graph<'rt> {
     rt: &'rt Runtime,
     raw: NonNull<sys::ferry_graph_s>,
@@ -66,6 +78,7 @@ impl Runtime {
             Some(g) => g.raw.as_ptr(),
             None => ptr::null_mut(),
         };
+        let _gate = write(&self.shared.capture_gate);
         self.check(unsafe { sys::ferry_begin_capture(rt, stream, share) })?;
         lock(&self.shared.capturing).insert(stream, Kept::new());
         Ok(())
@@ -77,8 +90,10 @@ impl Runtime {
     pub fn end_capture(&self, stream: u32) -> Result<Graph<'_>> {
         let rt = self.rt("end_capture")?;
         let mut out: sys::ferry_graph = ptr::null_mut();
+        let gate = write(&self.shared.capture_gate);
         let status = unsafe { sys::ferry_end_capture(rt, stream, &mut out) };
         let kept = lock(&self.shared.capturing).remove(&stream).unwrap_or_default();
+        drop(gate);
         // A spoiled capture's calls never run: what they would have used goes now.
         self.check(status)?;
         let raw = NonNull::new(out).ok_or_else(|| invalid("end_capture: ferry returned no graph".to_string()))?;

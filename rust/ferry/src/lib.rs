@@ -39,7 +39,7 @@ use std::os::raw::{c_int, c_void};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::Path;
 use std::ptr::{self, NonNull};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::Duration;
 
 use ferry_sys as sys;
@@ -69,6 +69,14 @@ unsafe fn text(p: *const std::os::raw::c_char) -> String {
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn read<T>(m: &RwLock<T>) -> RwLockReadGuard<'_, T> {
+    m.read().unwrap_or_else(|e| e.into_inner())
+}
+
+fn write<T>(m: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
+    m.write().unwrap_or_else(|e| e.into_inner())
 }
 
 // ---------------------------------------------------------------- errors
@@ -362,6 +370,12 @@ struct Shared {
     // Streams this crate began a capture on (graph.rs), each with what its
     // recorded calls use at every replay (device_work::Kept): launch refuses them.
     capturing: Mutex<HashMap<u32, device_work::Kept>>,
+    // Makes `capturing` and ferry's own capture state one fact: begin_capture and
+    // end_capture hold it exclusively across their C call and their map update; a
+    // call a capture records over host memory (upload, copy_to_host, launch) holds
+    // it shared from its look at `capturing` to the end of its C call, so ferry
+    // never records a call this crate handed memory to as a one-shot.
+    capture_gate: RwLock<()>,
     // What ferry may still touch after its owner went (a destroyed graph's Kept, a
     // dropped HostCopy's buffer), by device: dropped by the next synchronize of
     // that device begun after it was retired (device_work::Retired).
@@ -542,7 +556,7 @@ impl Runtime {
     pub fn upload(&self, stream: u32, dst: &Allocation<'_>, offset: u64, src: &[u8]) -> Result<()> {
         let rt = self.rt("upload")?;
         self.same_runtime(dst)?;
-        // Held through the call: an end_capture meanwhile would miss the copy.
+        let _gate = read(&self.shared.capture_gate);
         let mut capturing = lock(&self.shared.capturing);
         if let Some(kept) = capturing.get_mut(&stream) {
             // A replay reads the bytes again (staged at each launch), after this borrow ends.
@@ -637,6 +651,17 @@ impl Runtime {
         F: FnOnce(&mut LaunchContext<'_>) -> Result<()> + Send + 'static,
     {
         let rt = self.rt("launch")?;
+        let _gate = read(&self.shared.capture_gate);
+        self.launch_gated(rt, device, stream, operands, flops, mem_bytes, f)
+    }
+
+    // launch_with_cost_on under the capture gate its caller holds shared.
+    #[allow(clippy::too_many_arguments)]
+    fn launch_gated<F>(&self, rt: sys::ferry_runtime, device: u32, stream: u32, operands: &[Operand<'_>], flops: f64,
+                       mem_bytes: u64, f: F) -> Result<()>
+    where
+        F: FnOnce(&mut LaunchContext<'_>) -> Result<()> + Send + 'static,
+    {
         if device == 0 {
             self.refuse_if_capturing("launch", stream,
                                      "the closure is FnOnce and a graph runs it at every replay (launch_replayable \
