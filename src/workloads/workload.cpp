@@ -63,6 +63,41 @@ std::string stopped_at(const WorkloadProgress& last, const Workload& w) {
 }
 std::string time_text(std::uint64_t ns) { return text::human_ns(ns, 3); }
 
+// The run's closing sentence: what was injected, how much of it the integrity
+// policy caught and how, and what the output says; empty without injected faults.
+// Every swallowed copy is either a transfer's (a hash mismatch under verify) or a
+// canary's (a failed canary copy), so the two counts reconcile with the fault's.
+std::string conclusion(const WorkloadReport& r) {
+  if (r.faults == "none" || r.faults.empty()) return {};
+  const IntegrityCounters& c = r.integrity;
+  const std::string outcome = !r.completed ? "the run stopped before its output could be compared"
+                              : r.matched  ? "the output still matched the host reference"
+                                           : "the output did not match the host reference";
+  if (r.swallowed_copies == 0) {
+    return r.faults + " was injected but swallowed no copy in this run; " + outcome + ".";
+  }
+  const std::string swallowed = r.faults + " swallowed " + std::to_string(r.swallowed_copies) + " copies";
+  if (r.integrity_policy != "verify") {
+    const std::string checks = r.integrity_policy == "off" ? "which checks nothing" : "which checks only canaried transfers";
+    return swallowed + " under integrity " + r.integrity_policy + ", " + checks + ": " +
+           std::to_string(c.mismatches + c.canary_failures) + " were caught; " + outcome +
+           ". Run it with --integrity verify to have every transfer hashed.";
+  }
+  const std::uint64_t caught = c.mismatches + c.canary_failures;
+  std::string s = swallowed + "; verification caught " +
+                  (caught == r.swallowed_copies ? std::string("every one")
+                                                : std::to_string(caught) + " of them") +
+                  " (" + std::to_string(c.mismatches) + " as hash mismatches of transfers, " +
+                  std::to_string(c.canary_failures) + " as failed canary copies), re-sent " +
+                  std::to_string(c.retries) + " of them (" + std::to_string(c.fallbacks) + " fallbacks to another path" +
+                  (c.pinned_distrusted ? ", pinned memory distrusted after " + std::to_string(c.units_retired) +
+                                             " units retired"
+                                       : std::string()) +
+                  ") and returned " + std::to_string(c.corrupt) + " as corrupt; " + outcome + ".";
+  if (r.matched) s += " Without verification the same faults go unseen: run it with --integrity off.";
+  return s;
+}
+
 }  // namespace
 
 constexpr std::array<NamedValue<WorkloadKind>, 3> kWorkloads{{
@@ -403,7 +438,8 @@ std::string workload_report_json(const WorkloadReport& r) {
                     {"batched_disabled", c.batched_disabled},
                     {"pinned_distrusted", c.pinned_distrusted},
                     {"swallowed_copies", r.swallowed_copies},
-                    {"failed_maps", r.failed_maps}};
+                    {"failed_maps", r.failed_maps},
+                    {"canary_failures", c.canary_failures}};
   if (r.has_cache) {
     j["cache"] = {{"policy", r.eviction_policy},
                   {"slots", r.cache_slots},
@@ -450,6 +486,8 @@ std::string workload_report_json(const WorkloadReport& r) {
   j["error"] = r.error.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(r.error);
   j["completed"] = r.completed;
   j["stopped_at"] = r.completed ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(r.stopped_at);
+  const std::string closing = conclusion(r);
+  j["conclusion"] = closing.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(closing);
   return j.dump();
 }
 
@@ -543,6 +581,7 @@ std::string workload_report_summary(const WorkloadReport& r) {
   }
   workloads::devices_summary(r, line);
   s += std::string("verdict: ") + (r.matched ? "MATCHED" : "FAILED") + "\n";
+  if (const std::string closing = conclusion(r); !closing.empty()) s += closing + "\n";
   return s;
 }
 

@@ -170,6 +170,34 @@ TEST(RunCli, CudaIsAClearNotAvailable) {
   EXPECT_NE(r.err.find("the cuda backend is not available"), std::string::npos) << r.err;
 }
 
+// Issue 46 item 4: the main job ends with what it proved, its counts reconciled
+// (every swallowed copy caught as a transfer's mismatch or a failed canary), and
+// says how to see the same run fail.
+TEST(RunCli, TheMainJobEndsWithWhatItProved) {
+  const CliRun r = ferry({"run", "moe-offload", "--inject", "pinned-noop", "--quiet", "--report", "-"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  const auto& c = j["integrity"];
+  const std::uint64_t swallowed = c["swallowed_copies"].get<std::uint64_t>();
+  ASSERT_GT(swallowed, 0u) << "the main job must exercise the fault";
+  EXPECT_EQ(c["mismatches"].get<std::uint64_t>() + c["canary_failures"].get<std::uint64_t>(), swallowed);
+  const std::string closing = j["conclusion"].get<std::string>();
+  EXPECT_NE(closing.find("swallowed " + std::to_string(swallowed) + " copies; verification caught every one"),
+            std::string::npos) << closing;
+  EXPECT_NE(closing.find("still matched"), std::string::npos) << closing;
+  EXPECT_NE(closing.find("--integrity off"), std::string::npos) << closing;
+  const CliRun text = ferry({"run", "moe-offload", "--inject", "pinned-noop", "--quiet"});
+  ASSERT_EQ(text.code, 0) << text.err;
+  EXPECT_EQ(text.out.substr(text.out.rfind("verdict: MATCHED\n") + 17), closing + "\n") << "the last line";
+  const CliRun off = ferry({"run", "moe-offload", "--inject", "pinned-noop", "--integrity", "off", "--quiet"});
+  EXPECT_EQ(off.code, 1);
+  EXPECT_NE(off.out.find("which checks nothing: 0 were caught; the output did not match"), std::string::npos)
+      << off.out;
+  const CliRun clean = ferry({"run", "dense-stream", "--scale", kSmall, "--quiet", "--json"});
+  ASSERT_EQ(clean.code, 0) << clean.err;
+  EXPECT_TRUE(nlohmann::json::parse(clean.out)["conclusion"].is_null()) << "nothing injected, nothing to conclude";
+}
+
 TEST(RunCli, FailedChecksExitOne) {
   // Report 000's fault with the guard off: the digest check catches it.
   const CliRun r = ferry({"run", "dense-stream", "--scale", kSmall, "--quiet", "--inject", "pinned-noop",
