@@ -30,8 +30,9 @@ std::size_t edit_distance(std::string_view a, std::string_view b) {
 }
 
 // For the first argument that is neither an option of the command it was given
-// to nor (before a command) a command: the known name within two edits of it, as
-// "did you mean '--race-check'?"; "" when none is that close.
+// to nor (before a command) a command: "'--race-chek' is not an option of ferry
+// replay: did you mean '--race-check'?", naming the known name within two edits
+// of it; "" when none is that close.
 std::string did_you_mean(CLI::App& app, int argc, const char* const* argv) {
   const std::vector<CLI::App*> parsed = app.get_subcommands();
   const CLI::App* scope = parsed.empty() ? &app : parsed.front();
@@ -53,9 +54,31 @@ std::string did_you_mean(CLI::App& app, int argc, const char* const* argv) {
       const std::size_t d = edit_distance(word, name);
       if (d < best_distance) best = &name, best_distance = d;
     }
-    if (best != nullptr) return "did you mean '" + *best + "'?";
+    if (best != nullptr) {
+      const std::string what = word.starts_with("--") ? "an option of " : "a command of ";
+      const std::string command = parsed.empty() ? "ferry" : "ferry " + parsed.front()->get_name();
+      return "'" + std::string(word) + "' is not " + what + command + ": did you mean '" + *best + "'?";
+    }
   }
   return "";
+}
+
+// The deepest command given, when it needs a subcommand and got none: "ferry bench
+// needs a subcommand: pool or fragmentation"; "" otherwise.
+std::string missing_subcommand(CLI::App& app) {
+  CLI::App* scope = &app;
+  std::string path = "ferry";
+  while (!scope->get_subcommands().empty()) {
+    scope = scope->get_subcommands().front();
+    path += " " + scope->get_name();
+  }
+  const std::vector<CLI::App*> choices = scope->get_subcommands([](const CLI::App*) { return true; });
+  if (choices.empty() || scope == &app) return "";
+  std::string names;
+  for (std::size_t i = 0; i < choices.size(); ++i) {
+    names += (i == 0 ? "" : i + 1 == choices.size() ? " or " : ", ") + choices[i]->get_name();
+  }
+  return path + " needs a subcommand: " + names + " (run '" + path + " --help')";
 }
 
 }  // namespace
@@ -80,8 +103,20 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
       app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {
       // --help and --version are "errors" with exit code 0.
-      if (app.exit(e, out, err) == 0) return kExitOk;
-      if (const std::string hint = did_you_mean(app, argc, argv); !hint.empty()) err << "ferry: " << hint << '\n';
+      if (e.get_exit_code() == 0) return app.exit(e, out, err) == 0 ? kExitOk : kExitUsage;
+      // Our own word first: CLI11's ("The following arguments were not expected: 2
+      // --device") names the symptom, not the fix.
+      if (const std::string hint = did_you_mean(app, argc, argv); !hint.empty()) {
+        err << "ferry: " << hint << '\n';
+        return kExitUsage;
+      }
+      if (dynamic_cast<const CLI::RequiredError*>(&e) != nullptr) {
+        if (const std::string need = missing_subcommand(app); !need.empty()) {
+          err << need << '\n';
+          return kExitUsage;
+        }
+      }
+      app.exit(e, out, err);
       return kExitUsage;
     }
     const Io io{out, err};

@@ -179,6 +179,9 @@ struct WorkloadDeviceReport {
   std::uint64_t units = 0;                 // layers (dense-stream) / expert runs (moe-offload) it ran
   std::string unit_name;
   std::uint64_t tokens = 0;                // nominal tokens of its work (docs/workloads.md)
+  // What `tokens` counts: "tokens" (dense-stream: every token passes every device),
+  // "token-expert passes" (moe-offload: a token counts once per expert it visits).
+  std::string tokens_unit;
   double tokens_per_s = 0;                 // tokens / its wall, at full shape; 0 unless completed
   bool has_cache = false;
   CacheStats cache;  // fills: entries filled from another device's copy (moe-offload)

@@ -66,6 +66,7 @@ WorkloadDeviceReport device_report(std::uint32_t i, DeviceEnv& d, const Exec& li
   x.overlap_efficiency =
       x.wall_ns == 0 ? 0 : double(std::max(x.transfer_busy_ns, x.compute_busy_ns)) / double(x.wall_ns);
   x.unit_name = w.device_unit_name();
+  x.tokens_unit = w.device_tokens_unit();
   if (i < w.device_units.size()) x.units = w.device_units[i];
   if (i < w.device_tokens.size()) x.tokens = w.device_tokens[i];
   // At full shape, as the run's own figure (workload.hpp).
@@ -151,6 +152,7 @@ nlohmann::ordered_json devices_json(const std::vector<WorkloadDeviceReport>& dev
     d["throughput"] = {{"units", x.units},
                        {"unit", x.unit_name},
                        {"tokens", x.tokens},
+                       {"tokens_unit", x.tokens_unit},
                        {"tokens_per_s", x.tokens_per_s}};
     if (x.has_cache) {
       d["cache"] = {{"slots", x.cache_slots},       {"hit_rate", x.cache.hit_rate()},
@@ -173,7 +175,7 @@ void devices_summary(const WorkloadReport& r, const std::function<void(const std
     const IntegrityCounters& c = x.integrity;
     std::string v = x.device + ": " + std::to_string(x.units) + " " + x.unit_name;
     if (r.completed) {
-      v += ", " + text::fixed(x.tokens_per_s, 0) + " tokens/s, overlap " + text::fixed(x.overlap_efficiency, 3) +
+      v += ", " + text::fixed(x.tokens_per_s, 0) + " " + x.tokens_unit + "/s, overlap " + text::fixed(x.overlap_efficiency, 3) +
            " (transfer " + text::human_ns(x.transfer_busy_ns, 3) + ", compute " +
            text::human_ns(x.compute_busy_ns, 3) + " in " + text::human_ns(x.wall_ns, 3) + ")";
     }

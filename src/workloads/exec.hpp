@@ -212,6 +212,8 @@ class Workload {
   std::vector<std::uint64_t> device_units;
   std::vector<std::uint64_t> device_tokens;
   virtual std::string device_unit_name() const { return unit_name(); }
+  // What device_tokens counts (WorkloadDeviceReport::tokens_unit).
+  virtual std::string device_tokens_unit() const { return "tokens"; }
   std::uint64_t host_executed = 0;
   std::uint64_t prefetch_skipped = 0;
 };

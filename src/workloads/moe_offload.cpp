@@ -200,6 +200,8 @@ class MoeOffload final : public Workload {
   std::uint64_t units() const override { return kSteps; }
   std::string unit_name() const override { return "steps"; }
   std::string device_unit_name() const override { return "expert runs"; }
+  // A token routed to top-k experts in each layer is counted at each one.
+  std::string device_tokens_unit() const override { return "token-expert passes"; }
 
  private:
   SyntheticTensor tensor(std::string name, std::vector<std::uint64_t> shape) const {

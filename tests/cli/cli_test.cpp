@@ -110,7 +110,12 @@ TEST_F(CliTest, AMistypedFlagOrCommandGetsADidYouMean) {
   CliRun flag = ferry({"replay", trace("report003.jsonl"), "--race-chek"});
   EXPECT_EQ(flag.code, 2) << flag.err;
   EXPECT_NE(flag.err.find("--race-chek"), std::string::npos) << flag.err;
-  EXPECT_NE(flag.err.find("ferry: did you mean '--race-check'?"), std::string::npos) << flag.err;
+  EXPECT_NE(flag.err.find("ferry: '--race-chek' is not an option of ferry replay: did you mean '--race-check'?"),
+            std::string::npos) << flag.err;
+  EXPECT_EQ(flag.err.find("not expected"), std::string::npos) << "the fix, not CLI11's symptom first:\n" << flag.err;
+  CliRun valued_run = ferry({"run", "moe-offload", "--device", "2"});
+  EXPECT_EQ(valued_run.code, 2);
+  EXPECT_EQ(valued_run.err, "ferry: '--device' is not an option of ferry run: did you mean '--devices'?\n");
   CliRun valued = ferry({"replay", trace("report003.jsonl"), "--capcity=64MiB"});
   EXPECT_NE(valued.err.find("did you mean '--capacity'?"), std::string::npos) << valued.err;
   CliRun command = ferry({"repaly", trace("report003.jsonl")});
@@ -119,6 +124,14 @@ TEST_F(CliTest, AMistypedFlagOrCommandGetsADidYouMean) {
   CliRun far = ferry({"replay", trace("report003.jsonl"), "--zzzzzzzz"});
   EXPECT_EQ(far.code, 2);
   EXPECT_EQ(far.err.find("did you mean"), std::string::npos) << far.err;
+  EXPECT_NE(far.err.find("--zzzzzzzz"), std::string::npos) << "CLI11's message then: " << far.err;
+}
+
+// Issue 46 item 9: a command that needs a subcommand names them.
+TEST_F(CliTest, ACommandWithoutItsSubcommandNamesThem) {
+  CliRun bench = ferry({"bench"});
+  EXPECT_EQ(bench.code, 2);
+  EXPECT_EQ(bench.err, "ferry bench needs a subcommand: pool or fragmentation (run 'ferry bench --help')\n");
 }
 
 TEST_F(CliTest, CapacitySuffixesAreAccepted) {

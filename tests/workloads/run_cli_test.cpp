@@ -122,9 +122,13 @@ TEST(RunCli, TwoDevicesReportEachDevice) {
   EXPECT_EQ(swallowed, j["integrity"]["swallowed_copies"].get<std::uint64_t>());
   EXPECT_EQ(capacity, j["memory"]["capacity_bytes"].get<std::uint64_t>());
   EXPECT_EQ(j["links"], "0-1:nvlink");
+  // A device's rate is of token-expert passes, not the run's tokens: labelled so.
+  EXPECT_EQ(j["devices"][0]["throughput"]["tokens_unit"], "token-expert passes");
   EXPECT_EQ(j["devices"][1]["integrity"]["peer_direct_in"], j["devices"][1]["integrity"]["peer_copies_in"]);
   EXPECT_EQ(j["devices"][0]["integrity"]["swallowed_copies"], 0);
   EXPECT_GT(j["devices"][1]["integrity"]["swallowed_copies"].get<std::uint64_t>(), 0u);
+  const CliRun moe_text = ferry({"run", "moe-offload", "--scale", "0.0625", "--devices", "2", "--quiet"});
+  EXPECT_NE(moe_text.out.find(" token-expert passes/s, overlap"), std::string::npos) << moe_text.out;
   const CliRun text = ferry({"run", "dense-stream", "--scale", kSmall, "--devices", "2", "--quiet"});
   EXPECT_EQ(text.code, 0) << text.err;
   EXPECT_NE(text.out.find("device 1"), std::string::npos) << text.out;
