@@ -24,12 +24,17 @@ fn main() {
 
     let mut include: Option<Vec<PathBuf>> = env::var_os("FERRY_INCLUDE_DIR").map(|v| env::split_paths(&v).collect());
     let lib_dir = env::var_os("FERRY_LIB_DIR").map(PathBuf::from);
+    // The rpath reaches this crate's own tests only: cargo gives no dependent's
+    // binary a dependency's link arguments, so a program using the crate adds the
+    // rpath in a build script of its own (examples/rust/guide/build.rs, guide §9).
     if let Some(dir) = lib_dir.clone() {
         println!("cargo:rustc-link-search=native={}", dir.display());
+        println!("cargo:rustc-link-arg=-Wl,-rpath,{}", dir.display());
         println!("cargo:lib_dir={}", dir.display());
     } else if let Some(flags) = pkg_config("--libs-only-L") {
         for dir in flags.iter().filter_map(|f| f.strip_prefix("-L")) {
             println!("cargo:rustc-link-search=native={}", dir);
+            println!("cargo:rustc-link-arg=-Wl,-rpath,{}", dir);
             println!("cargo:lib_dir={}", dir);
         }
         if include.is_none() {

@@ -1,0 +1,36 @@
+# cmake -P script: the install's `import ferry` lines (LOG, written by
+# install_prefix.cmake) name the site directory, the interpreter behind PYTHON
+# (not a pyenv shim or a link) and, where it is another one, Debian's
+# /usr/bin/python3, each with how it imports the package.
+file(READ ${LOG} log)
+execute_process(COMMAND ${PYTHON} ${SOURCE_DIR}/cmake/python_site_dir.py ${PREFIX}
+  OUTPUT_VARIABLE site OUTPUT_STRIP_TRAILING_WHITESPACE RESULT_VARIABLE rc)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "cmake/python_site_dir.py failed")
+endif()
+string(REPLACE "\n" ";" site "${site}")
+list(GET site 0 site_dir)
+list(GET site 2 who)
+string(REGEX REPLACE " [^ ]+$" "" exe "${who}")
+# Literal searches: a path may hold characters a regex reads otherwise.
+function(expect_line text what)
+  string(FIND "${log}" "${text}" at)
+  if(at EQUAL -1)
+    set(bad "${bad}no line ${what}:\n  ${text}\n" PARENT_SCOPE)
+  endif()
+endfunction()
+set(bad "")
+expect_line("-- import ferry: ${site_dir}/ferry\n" "naming the site directory")
+expect_line("--   ${exe} (Python " "naming ${exe}, the interpreter behind ${PYTHON}")
+expect_line(", the one cmake configured with) imports it " "saying how the configuring Python imports it")
+if(EXISTS /usr/bin/python3)
+  file(REAL_PATH /usr/bin/python3 debian)
+  if(NOT debian STREQUAL exe)
+    expect_line("--   ${debian} (Python " "naming Debian's /usr/bin/python3 (${debian}), which is not ${exe}")
+    expect_line(", Debian's /usr/bin/python3) imports it " "saying how Debian's python3 imports it")
+  endif()
+endif()
+if(bad)
+  message(FATAL_ERROR "the install's output (${LOG}):\n${log}\nlacks:\n${bad}")
+endif()
+message("the install names ${site_dir}/ferry and who imports it, and how")
