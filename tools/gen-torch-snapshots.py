@@ -8,12 +8,9 @@ a freed block is cached on its stream and reused by a later request of the same
 stream that fits (within 2x), and a miss maps a new segment (2 MiB for small
 requests, the request rounded up to 2 MiB otherwise) with a segment_alloc.
 
-Usage: tools/gen-torch-snapshots.py OUT_DIR [--entries N]
-  Writes NAME.pickle and NAME.expect.json for each shape (NAME.expect.json holds
-  the figures `ferry import torch-snapshot` must report), and the hostile files.
-  --entries N: also write big-N.pickle, a training loop of about N entries
-  (for bench/import_bench.cpp).
+Usage: tools/gen-torch-snapshots.py OUT_DIR [--entries N]   (--help: what it writes)
 """
+import argparse
 import json
 import os
 import pickle
@@ -293,10 +290,36 @@ def malformed(out):
         f.write("\n")
 
 
-def main():
+def arguments(argv):
+    p = argparse.ArgumentParser(
+        prog="gen-torch-snapshots.py",
+        description="Writes PyTorch memory snapshots (the pickles torch.cuda.memory._dump_snapshot writes) from "
+                    "program shapes that occur in practice, drawn by this script's model of PyTorch's caching "
+                    "allocator (not by PyTorch).",
+        epilog="Into OUT_DIR: NAME.pickle and NAME.expect.json (the figures `ferry import torch-snapshot` must "
+               "report) for training, decode-kv-cache, moe-record-stream, layer-streaming, layer-streaming-cut and "
+               "two-devices; the hostile files (hostile-reduce-*.pickle: unpickling them with Python's pickle would "
+               "run a command) and the malformed ones (bad-*.pickle, their expected refusals in malformed.json). "
+               "tests/snapshots holds what it writes.")
+    p.add_argument("out_dir", metavar="OUT_DIR", help="the folder to write into (made if missing)")
+    p.add_argument("--entries", metavar="N", type=int,
+                   help="also write big.pickle, a training loop of N history entries (for bench/import_bench.cpp)")
+    args = p.parse_args(argv)
+    if args.entries is not None and args.entries < 1:
+        p.error("--entries must be at least 1, got %d" % args.entries)
+    if args.out_dir.startswith("-"):
+        p.error("OUT_DIR %r looks like an option" % args.out_dir)
+    return args
+
+
+def main(argv=None):
+    args = arguments(sys.argv[1:] if argv is None else argv)
     sys.setrecursionlimit(50000)
-    out = sys.argv[1]
-    os.makedirs(out, exist_ok=True)
+    out = args.out_dir
+    try:
+        os.makedirs(out, exist_ok=True)
+    except OSError as e:
+        sys.exit("gen-torch-snapshots.py: cannot make %s: %s" % (out, e.strerror))
     a = Allocator(0, 0x7f0000000000)
     training(a)
     write(out, "training", snapshot([a]), a.figures())
@@ -317,8 +340,8 @@ def main():
     write(out, "two-devices", snapshot([a0, a1]), a1.figures())
     hostile(out, "ferry-hostile-ran")
     malformed(out)
-    if "--entries" in sys.argv:
-        n = int(sys.argv[sys.argv.index("--entries") + 1])
+    if args.entries is not None:
+        n = args.entries
         a = Allocator(0, 0x7f0000000000)
         while len(a.trace) < n:  # a model per pass, freed at its end: the segments stay cached and bounded
             params, state = training(a, steps=1, layers=8)

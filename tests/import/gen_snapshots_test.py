@@ -32,6 +32,17 @@ def main():
                 failures.append(f"{c.name}: the committed file is not what the generator writes")
         if (pathlib.Path(tmp) / "ferry-hostile-ran").exists():
             failures.append("writing the hostile files ran them")
+        # Its usage: --help says what it writes and writes nothing; no argument is
+        # a usage error, not a traceback.
+        script = str(repo / "tools" / "gen-torch-snapshots.py")
+        shown = subprocess.run([sys.executable, script, "--help"], cwd=tmp, capture_output=True, text=True)
+        if shown.returncode != 0 or "OUT_DIR" not in shown.stdout or "expect.json" not in shown.stdout:
+            failures.append(f"--help: exit {shown.returncode}, {shown.stdout!r}")
+        if (pathlib.Path(tmp) / "--help").exists():
+            failures.append("--help wrote a folder named --help")
+        bare = subprocess.run([sys.executable, script], cwd=tmp, capture_output=True, text=True)
+        if bare.returncode != 2 or "Traceback" in bare.stderr or "OUT_DIR" not in bare.stderr:
+            failures.append(f"no arguments: exit {bare.returncode}, {bare.stderr!r}")
     for expect in sorted((repo / "tests" / "snapshots").glob("*.expect.json")):
         figures = json.loads(expect.read_text())
         name = expect.name[: -len(".expect.json")]
