@@ -82,7 +82,13 @@ struct PoolTimeline {
   std::vector<PoolLayout> keyframes;
   ReplayReport report;              // of the first replay
   std::string note;                 // "" or why a layout may not match the samples
+  // 1, or 2 when the peak's layout took a second replay: the first takes it as the
+  // peak rises while that costs at most kPeakLayoutWeightPerStep blocks and runs
+  // per step replayed (a trace that peaks at every op, say, goes past it).
+  std::size_t replays = 1;
 };
+
+inline constexpr std::size_t kPeakLayoutWeightPerStep = 64;
 
 // Replays the trace at `path` (or the text, named `name` in messages) and
 // samples it. Errors: those of replay_trace_file/replay_trace_text (nothing

@@ -1,4 +1,5 @@
-// Sampling a replay: the observer, the peak's second replay, the JSON form.
+// Sampling a replay: the observer, the peak's layout (a second replay only past its
+// budget), the JSON form.
 #include "ferry/pool_timeline.hpp"
 
 #include <nlohmann/json.hpp>
@@ -124,7 +125,13 @@ Result<PoolTimeline> sample_replay(Replay replay, const TimelineOptions& options
   PoolTimeline t;
   std::optional<PoolLayout> end, at_line, first_oom;
   Keyframes keyframes;
+  // The layout at the highest (reserved, allocated) so far, retaken as it rises;
+  // `rising_late` when a rise went untaken (over budget): the layout is then stale.
+  std::optional<PoolLayout> rising;
+  bool rising_late = false;
+  std::size_t spent = 0;
 
+  std::size_t best_sample = 0;
   ReplayOptions first = options.replay;
   first.on_step = [&](const ReplayStep& step) {
     if (options.progress) options.progress("replay", step.index + 1, step.total + 2);
@@ -134,6 +141,22 @@ Result<PoolTimeline> sample_replay(Replay replay, const TimelineOptions& options
       for (const SegmentInfo& g : step.pool->segments()) t.granule = g.granule;
     }
     keyframes.maybe_take(step, s);
+    const bool an_op = step.index >= 1 && step.index <= step.total;
+    const bool rises = an_op && (!rising && !rising_late ? true
+                                 : std::tie(s.reserved_bytes, s.allocated_bytes) >
+                                       std::tie(t.samples[best_sample].reserved_bytes,
+                                                t.samples[best_sample].allocated_bytes));
+    if (rises) {
+      best_sample = t.samples.size() - 1;
+      const std::size_t cost = rising ? weight(*rising) : 0;
+      if (spent + cost <= kPeakLayoutWeightPerStep * step.index) {
+        rising = layout_of(step, s, "peak", "peak reserved");
+        spent += weight(*rising);
+        rising_late = false;
+      } else {
+        rising_late = true;
+      }
+    }
     if (!first_oom && s.ooms > 0) first_oom = layout_of(step, s, "oom", "first out_of_memory");
     if (is_end_of_trace(step)) end = layout_of(step, s, "end", "end of trace");
     if (options.at_line && !at_line && step.index >= 1 && step.index <= step.total &&
@@ -174,6 +197,8 @@ Result<PoolTimeline> sample_replay(Replay replay, const TimelineOptions& options
     peak_layout = as_peak(*at_line);
   } else if (first_oom && first_oom->at.index == peak) {
     peak_layout = as_peak(*first_oom);
+  } else if (rising && !rising_late && rising->at.index == peak) {
+    peak_layout = std::move(*rising);
   } else {
     // Replay again to stop at the peak: same seed, same schedule.
     std::vector<PoolSample> again;
@@ -185,6 +210,7 @@ Result<PoolTimeline> sample_replay(Replay replay, const TimelineOptions& options
     };
     Result<ReplayReport> r2 = replay(second);
     if (!r2.ok()) return std::move(r2).error();
+    t.replays = 2;
     if (again != t.samples) {
       t.note = "the second replay (for the peak's layout) did not repeat the first one; the peak "
                "layout may not match the samples";

@@ -162,6 +162,25 @@ TimelineOptions at_64mib() {
   return o;
 }
 
+// A peak that rises at every one of 1,000 allocations would cost a layout per op:
+// past the budget the peak is taken by a second replay, and it is the same state.
+TEST(PoolTimeline, APeakRisingAtEveryOpTakesASecondReplayForItsLayout) {
+  std::string text;
+  for (int i = 0; i < 1000; ++i) text += R"({"op":"alloc","id":"b)" + std::to_string(i) + R"(","bytes":4096,"stream":0})" "\n";
+  text += R"({"op":"free","id":"b0"})" "\n";
+  Result<PoolTimeline> t = observe_replay_text(text, "rising.jsonl", at_64mib());
+  ASSERT_TRUE(t.ok()) << t.error().message;
+  EXPECT_EQ(t->replays, 2u);
+  ASSERT_FALSE(t->layouts.empty());
+  const PoolLayout& peak = t->layouts[0];
+  EXPECT_EQ(peak.moment, "peak");
+  EXPECT_EQ(peak.at.index, 1000u) << "after the last allocation";
+  std::size_t live = 0;
+  for (const BlockInfo& b : peak.snapshot.blocks) live += b.state == BlockInfo::State::live ? 1 : 0;
+  EXPECT_EQ(live, 1000u);
+  EXPECT_EQ(t->note, "");
+}
+
 TEST(PoolTimeline, SamplesEveryOpAndSnapshotsThePeakAndTheEnd) {
   Result<PoolTimeline> t = observe_replay_text(kTrace, "small.jsonl", at_64mib());
   ASSERT_TRUE(t.ok()) << t.error().message;
@@ -188,7 +207,8 @@ TEST(PoolTimeline, SamplesEveryOpAndSnapshotsThePeakAndTheEnd) {
   std::uint64_t most = 0;
   for (const PoolSample& s : t->samples) most = std::max(most, s.reserved_bytes);
   EXPECT_EQ(peak.at.reserved_bytes, most);
-  EXPECT_EQ(peak.snapshot.stats.reserved_bytes, most) << "the second replay stopped at the same state";
+  EXPECT_EQ(peak.snapshot.stats.reserved_bytes, most) << "the peak's layout is the peak's state";
+  EXPECT_EQ(t->replays, 1u) << "issue 46 item 10: the page is drawn from one replay";
   expect_consistent(peak.snapshot);
   expect_consistent(end.snapshot);
 
