@@ -131,7 +131,8 @@ Subcommand add_replay(CLI::App& parent) {
                 "(sim only; docs/spec.md section 9): exit 1 when one is found");
   app->add_flag("--strict", args->strict,
                 "Insert no cross-stream wait: only the trace's own `wait` ops order streams,\n"
-                "so a recorded program's ordering bug shows (as a race under --race-check)");
+                "so a recorded program's ordering bug shows (as a race under --race-check; with\n"
+                "verify or probe the races are also sought with uploads asynchronous, as on a GPU)");
   add_report_options(*app, args->report, args->json);
   app->add_flag("--quiet", args->quiet, "No progress bar on a terminal's stderr");
   app->add_option("--device", args->device,

@@ -158,6 +158,10 @@ struct ReplayRace {
   ReplayRaceSide earlier, later;
   std::uint64_t addr = 0, bytes = 0;
   bool reuse = false;
+  // Found only with uploads asynchronous (--strict, integrity other than off): the
+  // host's wait for a verified upload ordered the two here; on a GPU whose uploads
+  // do not block the host they race.
+  bool ordered_by_verification = false;
 };
 
 // One thing a person should look at: an unexpected error, an unexpected

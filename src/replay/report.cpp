@@ -83,7 +83,8 @@ std::string report_json(const ReplayReport& r) {
                       {"later", side(race.later)},
                       {"addr", race.addr},
                       {"bytes", race.bytes},
-                      {"reuse", race.reuse}});
+                      {"reuse", race.reuse},
+                      {"ordered_by_verification", race.ordered_by_verification}});
     }
     j["races"] = {{"count", r.races}, {"list", std::move(list)}};
   }
@@ -113,7 +114,8 @@ std::string race_lines(const ReplayReport& r) {
              (x.id.empty() ? "" : ", id \"" + x.id + "\"") + ")";
     };
     s += "  race: " + side(race.earlier) + " and " + side(race.later) + ", " + human_bytes(race.bytes) +
-         " at " + text::hex(race.addr) + (race.reuse ? " - a freed block reused too early" : "") + "\n";
+         " at " + text::hex(race.addr) + (race.reuse ? " - a freed block reused too early" : "") +
+         (race.ordered_by_verification ? " - ordered here only by a verified upload's host wait" : "") + "\n";
   }
   return s;
 }

@@ -53,6 +53,31 @@ TEST(ReplayRace, AMissingWaitUnderStrictIsARaceNamingBothLines) {
   EXPECT_EQ(report["races"]["list"][0]["earlier"]["id"], "w");
 }
 
+// Issue 46 item 5: a verified upload blocks the host, which orders the next op;
+// --strict races by stream order alone, so the missing wait is still a race, marked
+// as one only verification ordered.
+TEST(ReplayRace, AnUploadsMissingWaitIsARaceUnderStrictWhateverThePolicy) {
+  std::string t = producer_consumer(false);
+  const std::string fill = "{\"op\":\"fill\",\"id\":\"w\",\"stream\":1,\"seed\":7}\n";
+  t.replace(t.find(fill), fill.size(), "{\"op\":\"upload\",\"id\":\"w\",\"stream\":1,\"seed\":7}\n");
+  const std::string path = write_trace("upload_missing_wait.jsonl", t);
+  const auto r = run_ferry({"replay", path, "--capacity", "64MiB", "--strict", "--race-check"});
+  EXPECT_EQ(r.code, 1) << r.out << r.err;
+  EXPECT_NE(r.out.find("race: line 3 (upload"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("ordered here only by a verified upload's host wait"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("checks         1 compared, 0 corrupt"), std::string::npos) << "verification kept the bytes";
+  const auto j = nlohmann::json::parse(
+      run_ferry({"replay", path, "--capacity", "64MiB", "--strict", "--race-check", "--json"}).out);
+  EXPECT_EQ(j["races"]["count"], 1);
+  EXPECT_EQ(j["races"]["list"][0]["ordered_by_verification"], true);
+  // Without --strict the replay's own waits order the streams: nothing to report.
+  EXPECT_EQ(run_ferry({"replay", path, "--capacity", "64MiB", "--race-check"}).code, 0);
+  // Under integrity off the race is the plain kind.
+  const auto off = run_ferry({"replay", path, "--capacity", "64MiB", "--strict", "--race-check", "--integrity", "off"});
+  EXPECT_EQ(off.code, 1);
+  EXPECT_EQ(off.out.find("ordered here only"), std::string::npos) << off.out;
+}
+
 TEST(ReplayRace, TheSameTraceWithItsWaitPasses) {
   const std::string path = write_trace("with_wait.jsonl", producer_consumer(true));
   const auto r = run_ferry({"replay", path, "--capacity", "64MiB", "--strict", "--race-check"});
