@@ -184,8 +184,8 @@ Subcommand add_snapshot(CLI::App& parent) {
       "The sim is deterministic: the peak's layout is taken by replaying the trace a second time.\n"
       "Exit status: 0 the replay passed; 1 a check was corrupt or an error was unexpected (the\n"
       "page is still written), or writing an output failed after the replay ran; 2 malformed\n"
-      "or unreadable trace (FILE:LINE: what is wrong), bad option, or an output path that\n"
-      "cannot be written (checked before anything runs).");
+      "or unreadable trace (FILE:LINE: what is wrong) or one with no ops, bad option, or an\n"
+      "output path that cannot be written (checked before anything runs).");
   return {app, [args](const Io& io) { return run_snapshot(*args, io); }};
 }
 

@@ -395,6 +395,11 @@ class Validator {
   }
 
   Result<Trace> finish() && {
+    // A run with nothing in it would pass having checked nothing.
+    if (problems_.empty() && trace_.ops.empty()) {
+      return make_error(ErrorCode::invalid_argument,
+                        trace_.name + ": the trace is empty: it has no ops (blank lines and a meta line are not ops)");
+    }
     if (problems_.empty()) return std::move(trace_);
     std::string message;
     const std::size_t listed = std::min(problems_.size(), kMaxListedProblems);
