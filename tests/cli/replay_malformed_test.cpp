@@ -127,7 +127,7 @@ TEST(MalformedTraceReport, ListsTheFirstProblemsAndCountsTheRest) {
   EXPECT_NE(msg.find("5 more problems"), std::string::npos) << msg;
 }
 
-// Nothing to run is nothing checked: refused (FILE: without a line), never a PASS.
+// Nothing to run is nothing checked: refused, naming the file but no line, never a PASS.
 TEST(MalformedTraceReport, ATraceWithNoOpsIsRefused) {
   for (const std::string text : {"", "\n", " \t\r\n\n", R"({"op":"meta","capacity":4194304})" "\n",
                                  R"({"op":"meta","devices":2})"}) {
