@@ -349,7 +349,8 @@ Subcommand add_bench(CLI::App& parent) {
       "the capacity over [peak, 3 x peak] in steps of one granule (the method of\n"
       "bench/pool_bench.cpp), then replays at the smallest + 1..16 granules: \"monotone\" says\n"
       "whether every one of them passed (more capacity must never make a trace fail).\n"
-      "Exit status: 0 ran; 1 the trace fails even at full capacity; 2 malformed trace or bad option.");
+      "Exit status: 0 ran; 1 the trace fails even at full capacity; 2 malformed trace, one\n"
+      "with no ops, or bad option.");
 
   return {app, [app, pool_app, frag_app, pool, frag](const Io& io) {
             if (pool_app->parsed()) return run_pool(*pool, io);

@@ -142,7 +142,8 @@ Subcommand add_replay(CLI::App& parent) {
   app->footer(
       "FILE may be a PyTorch memory snapshot (recognised by its content, a pickle): its history is\n"
       "imported (`ferry import torch-snapshot`) and the report's `source` says what PyTorch saw.\n"
-      "Blank lines in a trace are ignored. The whole trace is checked before anything runs.\n"
+      "Blank lines in a trace are ignored. The whole trace is checked before anything runs;\n"
+      "a trace with no ops (blank lines and a meta line are not ops) is refused: it checks nothing.\n"
       "A trace is a regular file of at most 1 GiB, each line at most 1 MiB; an optional first\n"
       "line {\"op\":\"meta\",\"capacity\":N} gives the capacity used when --capacity is not;\n"
       "its \"devices\":N (and \"links\") replay the trace on N sim devices, each op on its \"device\"\n"
@@ -153,7 +154,7 @@ Subcommand add_replay(CLI::App& parent) {
       "Exit status: 0 every check matched and every error was expected; 1 a check was corrupt,\n"
       "an error was unexpected, an expected error did not happen or (--race-check) a race was\n"
       "found; 2 malformed trace (FILE:LINE:\n"
-      "what is wrong), bad option, or a backend this machine does not have.");
+      "what is wrong) or one with no ops, bad option, or a backend this machine does not have.");
   return {app, [args](const Io& io) { return run_replay(*args, io); }};
 }
 

@@ -185,8 +185,8 @@ Subcommand add_snapshot(CLI::App& parent) {
       "that (over 64 blocks per op redrawn) is replayed a second time, the sim being deterministic.\n"
       "Exit status: 0 the replay passed; 1 a check was corrupt or an error was unexpected (the\n"
       "page is still written), or writing an output failed after the replay ran; 2 malformed\n"
-      "or unreadable trace (FILE:LINE: what is wrong), bad option, or an output path that\n"
-      "cannot be written (checked before anything runs).");
+      "or unreadable trace (FILE:LINE: what is wrong) or one with no ops, bad option, or an\n"
+      "output path that cannot be written (checked before anything runs).");
   return {app, [args](const Io& io) { return run_snapshot(*args, io); }};
 }
 

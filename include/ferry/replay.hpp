@@ -233,8 +233,8 @@ Result<std::string> read_trace_file(const std::string& path);
 
 // Reads the trace at `path` (read_trace_file), validates it, then replays it.
 // Errors (nothing has run): read_trace_file's; invalid_argument (malformed trace,
-// unknown profile or backend, bad capacity, faults with a backend other than
-// sim; the message names FILE:LINE),
+// the message naming FILE:LINE; a trace with no ops, "FILE: the trace is empty";
+// unknown profile or backend, bad capacity, faults with a backend other than sim),
 // unsupported (the backend is not available here), backend_error (the backend
 // or pool could not be set up). Every error while replaying is counted in the
 // report instead.

@@ -191,6 +191,16 @@ class FieldReader {
   std::string problem_;
 };
 
+// What the validator knows about one graph name from the lines read so far.
+// A line that carries `expect` may fail, so it moves its graph on only when it
+// is an `end`, which ends the capture even when spoiled.
+struct GraphState {
+  enum class Phase : std::uint8_t { not_made, capturing, made, destroyed };
+  Phase phase = Phase::not_made;
+  std::size_t line = 0;  // the line that put it in `phase`
+  StreamId stream = 0;   // capturing: the stream
+};
+
 // What the validator knows about one id from the lines read so far.
 struct IdState {
   std::size_t alloc_line = 0;  // 0: no earlier line allocated it
@@ -385,6 +395,11 @@ class Validator {
   }
 
   Result<Trace> finish() && {
+    // A run with nothing in it would pass having checked nothing.
+    if (problems_.empty() && trace_.ops.empty()) {
+      return make_error(ErrorCode::invalid_argument,
+                        trace_.name + ": the trace is empty: it has no ops (blank lines and a meta line are not ops)");
+    }
     if (problems_.empty()) return std::move(trace_);
     std::string message;
     const std::size_t listed = std::min(problems_.size(), kMaxListedProblems);
@@ -439,17 +454,62 @@ class Validator {
         problem(number, "graph " + quoted_id(*pool) + " was not captured by an earlier line");
         return false;
       }
+      // The replay would begin the capture with a pool of its own, unseen.
+      if (std::string why = unshareable(*op.pool); !why.empty()) {
+        problem(number, "field \"pool\": " + why);
+        return false;
+      }
     }
     std::optional<IdIndex> index = known(*graph);
     if (!index && op.kind == OpKind::capture && op.phase == CapturePhase::begin) {
       index = static_cast<IdIndex>(trace_.graphs.size());
       trace_.graphs.push_back(*graph);
+      graph_states_.emplace_back();
     }
     if (!index) {
       problem(number, "graph " + quoted_id(*graph) + " was not captured by an earlier line");
       return false;
     }
     op.graph = *index;
+    return op.kind != OpKind::capture || capture_phase(op, f.has("expect"));
+  }
+
+  // Why a `pool` may not name graph `g` (empty: it may): only a made graph has a pool to share.
+  std::string unshareable(IdIndex g) const {
+    const GraphState& st = graph_states_[g];
+    const std::string name = "graph " + quoted_id(trace_.graphs[g]);
+    switch (st.phase) {
+      case GraphState::Phase::made: return {};
+      case GraphState::Phase::capturing:
+        return name + " is still capturing (begun at line " + std::to_string(st.line) + "); its pool is shared once it ends";
+      case GraphState::Phase::destroyed: return name + " was destroyed at line " + std::to_string(st.line);
+      case GraphState::Phase::not_made: break;
+    }
+    return name + " was never made (line " + std::to_string(st.line) + " carried \"expect\")";
+  }
+
+  // A capture op's step in its graph's life; false with the problem noted.
+  bool capture_phase(const TraceOp& op, bool may_fail) {
+    GraphState& st = graph_states_[op.graph];
+    const auto now = [&](GraphState::Phase phase) { st = {phase, op.line, op.stream}; };
+    switch (op.phase) {
+      case CapturePhase::begin:
+        // Two captures under one name would share the replay's one record of it.
+        if (st.phase == GraphState::Phase::capturing) {
+          problem(op.line, "graph " + quoted_id(trace_.graphs[op.graph]) + " is already capturing (begun at line " +
+                               std::to_string(st.line) + " on stream " + std::to_string(st.stream) + ")");
+          return false;
+        }
+        if (!may_fail) now(GraphState::Phase::capturing);
+        else if (st.line == 0) st.line = op.line;
+        return true;
+      case CapturePhase::end:
+        if (st.phase == GraphState::Phase::capturing) now(may_fail ? GraphState::Phase::not_made : GraphState::Phase::made);
+        return true;
+      case CapturePhase::destroy:
+        if (!may_fail && st.phase == GraphState::Phase::made) now(GraphState::Phase::destroyed);
+        return true;
+    }
     return true;
   }
 
@@ -552,6 +612,7 @@ class Validator {
   bool seen_line_ = false;  // a non-blank line was read: a meta op may no longer come
   std::unordered_map<std::string, IdIndex> index_;
   std::vector<IdState> states_;
+  std::vector<GraphState> graph_states_;  // parallel to trace_.graphs
   std::vector<std::string> problems_;
 };
 

@@ -84,7 +84,8 @@ inline constexpr std::size_t kMaxListedProblems = 10;
 // Parses and validates JSON Lines text. Blank (whitespace-only) lines are
 // ignored; a trailing '\r' is ignored. Errors: invalid_argument whose message
 // has one "NAME:LINE: what is wrong" line per problem (the first
-// kMaxListedProblems, then a count of the rest).
+// kMaxListedProblems, then a count of the rest), or, for well-formed text with
+// no ops (a meta line is none), "NAME: the trace is empty: ...".
 Result<Trace> parse_trace(std::string_view text, std::string_view name);
 
 // An id as messages show it: in quotes, cut short when long.

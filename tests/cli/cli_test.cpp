@@ -14,6 +14,7 @@
 #include <initializer_list>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "app.hpp"
@@ -233,9 +234,9 @@ TEST_F(CliTest, ATracesMetaCapacityIsUsedWhenNoneIsGiven) {
 
 // --- small lies (item 14) -------------------------------------------------------------
 
-// The engine's start-up probe is not the trace's: an empty trace peaks at nothing.
-TEST_F(CliTest, AnEmptyTracePeaksAtZeroLiveBytes) {
-  const std::string t = write("empty.jsonl", "\n");
+// The engine's start-up probe is not the trace's: a trace that allocates nothing peaks at nothing.
+TEST_F(CliTest, ATraceWithoutAllocationsPeaksAtZeroLiveBytes) {
+  const std::string t = write("trim.jsonl", "{\"op\":\"trim\"}\n");
   CliRun r = ferry({"replay", t, "--json"});
   EXPECT_EQ(r.code, 0) << r.err;
   const nlohmann::json j = nlohmann::json::parse(r.out, nullptr, false);
@@ -243,6 +244,23 @@ TEST_F(CliTest, AnEmptyTracePeaksAtZeroLiveBytes) {
   CliRun s = ferry({"replay", t});
   EXPECT_EQ(s.out.find("x live"), std::string::npos) << s.out;
   EXPECT_EQ(s.out.find("fragmentation ratio"), std::string::npos) << s.out;
+}
+
+// A run that checked nothing must not pass (issue 41, item 9): every command that reads a trace refuses it.
+TEST_F(CliTest, AnEmptyTraceIsExitTwoNeverAPass) {
+  for (const auto& [name, text] : {std::pair<std::string, std::string>{"zero.jsonl", ""},
+                                   {"blank.jsonl", "\n  \n\t\r\n"},
+                                   {"meta.jsonl", "{\"op\":\"meta\",\"capacity\":4194304}\n\n"}}) {
+    const std::string t = write(name, text);
+    for (const std::vector<std::string>& args : {std::vector<std::string>{"replay", t, "--quiet"},
+                                                 {"bench", "fragmentation", t, "--quiet"},
+                                                 {"snapshot", t, "--json", "-"}}) {
+      CliRun r = testing::run_ferry(args);
+      EXPECT_EQ(r.code, 2) << args[0] << " " << name << ": " << r.out << r.err;
+      EXPECT_NE(r.err.find(t + ": the trace is empty"), std::string::npos) << args[0] << ": " << r.err;
+      EXPECT_EQ(r.out.find("PASS"), std::string::npos) << r.out;
+    }
+  }
 }
 
 // One name per quantity (item 24): the run report's ooms_survived, not "recoveries".

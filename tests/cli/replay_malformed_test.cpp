@@ -127,6 +127,22 @@ TEST(MalformedTraceReport, ListsTheFirstProblemsAndCountsTheRest) {
   EXPECT_NE(msg.find("5 more problems"), std::string::npos) << msg;
 }
 
+// Nothing to run is nothing checked: refused, naming the file but no line, never a PASS.
+TEST(MalformedTraceReport, ATraceWithNoOpsIsRefused) {
+  for (const std::string text : {"", "\n", " \t\r\n\n", R"({"op":"meta","capacity":4194304})" "\n",
+                                 R"({"op":"meta","devices":2})"}) {
+    Result<ReplayReport> r = replay_trace_text(text, "empty.jsonl", ReplayOptions{});
+    ASSERT_FALSE(r.ok()) << "accepted: " << text;
+    EXPECT_EQ(r.error().code, ErrorCode::invalid_argument);
+    EXPECT_EQ(r.error().message, "empty.jsonl: the trace is empty: it has no ops (blank lines and a meta line are not ops)");
+  }
+  // Malformed lines are named as such, not as an empty trace.
+  Result<ReplayReport> bad = replay_trace_text("{\"op\":\"nope\"}\n", "empty.jsonl", ReplayOptions{});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.error().message.rfind("empty.jsonl:1: unknown op", 0), 0u) << bad.error().message;
+  EXPECT_EQ(bad.error().message.find("the trace is empty"), std::string::npos) << bad.error().message;
+}
+
 TEST(MalformedTraceReport, ValidLinesAroundTheBadOneDoNotRun) {
   // A well-formed prefix that would fail at run time (0 bytes) is not run: the
   // answer is the malformed line, not a report.

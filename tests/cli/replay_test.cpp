@@ -281,12 +281,6 @@ TEST(Replay, HeldStreamsLeftHeldAtTheEndAreDrained) {
   EXPECT_TRUE(r.passed()) << report_summary(r);
 }
 
-TEST(Replay, AnEmptyTraceDoesNothingAndPasses) {
-  ReplayReport r = replay_ok("\n  \n");
-  EXPECT_EQ(r.ops, 0u);
-  EXPECT_TRUE(r.passed());
-}
-
 TEST(Replay, ReportJsonHasEverySpecKey) {
   Result<ReplayReport> r = replay_trace_file(trace_path("oom-expected.jsonl"), with_capacity(32 * kMiB));
   ASSERT_TRUE(r.ok());

@@ -275,13 +275,23 @@ TEST(PoolTimeline, AMalformedTraceRunsNothing) {
   EXPECT_NE(t.error().message.find("bad.jsonl:1:"), std::string::npos) << t.error().message;
 }
 
-TEST(PoolTimeline, AnEmptyTraceHasTwoSamplesAndAnEndLayout) {
-  Result<PoolTimeline> t = observe_replay_text("\n", "empty.jsonl", at_64mib());
+// The smallest page: one op that allocates nothing.
+TEST(PoolTimeline, ATraceOfOneTrimHasThreeSamplesAndPeakAndEndLayouts) {
+  Result<PoolTimeline> t = observe_replay_text("{\"op\":\"trim\"}\n", "trim.jsonl", at_64mib());
   ASSERT_TRUE(t.ok()) << t.error().message;
-  EXPECT_EQ(t->samples.size(), 2u);
-  ASSERT_EQ(t->layouts.size(), 1u);
-  EXPECT_EQ(t->layouts[0].moment, "end");
+  EXPECT_EQ(t->samples.size(), 3u);
+  ASSERT_EQ(t->layouts.size(), 2u);
+  EXPECT_EQ(t->layouts[0].moment, "peak");
+  EXPECT_EQ(t->layouts[1].moment, "end");
   EXPECT_FALSE(timeline_html(*t).empty());
+}
+
+// A page of a trace with no ops would show a pass that checked nothing.
+TEST(PoolTimeline, AnEmptyTraceIsRefused) {
+  Result<PoolTimeline> t = observe_replay_text("\n", "empty.jsonl", at_64mib());
+  ASSERT_FALSE(t.ok());
+  EXPECT_EQ(t.error().code, ErrorCode::invalid_argument);
+  EXPECT_EQ(t.error().message.rfind("empty.jsonl: the trace is empty", 0), 0u) << t.error().message;
 }
 
 TEST(ReplayObserver, AThrowingObserverStopsButTheReplayRunsToTheEnd) {

@@ -174,6 +174,24 @@ TEST(TorchSnapshot, NonAsciiFramesKeepTheirUtf8ThroughTheTraceAndReport) {
   EXPECT_TRUE(report->passed()) << report_summary(*report);
 }
 
+// A history with no block in it imports to no ops: its replay is refused as empty
+// (it would check nothing), while one alloc is enough to replay.
+TEST(TorchSnapshot, AHistoryWithoutBlocksIsAnEmptyTraceAndOneAllocReplays) {
+  const std::string segments = snapshot_pickle({{"segment_alloc", 0, 2 << 20, 0}, {"segment_free", 0, 2 << 20, 0}});
+  Result<TorchSnapshotImport> imported = import_torch_snapshot(segments, "segments.pickle");
+  ASSERT_TRUE(imported.ok()) << imported.error().message;
+  EXPECT_EQ(imported->source.segment_allocs, 1u);
+  Result<ReplayReport> empty = replay_trace_text(segments, "segments.pickle", ReplayOptions{});
+  ASSERT_FALSE(empty.ok());
+  EXPECT_EQ(empty.error().code, ErrorCode::invalid_argument);
+  EXPECT_EQ(empty.error().message.rfind("segments.pickle: the trace is empty", 0), 0u) << empty.error().message;
+
+  Result<ReplayReport> one = replay_trace_text(snapshot_pickle({{"alloc", 0x1000, 4096, 0}}), "one.pickle", ReplayOptions{});
+  ASSERT_TRUE(one.ok()) << one.error().message;
+  EXPECT_TRUE(one->passed()) << report_summary(*one);
+  EXPECT_EQ(one->ops, 1u);
+}
+
 // The snapshot page's data: PyTorch's reserved line (from the history's segment
 // events) beside ferry's, and the largest live blocks at the peak named by frames.
 TEST(TorchSnapshot, ThePageDrawsPyTorchsReservedAndNamesTheLargestBlocks) {
