@@ -504,6 +504,17 @@ class Validator {
         else if (st.line == 0) st.line = op.line;
         return true;
       case CapturePhase::end:
+        // An end on another stream would file that stream's capture under this name.
+        if (!may_fail && st.phase != GraphState::Phase::capturing) {
+          problem(op.line, "graph " + quoted_id(trace_.graphs[op.graph]) + " is not capturing: no begin of it is open");
+          return false;
+        }
+        if (!may_fail && st.stream != op.stream) {
+          problem(op.line, "graph " + quoted_id(trace_.graphs[op.graph]) + " is capturing on stream " +
+                               std::to_string(st.stream) + " (begun at line " + std::to_string(st.line) +
+                               "), not on stream " + std::to_string(op.stream));
+          return false;
+        }
         if (st.phase == GraphState::Phase::capturing) now(may_fail ? GraphState::Phase::not_made : GraphState::Phase::made);
         return true;
       case CapturePhase::destroy:

@@ -214,6 +214,15 @@ TEST(ReplayGraph, TheValidatorNamesABadCaptureLine) {
 {"op":"capture","phase":"end","graph":"g","stream":1,"expect":"invalid_argument"}
 {"op":"capture","phase":"begin","graph":"h","stream":1,"pool":"g"})",
             "graph.jsonl:3: field \"pool\": graph \"g\" was never made (line 2 carried \"expect\")"},
+           // An end that would file another stream's capture under its name: a false corrupt.
+           {R"({"op":"capture","phase":"begin","graph":"g","stream":1}
+{"op":"capture","phase":"begin","graph":"h","stream":2}
+{"op":"capture","phase":"end","graph":"g","stream":2})",
+            "graph.jsonl:3: graph \"g\" is capturing on stream 1 (begun at line 1), not on stream 2"},
+           {R"({"op":"capture","phase":"begin","graph":"g","stream":1}
+{"op":"capture","phase":"end","graph":"g","stream":1}
+{"op":"capture","phase":"end","graph":"g","stream":1})",
+            "graph.jsonl:3: graph \"g\" is not capturing: no begin of it is open"},
        }) {
     Result<ReplayReport> r = replay(text);
     if (r.ok()) {
