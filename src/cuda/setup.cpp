@@ -19,6 +19,7 @@
 
 #include "cuda/cublas_api.hpp"
 #include "cuda/cuda_error.hpp"
+#include "cuda/device_scope.hpp"
 #include "cuda/driver_api.hpp"
 #include "ferry/content.hpp"
 #include "ferry/cuda_backend.hpp"
@@ -227,7 +228,7 @@ CudaBackend::CudaBackend(Setup setup)
 
 // No other thread may use a backend that is being destroyed, so no lock is taken.
 CudaBackend::~CudaBackend() {
-  bind();
+  const DeviceScope bound = bind();
   (void)synchronize();
   host_jobs_.stop_worker();  // before the staging buffers go
   // Before the streams they are bound to.
@@ -332,6 +333,7 @@ Result<std::unique_ptr<Backend>> make_cuda_backend(const CudaOptions& options) {
                       "CUDA device " + std::to_string(options.device) + " does not exist (" +
                           std::to_string(count) + " found)");
   }
+  const cuda_detail::DeviceScope bound(options.device);
   return cuda_detail::create_backend(options.device);
 }
 
