@@ -11,7 +11,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <filesystem>
 #include <memory>
 #include <string>
 #include <utility>
@@ -21,6 +20,7 @@
 #include "cuda/cuda_error.hpp"
 #include "cuda/device_scope.hpp"
 #include "cuda/driver_api.hpp"
+#include "cuda/driver_probe.hpp"
 #include "ferry/content.hpp"
 #include "ferry/cuda_backend.hpp"
 
@@ -309,19 +309,17 @@ Result<std::unique_ptr<Backend>> make_cuda_backend(const CudaOptions& options) {
   }
   if (err != cudaSuccess) {
     // Without a GPU the runtime says "CUDA driver version is insufficient", which sends
-    // people to upgrade a driver they do not have. The kernel driver's /proc entry tells
-    // "no driver here" (unsupported: tests skip) from "a driver too old or broken"
-    // (backend_error: a machine with a device must not skip its GPU tests).
-    const bool no_driver = err == cudaErrorNoDevice || err == cudaErrorStubLibrary ||
-                           !std::filesystem::exists("/proc/driver/nvidia/version");
-    if (no_driver) {
+    // people to upgrade a driver they do not have: the driver itself tells "no driver or
+    // device here" from "a driver too old or broken" (driver_probe.hpp).
+    const cuda_detail::DriverProbe probe = cuda_detail::probe_driver();
+    if (cuda_detail::no_driver_or_device(err, probe)) {
       return make_error(ErrorCode::unsupported,
                         std::string("no CUDA device or driver found on this machine (the CUDA runtime says: ") +
-                            cudaGetErrorName(err) + ")");
+                            cudaGetErrorName(err) + "; " + probe.note + ")");
     }
     return make_error(ErrorCode::backend_error,
                       std::string("an NVIDIA driver is installed but CUDA could not start on it: ") +
-                          cuda_detail::describe(err) +
+                          cuda_detail::describe(err) + "; " + probe.note +
                           (err == cudaErrorInsufficientDriver
                                ? " (the driver is older than this build's CUDA runtime " +
                                      std::to_string(CUDART_VERSION / 1000) + "." +
