@@ -21,6 +21,7 @@
 #include "cuda/device_scope.hpp"
 #include "cuda/driver_api.hpp"
 #include "cuda/driver_probe.hpp"
+#include "cuda/kernels.hpp"
 #include "ferry/content.hpp"
 #include "ferry/cuda_backend.hpp"
 
@@ -279,7 +280,7 @@ Result<void> CudaBackend::init() {
                                         kMaxStreams * sizeof(std::uint64_t),
                                         cudaHostAllocPortable);
   if (err != cudaSuccess) return cuda_error(err, "cudaHostAlloc of the result slots");
-  return {};
+  return check(load_kernels(), "loading the backend's kernels");
 }
 
 }  // namespace cuda_detail

@@ -1,7 +1,9 @@
 // The CUDA backend's start and its entry points. On the host (a fake driver library):
 // what tells "no driver or device here" (skip) from "a driver that cannot start CUDA"
-// (fail). On this machine: make_cuda_backend says which, for the right reason. On two
-// GPUs: every entry point gives the caller's current device back.
+// (fail). On this machine: make_cuda_backend says which, for the right reason. On a GPU:
+// the backend's kernels are loaded when it starts, not at a first launch under a lock or
+// inside a capture (this binary runs with CUDA_MODULE_LOADING=LAZY to show it), and every
+// entry point gives the caller's current device back.
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
@@ -12,10 +14,15 @@
 #include <string>
 
 #include "cuda/driver_probe.hpp"
+#include "cuda/kernels.hpp"
 #include "ferry/cuda_backend.hpp"
 
 namespace ferry {
 namespace {
+
+// Before main, so before CUDA starts: the driver's lazy loading (CUDA >= 12.2's default,
+// which run.sh's EAGER would hide) is what the kernel test must survive.
+const bool kLazy = setenv("CUDA_MODULE_LOADING", "LAZY", 1) == 0;
 
 using cuda_detail::DriverProbe;
 using cuda_detail::no_driver_or_device;
@@ -70,6 +77,21 @@ TEST(CudaStart, ThisMachineSkipsOnlyWithoutADriverOrDevice) {
     EXPECT_EQ(made.error().code == ErrorCode::unsupported, no_driver_or_device(cudaErrorInsufficientDriver, probe))
         << probe.note << ": " << made.error().message;
   }
+}
+
+TEST(CudaStart, TheKernelsAreLoadedWhenTheBackendStarts) {
+  ASSERT_TRUE(kLazy);
+  auto made = make_cuda_backend({});
+  if (!made.ok()) {
+    if (made.error().code == ErrorCode::unsupported) GTEST_SKIP() << made.error().message;
+    FAIL() << made.error().message;
+  }
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  int unloaded = -1;
+  const cudaError_t err = cuda_detail::count_unloaded_kernels(unloaded);
+  if (err == cudaErrorNotSupported) GTEST_SKIP() << "the driver cannot tell whether a kernel is loaded (before 12.4)";
+  ASSERT_EQ(err, cudaSuccess) << cudaGetErrorName(err);
+  EXPECT_EQ(unloaded, 0) << "kernels left for their first launch, under a lock or inside a capture";
 }
 
 // Needs two devices: the backend on device 1, the caller on device 0.
