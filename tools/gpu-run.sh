@@ -213,7 +213,7 @@ else
   done
 fi
 
-# Shares of the budget, in seconds of a 540 s run: doctor 15, tests 230 (18 binaries, each
+# Shares of the budget, in seconds of a 540 s run: doctor 15, tests 230 (19 binaries, each
 # paying CUDA's start), workloads 110, benchmarks 100, examples 15, torch 70 (four
 # `import torch` processes take about 50). A phase with nothing planned gives its share to
 # the others; each phase keeps, for the planned phases after it, their shares of the
