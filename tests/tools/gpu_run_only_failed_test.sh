@@ -7,7 +7,8 @@
 # family) through --plan, and the budget's reserves for a full run and a rerun. Then a
 # machine with one GPU (a fake nvidia-smi): skips that need a second device or race checks
 # fail nothing, a skip for an unavailable backend fails the run; a budget that cuts every
-# step records them as cut (exit 2), not failed, and the rerun plans them all again.
+# step records them as cut (exit 2), not failed, and the rerun plans them all again; a step
+# stopped inside a short budget is cut, one stopped at its own limit TIMED OUT (failed).
 # No GPU needed. usage: gpu_run_only_failed_test.sh PATH/TO/gpu-run.sh
 set -u -o pipefail
 RUN_SH=$1
@@ -171,7 +172,8 @@ IFS='|' read -ra reasons <<<"$FAKE_SKIPS"
 SH
 printf '#!/usr/bin/env bash\nexit 0\n' >"$G/bin/ferry"
 printf '#!/usr/bin/env bash\n[[ "$*" == *--benchmark_list_tests* ]] && echo BM_A\nexit 0\n' >"$G/bin/cuda_bench"
-for e in own_kernel foreign_stream lazy_queue; do printf '#!/usr/bin/env bash\nexit 0\n' >"$G/bin/$e"; done
+for e in foreign_stream lazy_queue; do printf '#!/usr/bin/env bash\nexit 0\n' >"$G/bin/$e"; done
+printf '#!/usr/bin/env bash\nexit ${FAKE_EXAMPLE_RC:-0}\n' >"$G/bin/own_kernel"  # 124: as if timeout stopped it
 chmod +x "$G"/bin/* "$WORK/path/nvidia-smi"
 one_gpu=("needs two CUDA devices; this machine has 1" "needs 2 CUDA devices; this machine has 1" "this backend checks no races"
   "this device makes no native graphs")
@@ -199,6 +201,17 @@ grep -q '^Verdict: \*\*INCOMPLETE: nothing failed, but 15 steps were cut' "$WORK
   { echo "FAIL: the cut run's verdict" >&2; fails=$((fails + 1)); }
 check "every step cut: the rerun plans them all" 13 \
   "$(FERRY_GPU_SECONDS=200 bash "$B/run.sh" --only-failed="$WORK/cut/summary.md" --plan | grep -vc '^#')"
+
+# 6. A step stopped by time: cut when the budget gave it less than its own limit (20 s for
+# an example, here at most 10), TIMED OUT (failed) when it had all of it.
+FAKE_EXAMPLE_RC=124 PATH=$WORK/path:$PATH OUT=$WORK/short FERRY_GPU_SECONDS=10 bash "$G/run.sh" >"$WORK/short.out" 2>&1
+check "an example stopped inside a short budget: exit status" 2 "$?"
+check "an example stopped inside a short budget: its row" "| example own_kernel --backend cuda | cut:" \
+  "$(grep -o '^| example own_kernel --backend cuda | cut:' "$WORK/short/summary.md")"
+FAKE_EXAMPLE_RC=124 PATH=$WORK/path:$PATH OUT=$WORK/hang FERRY_GPU_SECONDS=420 bash "$G/run.sh" >"$WORK/hang.out" 2>&1
+check "an example stopped at its own limit: exit status" 1 "$?"
+check "an example stopped at its own limit: its row" "| example own_kernel --backend cuda | TIMED OUT after 20s |" \
+  "$(grep -o '^| example own_kernel --backend cuda | TIMED OUT after 20s |' "$WORK/hang/summary.md")"
 
 if ((fails > 0)); then
   echo "--- first run's summary:" >&2; cat "$summary" >&2
