@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # run.sh — ferry's GPU run, from a bundle made by tools/gpu-bundle (this file is copied there
-# as run.sh). Runs, under ONE deadline (FERRY_GPU_SECONDS, default 420; each phase keeps a
-# share of it for the phases after, so a short budget still reaches every phase):
+# as run.sh). Runs, under ONE deadline (FERRY_GPU_SECONDS, default 540 of the 600 s one
+# device call may run; each phase keeps a share of it for the phases after, so a short
+# budget still reaches every phase):
 #   ferry doctor --backend cuda (text and JSON), the GPU tests (gpu-tests.txt: each binary
 #   with its explicit gtest filter, never a name regex), the three workloads on cuda, the
 #   CUDA benchmarks (one process and one JSON file per family, so a cap loses only the
@@ -18,11 +19,15 @@
 #                  ferry doctor always runs.
 #   --plan         prints the steps it would run, one a line, and exits 0.
 #
-# Exit status: 0 nothing failed (on a machine without a GPU: every GPU step skipped and said
-# why); 1 a step failed, a workload did not match, or a GPU is present and GPU tests skipped;
-# 64 bad usage or an unreadable SUMMARY.
+# Exit status: 0 nothing failed and nothing was cut (on a machine without a GPU: every GPU
+# step skipped and said why); 1 a step failed, a workload did not match, or a GPU is present
+# and a GPU test skipped saying the backend is unavailable (a skip for a second device or for
+# race checks cuda lacks is counted apart and fails nothing); 2 nothing failed but the budget
+# cut a step (neither passed nor failed: --only-failed reruns it); 64 bad usage or an
+# unreadable SUMMARY.
 # Environment: FERRY_GPU_SECONDS, OUT, FERRY_CUBLAS_PATH (cuBLAS's file or folder, else
-# found: the PyTorch wheel's nvidia/cu13/lib, $CUDA_HOME/lib64, the loader's path).
+# found: the PyTorch wheel's nvidia/cu13/lib, $CUDA_HOME/lib64, the loader's path),
+# CUDA_MODULE_LOADING (default EAGER here, so timings compare across runs; LAZY to compare).
 set -u -o pipefail
 
 BUNDLE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -44,7 +49,7 @@ OUT=${OUT:-$PWD/out}
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
 START=$(date +%s)
-DEADLINE=$((START + ${FERRY_GPU_SECONDS:-420}))
+DEADLINE=$((START + ${FERRY_GPU_SECONDS:-540}))
 LOGS=$(mktemp -d "${TMPDIR:-/tmp}/ferry-gpu-run.XXXXXX")
 STEPS=()
 STATUS=0
@@ -56,18 +61,22 @@ if [[ -f "$BUNDLE/bin.tar.gz" ]]; then  # tools/gpu-bundle gzips the binaries
   trap 'rm -rf "$UNPACKED"' EXIT
 fi
 
-# cap N [RESERVE]: N seconds, or less so that RESERVE seconds stay for the steps after.
-cap() {
-  local n=$1 room=$((DEADLINE - $(date +%s) - ${2:-0}))
-  ((room < n)) && n=$room
-  echo "$n"
-}
-# step NAME LOG LIMIT CMD...: runs CMD under timeout into $LOGS/LOG, adds a row.
+# step NAME LOG WANT RESERVE CMD...: runs CMD under timeout into $LOGS/LOG for WANT seconds,
+# or fewer so that RESERVE seconds stay for the steps after, and adds a row. A step the
+# budget gave less than WANT that ran out, or no time at all, is cut (CUT=1): neither passed
+# nor failed, and --only-failed reruns it. One that ran out of its whole WANT is TIMED OUT,
+# a failure (a hang looks like that).
+CUT=0
+CUTS=0
 step() {
-  local name=$1 log=$2 limit=$3
-  shift 3
+  local name=$1 log=$2 want=$3 reserve=$4
+  shift 4
+  local limit=$((DEADLINE - $(date +%s) - reserve))
+  ((limit > want)) && limit=$want
+  CUT=0
   if ((limit <= 0)); then
-    STEPS+=("| $name | skipped: no time left | 0 | |")
+    STEPS+=("| $name | cut: no time left | 0 | |")
+    CUT=1 CUTS=$((CUTS + 1))
     return 124
   fi
   local t0 rc verdict
@@ -75,7 +84,14 @@ step() {
   timeout --kill-after=5 "$limit" "$@" >"$LOGS/$log" 2>&1
   rc=$?
   verdict=ok
-  ((rc == 124 || rc == 137)) && verdict="TIMED OUT after ${limit}s"
+  if ((rc == 124 || rc == 137)); then
+    if ((limit < want)); then
+      verdict="cut: out of time after ${limit}s"
+      CUT=1 CUTS=$((CUTS + 1))
+    else
+      verdict="TIMED OUT after ${limit}s"
+    fi
+  fi
   ((rc != 0 && rc != 124 && rc != 137)) && verdict="exit $rc"
   STEPS+=("| $name | $verdict | $(($(date +%s) - t0)) | $log |")
   return $rc
@@ -133,11 +149,13 @@ else
   [[ -z "$cublas_note" ]] && cublas_note="not found by run.sh (ferry searches the loader's path itself)"
 fi
 export FERRY_TRACES_DIR=$BUNDLE/traces FERRY_LONG_TESTS=1 FERRY_CUDA_VERBOSE=1
+export CUDA_MODULE_LOADING=${CUDA_MODULE_LOADING:-EAGER}
 export FERRY_LIBRARY=$BUNDLE/lib/libferry.so FERRY_TORCH_LIBRARY=$BUNDLE/lib/libferry_torch.so
 export PYTHONPATH=$BUNDLE/python${PYTHONPATH:+:$PYTHONPATH} PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
 {
   echo "libstdc++: $stdcxx_note"
   echo "cuBLAS: $cublas_note"
+  echo "CUDA_MODULE_LOADING=$CUDA_MODULE_LOADING"
   echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
 } >>"$LOGS/machine.txt"
 
@@ -195,12 +213,13 @@ else
   done
 fi
 
-# Shares of the budget, in seconds of a 420 s run: doctor 15, tests 150, workloads 100,
-# benchmarks 90, examples 15, torch 50. A phase with nothing planned gives its share to
+# Shares of the budget, in seconds of a 540 s run: doctor 15, tests 230 (19 binaries, each
+# paying CUDA's start), workloads 110, benchmarks 100, examples 15, torch 70 (four
+# `import torch` processes take about 50). A phase with nothing planned gives its share to
 # the others; each phase keeps, for the planned phases after it, their shares of the
 # whole budget (reserve_after), so a short budget or a long test still reaches them.
-TOTAL=${FERRY_GPU_SECONDS:-420}
-declare -A WEIGHT=([doctor]=15 [tests]=150 [workloads]=100 [bench]=90 [examples]=15 [torch]=50)
+TOTAL=${FERRY_GPU_SECONDS:-540}
+declare -A WEIGHT=([doctor]=15 [tests]=230 [workloads]=110 [bench]=100 [examples]=15 [torch]=70)
 PHASES=(doctor tests workloads bench examples torch)
 declare -A PLANNED=([doctor]=1 [tests]=${#PLAN_TESTS[@]} [workloads]=${#PLAN_WORKLOADS[@]}
   [bench]=${#PLAN_FAMILIES[@]} [examples]=${#PLAN_EXAMPLES[@]} [torch]=$PLAN_TORCH)
@@ -234,27 +253,39 @@ fi
 # --- ferry doctor ------------------------------------------------------------------------
 # The first doctor runs under any deadline (seconds when healthy): a short rerun still
 # says what the device and driver are.
-step "ferry doctor --backend cuda" doctor.txt "$(cap 45)" "$BIN/ferry" doctor --backend cuda
+step "ferry doctor --backend cuda" doctor.txt 45 0 "$BIN/ferry" doctor --backend cuda
 doctor_rc=$?
+doctor_cut=$CUT
 if ((PLAN_DOCTOR_ALL)); then
-  step "ferry doctor --backend cuda --json" doctor.json "$(cap 30 "$(reserve_after doctor)")" "$BIN/ferry" doctor --backend cuda --json
-  step "ferry doctor (default backend)" doctor-default.txt "$(cap 30 "$(reserve_after doctor)")" "$BIN/ferry" doctor
+  step "ferry doctor --backend cuda --json" doctor.json 30 "$(reserve_after doctor)" "$BIN/ferry" doctor --backend cuda --json
+  step "ferry doctor (default backend)" doctor-default.txt 30 "$(reserve_after doctor)" "$BIN/ferry" doctor
 fi
-((gpu_present == 1 && doctor_rc != 0)) && STATUS=1
+((gpu_present == 1 && doctor_rc != 0 && !doctor_cut)) && STATUS=1
 
 # --- GPU tests: one binary at a time (some take the whole device) -----------------------
 tests_rows=()
-skipped_lines=()
+unavailable_lines=()  # skips whose reason says the backend is unavailable
+expected_lines=()     # skips a one-GPU machine without race checks always has
+other_lines=()        # the device lacks a capability, cuBLAS is missing, ...
 failed_lines=()
 total_skipped=0
 total_failed=0
+# skip_kind REASON: unavailable, expected or other. On a GPU machine only an unavailable
+# backend fails the run: the rest are answers about this machine, not start-up failures.
+skip_kind() {
+  case "$1" in
+    *unavailable*|*"no CUDA device"*) echo unavailable ;;
+    *"needs "*" CUDA devices"*|*"checks no races"*) echo expected ;;
+    *) echo other ;;
+  esac
+}
 # One binary may take three quarters of the tests' share: a hang leaves time for the rest.
 test_cap=$(($(share tests) * 3 / 4))
 for planned in "${PLAN_TESTS[@]}"; do
   bin=${planned%% *}
   filter=${planned#* }
   xml=$LOGS/test-$bin.xml
-  step "tests $bin" "test-$bin.log" "$(cap "$test_cap" "$(reserve_after tests)")" "$BIN/$bin" --gtest_filter="$filter" \
+  step "tests $bin" "test-$bin.log" "$test_cap" "$(reserve_after tests)" "$BIN/$bin" --gtest_filter="$filter" \
     --gtest_output="xml:$xml" --gtest_color=no
   rc=$?
   if [[ -s "$xml" ]]; then
@@ -264,22 +295,26 @@ for planned in "${PLAN_TESTS[@]}"; do
   else
     n=0 skipped=0 failed=0
   fi
-  ((rc != 0 && failed == 0)) && failed=1   # a crash or a timeout before the XML
-  ((rc != 0)) && STATUS=1
+  ((rc != 0 && !CUT && failed == 0)) && failed=1   # a crash or a timeout before the XML
+  ((rc != 0 && !CUT)) && STATUS=1
   total_skipped=$((total_skipped + skipped))
   total_failed=$((total_failed + failed))
-  tests_rows+=("| $bin | \`$filter\` | $n | $((n - skipped - failed < 0 ? 0 : n - skipped - failed)) | $failed | $skipped | $rc |")
+  tests_rows+=("| $bin | \`$filter\` | $n | $((n - skipped - failed < 0 ? 0 : n - skipped - failed)) | $failed | $skipped | $( ((CUT)) && echo cut || echo "$rc") |")
   # Each skipped test with its reason (the first line of gtest's message).
-  while IFS= read -r line; do skipped_lines+=("$line"); done < <(awk -v b="$bin" '
+  while IFS= read -r line; do
+    case $(skip_kind "${line#- *: *: }") in
+      unavailable) unavailable_lines+=("$line") ;;
+      expected) expected_lines+=("$line") ;;
+      *) other_lines+=("$line") ;;
+    esac
+  done < <(awk -v b="$bin" '
     /<testcase /{match($0, /name="[^"]*"/); n=substr($0, RSTART+6, RLENGTH-7); match($0, /classname="[^"]*"/); c=substr($0, RSTART+11, RLENGTH-12)}
     /<skipped/{m=$0; if (match(m, /message="[^"]*"/)) m=substr(m, RSTART+9, RLENGTH-10); else m=""; sub(/^[^&]*:[0-9]+&#x0A;/, "", m); gsub(/&#x0A;.*/, "", m); gsub(/&quot;/, "\"", m); print "- " b ": " c "." n ": " m}' "$xml" 2>/dev/null)
   while IFS= read -r line; do failed_lines+=("$line"); done < <(awk -v b="$bin" '
     /<testcase /{match($0, /name="[^"]*"/); n=substr($0, RSTART+6, RLENGTH-7); match($0, /classname="[^"]*"/); c=substr($0, RSTART+11, RLENGTH-12)}
     /<failure/{print "- " b ": " c "." n}' "$xml" 2>/dev/null | sort -u)
 done
-if ((gpu_present == 1 && total_skipped > 0)); then
-  STATUS=1
-fi
+((gpu_present == 1 && ${#unavailable_lines[@]} > 0)) && STATUS=1
 
 # --- Workloads on cuda (cuBLAS GEMMs, checked bit for bit against the host) -------------
 run_rows=()
@@ -287,10 +322,10 @@ run_rows=()
 # GEMMs) before it touches the device.
 run_cap=$(($(share workloads) * 7 / 10))
 for w in "${PLAN_WORKLOADS[@]}"; do
-  step "ferry run $w --backend cuda" "run-$w.log" "$(cap "$run_cap" "$(reserve_after workloads)")" "$BIN/ferry" run "$w" --backend cuda \
+  step "ferry run $w --backend cuda" "run-$w.log" "$run_cap" "$(reserve_after workloads)" "$BIN/ferry" run "$w" --backend cuda \
     --quiet --report "$LOGS/run-$w.json"
   rc=$?
-  ((gpu_present == 1 && rc != 0)) && STATUS=1
+  ((gpu_present == 1 && rc != 0 && !CUT)) && STATUS=1
   row=$([[ -s "$LOGS/run-$w.json" ]] && python3 - "$LOGS/run-$w.json" <<'PY' 2>/dev/null
 import json, sys
 r = json.load(open(sys.argv[1]))
@@ -310,15 +345,15 @@ bench_cap=$(($(share bench) / 2))
 bench_failed=()
 for fam in "${PLAN_FAMILIES[@]}"; do
   if [[ $fam == all ]]; then
-    step "cuda_bench" bench-cuda.log "$(cap "$(share bench)" "$(reserve_after bench)")" "$BIN/cuda_bench" \
+    step "cuda_bench" bench-cuda.log "$(share bench)" "$(reserve_after bench)" "$BIN/cuda_bench" \
       --benchmark_out="$LOGS/bench-all.json" --benchmark_out_format=json
   else
-    step "cuda_bench $fam" "bench-$fam.log" "$(cap "$bench_cap" "$(reserve_after bench)")" "$BIN/cuda_bench" \
+    step "cuda_bench $fam" "bench-$fam.log" "$bench_cap" "$(reserve_after bench)" "$BIN/cuda_bench" \
       --benchmark_filter="^$fam(/|\$)" --benchmark_out="$LOGS/bench-$fam.json" --benchmark_out_format=json
   fi
   rc=$?
   ((rc != 0)) && bench_failed+=("$fam")
-  ((gpu_present == 1 && rc != 0)) && STATUS=1
+  ((gpu_present == 1 && rc != 0 && !CUT)) && STATUS=1
 done
 bench_table=$(python3 - "$LOGS"/bench-*.json <<'PY' 2>/dev/null
 import json, sys
@@ -345,18 +380,18 @@ PY
 
 # --- Examples with --backend cuda -----------------------------------------------------------
 for e in "${PLAN_EXAMPLES[@]}"; do
-  step "example $e --backend cuda" "example-$e.log" "$(cap 20 "$(reserve_after examples)")" "$BIN/$e" --backend cuda
+  step "example $e --backend cuda" "example-$e.log" 20 "$(reserve_after examples)" "$BIN/$e" --backend cuda
   rc=$?
-  ((gpu_present == 1 && rc != 0)) && STATUS=1
+  ((gpu_present == 1 && rc != 0 && !CUT)) && STATUS=1
 done
 
 # --- PyTorch ------------------------------------------------------------------------------
 torch_note="not run"
 if ((PLAN_TORCH)); then
   if python3 -c 'import torch' >/dev/null 2>&1; then
-    step "tools/torch-check.py" torch-check.log "$(cap 120 5)" python3 "$BUNDLE/tools/torch-check.py"
+    step "tools/torch-check.py" torch-check.log 120 5 python3 "$BUNDLE/tools/torch-check.py"
     rc=$?
-    ((rc != 0)) && STATUS=1
+    ((rc != 0 && !CUT)) && STATUS=1
     torch_note=$(tail -15 "$LOGS/torch-check.log")
   else
     torch_note="PyTorch is not installed here: skipped"
@@ -368,7 +403,25 @@ fi
 verdict="every step passed"
 ((gpu_present == 0)) && verdict="no GPU on this machine: the GPU steps ran and skipped (reasons below)"
 ((STATUS != 0)) && verdict="FAILED: see the rows marked exit/TIMED OUT, and the failed tests"
-((gpu_present == 1 && total_skipped > 0)) && verdict="FAILED: a GPU is present but $total_skipped GPU tests skipped"
+((gpu_present == 1 && ${#unavailable_lines[@]} > 0)) &&
+  verdict="FAILED: a GPU is present but ${#unavailable_lines[@]} GPU tests skipped saying the backend is unavailable"
+EXIT=$STATUS
+if ((CUTS > 0)); then
+  if ((STATUS == 0)); then
+    verdict="INCOMPLETE: nothing failed, but" EXIT=2
+  else
+    verdict="$verdict; and"
+  fi
+  verdict="$verdict $CUTS steps were cut by the budget (neither passed nor failed; --only-failed reruns them)"
+fi
+# skip_list TITLE LINE...: one group of skipped tests, when it has any.
+skip_list() {
+  local title=$1
+  shift
+  (($# == 0)) && return
+  printf '\n%s: %s\n\n' "$#" "$title"
+  printf '%s\n' "$@" | head -200
+}
 # The head: device, driver, toolkit, commit.
 smi_line=$( (nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null | head -1) || true)
 device=${smi_line%%,*}
@@ -387,7 +440,7 @@ uncommitted=$(sed -n 's/^uncommitted files: //p' "$BUNDLE/BUILD_INFO" 2>/dev/nul
   echo "- commit: ${commit:-unknown}${uncommitted:+ ($uncommitted uncommitted files)}"
   echo "- run: $([[ -n "$ONLY_FAILED" ]] && echo "--only-failed, from $ONLY_FAILED" || echo full), budget ${TOTAL} s"
   echo
-  echo "Verdict: **$verdict**. Exit status $STATUS. Total $(($(date +%s) - START)) s of ${TOTAL}."
+  echo "Verdict: **$verdict**. Exit status $EXIT. Total $(($(date +%s) - START)) s of ${TOTAL}."
   echo
   echo '```'
   cat "$LOGS/machine.txt"
@@ -400,7 +453,7 @@ uncommitted=$(sed -n 's/^uncommitted files: //p' "$BUNDLE/BUILD_INFO" 2>/dev/nul
   echo "|---|---|---|---|"
   printf '%s\n' "${STEPS[@]}"
   echo
-  echo "## GPU tests ($total_failed failed, $total_skipped skipped)"
+  echo "## GPU tests ($total_failed failed, $total_skipped skipped: ${#unavailable_lines[@]} backend unavailable, ${#expected_lines[@]} expected here, ${#other_lines[@]} other)"
   echo
   echo "| binary | filter | tests | passed | failed | skipped | exit |"
   echo "|---|---|---|---|---|---|---|"
@@ -410,11 +463,12 @@ uncommitted=$(sed -n 's/^uncommitted files: //p' "$BUNDLE/BUILD_INFO" 2>/dev/nul
     echo "Failed:"
     printf '%s\n' "${failed_lines[@]}"
   fi
-  if ((${#skipped_lines[@]} > 0)); then
+  if ((total_skipped > 0)); then
     echo
     echo "Skipped, with the reason each gave:"
-    echo
-    printf '%s\n' "${skipped_lines[@]}" | head -200
+    skip_list "the backend is unavailable (on a GPU machine each fails the run)" "${unavailable_lines[@]}"
+    skip_list "expected on this machine (needs two devices; checks no races)" "${expected_lines[@]}"
+    skip_list "other reasons (the device or the machine lacks what the test needs)" "${other_lines[@]}"
   fi
   echo
   echo "## ferry doctor --backend cuda"
@@ -446,5 +500,5 @@ uncommitted=$(sed -n 's/^uncommitted files: //p' "$BUNDLE/BUILD_INFO" 2>/dev/nul
 cp "$OUT/summary.md" "$LOGS/"
 tar -czf "$OUT/ferry-gpu-run.tar.gz" -C "$(dirname "$LOGS")" "$(basename "$LOGS")"
 rm -rf "$LOGS"
-echo "run.sh: $verdict (exit $STATUS); $OUT/summary.md and $OUT/ferry-gpu-run.tar.gz"
-exit $STATUS
+echo "run.sh: $verdict (exit $EXIT); $OUT/summary.md and $OUT/ferry-gpu-run.tar.gz"
+exit $EXIT

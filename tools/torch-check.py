@@ -3,7 +3,9 @@
 under PyTorch's native allocator, under expandable segments, and under ferry
 (libferry_torch.so), each in a fresh process (an allocator can only be chosen
 before the first CUDA allocation); their peak allocated / peak reserved bytes side
-by side; then a check that ferry.torch.verified_copy_ catches a corrupted copy.
+by side (on two GPUs the ferry run also frees a cuda:1 tensor from cuda:0 and checks
+the thread stays on cuda:0); then a check that ferry.torch.verified_copy_ catches a
+corrupted copy.
 
 Usage: tools/torch-check.py [--layers N] [--steps N] [--batch N]
 Without PyTorch or without a GPU it prints "SKIP: ..." and exits 0. Exit 1 when a
@@ -44,6 +46,12 @@ if mode == "ferry":
     s = ft.memory_stats()
     out.update(peak_allocated=s["peak_allocated_bytes"], peak_reserved=s["peak_reserved_bytes"],
                ooms=s["ooms"], reclaims=s["reclaims"])
+    if torch.cuda.device_count() >= 2:
+        # PyTorch frees a tensor with no device guard: ferry must leave cuda:0 current.
+        torch.cuda.set_device(0)
+        t = torch.empty(1 << 20, device="cuda:1")
+        del t
+        out["device_after_cuda1_free"] = torch.cuda.current_device()
 else:
     out.update(peak_allocated=torch.cuda.max_memory_allocated(), peak_reserved=torch.cuda.max_memory_reserved())
 print("RESULT " + json.dumps(out))
@@ -135,6 +143,9 @@ def main():
             continue
         out = json.loads(result)
         note = "  (ooms %d, reclaims %d)" % (out["ooms"], out["reclaims"]) if mode == "ferry" else ""
+        if out.get("device_after_cuda1_free", 0) != 0:
+            failed = True
+            note += "  FAILED: freeing a cuda:1 tensor left the thread on cuda:%d" % out["device_after_cuda1_free"]
         print("%-11s %16s %16s  %.6f%s" % (name, mib(out["peak_allocated"]), mib(out["peak_reserved"]), out["loss"],
                                             note))
 

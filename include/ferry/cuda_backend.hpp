@@ -24,7 +24,11 @@ bool cuda_backend_built() noexcept;
 // a device or the toolkit. Blocks while the driver initializes.
 int cuda_device_count() noexcept;
 
-// Errors: unsupported (not built, no driver, no device), backend_error.
+// Errors: unsupported (not built, no driver, no device: libcuda.so.1 does not load, is
+// the stub, or its cuInit finds no device), backend_error (a driver that is there and
+// cannot start CUDA; the backend's kernels do not load on the device). The backend's
+// kernels are loaded before it is returned. Every call into it, and this one, leaves the
+// calling thread's current CUDA device as it found it.
 Result<std::unique_ptr<Backend>> make_cuda_backend(const CudaOptions& options);
 
 // Where this process's cuBLAS came from (the GEMM user op loads it on first use).

@@ -21,7 +21,8 @@
  * which are non-blocking and so would not be ordered after PyTorch's work there.
  *
  * Thread safety: every function, any thread. Nothing throws or aborts across
- * these functions. */
+ * these functions. Each leaves the calling thread's current CUDA device as it found
+ * it: freeing a cuda:1 tensor from a thread on cuda:0 stays on cuda:0. */
 #ifndef FERRY_FERRY_TORCH_H
 #define FERRY_FERRY_TORCH_H
 

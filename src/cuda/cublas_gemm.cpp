@@ -74,7 +74,7 @@ Result<void> CudaBackend::prepare_cublas(cudaStream_t native) {
   std::string why;
   const CublasApi* cublas = cublas_api(why);
   if (cublas == nullptr) return make_error(ErrorCode::unsupported, why);
-  bind();
+  const DeviceScope bound = bind();
   cublasHandle_t handle = nullptr;
   cublasStatus_t status = cublas->create(&handle);
   if (status != CUBLAS_STATUS_SUCCESS) {

@@ -72,6 +72,7 @@
 #include "cuda/address_space.hpp"
 #include "cuda/cublas_api.hpp"
 #include "cuda/cuda_error.hpp"
+#include "cuda/device_scope.hpp"
 #include "cuda/driver_api.hpp"
 #include "cuda/host_jobs.hpp"
 #include "ferry/backend.hpp"
@@ -144,19 +145,19 @@ class CudaBackend final : public HoldingBackend<Backend> {
 
   // --- Address space ------------------------------------------------------------
   Result<std::uint64_t> reserve_address(std::uint64_t bytes) override {
-    bind();
+    const DeviceScope bound = bind();
     return space_.reserve(bytes);
   }
   Result<void> release_address(std::uint64_t base, std::uint64_t bytes) override {
-    bind();
+    const DeviceScope bound = bind();
     return space_.release(base, bytes);
   }
   Result<void> map(std::uint64_t addr, std::uint64_t bytes) override {
-    bind();
+    const DeviceScope bound = bind();
     return space_.map(addr, bytes);
   }
   Result<void> unmap(std::uint64_t addr, std::uint64_t bytes) override {
-    bind();
+    const DeviceScope bound = bind();
     return space_.unmap(addr, bytes);
   }
   std::uint64_t mapped_bytes() const override { return space_.mapped_bytes(); }
@@ -236,8 +237,8 @@ class CudaBackend final : public HoldingBackend<Backend> {
   };
 
   // Makes the device current on the calling thread (and its primary context, which
-  // the driver calls need).
-  void bind() const { (void)cudaSetDevice(device_); }
+  // the driver calls need) until the scope ends, then the caller's again.
+  [[nodiscard]] DeviceScope bind() const { return DeviceScope(device_); }
 
   Result<void> check(cudaError_t err, const std::string& what) const {
     if (err == cudaSuccess) return {};

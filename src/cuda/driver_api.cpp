@@ -5,31 +5,33 @@
 namespace ferry::cuda_detail {
 namespace {
 
-// The ABI version we ask for: the typedefs above are the ones in effect at CUDA 12.0,
-// and a 12.x or 13.x driver serves them.
-constexpr unsigned kDriverAbi = 12000;
-
 template <class Fn>
 bool query(const char* symbol, Fn& out, std::string& why) {
+  void* fn = driver_entry_point(symbol, why);
+  out = reinterpret_cast<Fn>(fn);
+  return fn != nullptr;
+}
+
+}  // namespace
+
+void* driver_entry_point(const char* symbol, std::string& why, unsigned abi) {
   void* fn = nullptr;
   cudaDriverEntryPointQueryResult status = cudaDriverEntryPointSymbolNotFound;
 #if CUDART_VERSION >= 12050
-  const cudaError_t err = cudaGetDriverEntryPointByVersion(symbol, &fn, kDriverAbi,
+  const cudaError_t err = cudaGetDriverEntryPointByVersion(symbol, &fn, abi,
                                                            cudaEnableDefault, &status);
 #else
+  (void)abi;
   const cudaError_t err = cudaGetDriverEntryPoint(symbol, &fn, cudaEnableDefault, &status);
 #endif
   if (err != cudaSuccess || status != cudaDriverEntryPointSuccess || fn == nullptr) {
     why = std::string("the driver does not provide ") + symbol +
           (err != cudaSuccess ? std::string(" (") + cudaGetErrorString(err) + ")" : std::string());
     (void)cudaGetLastError();  // the query's failure is an answer, not a fault
-    return false;
+    return nullptr;
   }
-  out = reinterpret_cast<Fn>(fn);
-  return true;
+  return fn;
 }
-
-}  // namespace
 
 bool DriverApi::load(std::string& why) {
   // cuGetErrorName only improves messages; its absence is not fatal.

@@ -13,6 +13,10 @@
 
 namespace ferry::cuda_detail {
 
+// The ABI version the entry points below are asked for: their typedefs are the ones in
+// effect at CUDA 12.0, and a 12.x or 13.x driver serves them.
+constexpr unsigned kDriverAbi = 12000;
+
 struct DriverApi {
   PFN_cuGetErrorName_v6000 get_error_name = nullptr;
   PFN_cuDeviceGet_v2000 device_get = nullptr;
@@ -35,5 +39,10 @@ struct DriverApi {
   // "CUDA_ERROR_OUT_OF_MEMORY (2)"; works before load() too.
   std::string describe(CUresult result) const;
 };
+
+// The driver's entry point `symbol` at ABI version `abi` (12040 for one CUDA 12.4
+// introduced), from the runtime (which must be initialized); null, and `why` says so,
+// where the driver lacks it.
+void* driver_entry_point(const char* symbol, std::string& why, unsigned abi = kDriverAbi);
 
 }  // namespace ferry::cuda_detail

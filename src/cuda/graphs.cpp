@@ -82,7 +82,7 @@ Result<NativeGraph> CudaBackend::build_graph(StreamId stream, std::vector<Op> op
     }
     if (const auto* c = std::get_if<ComputeOp>(&ops[i])) scratch_words = std::max(scratch_words, compute_scratch_words(*c));
   }
-  bind();
+  const DeviceScope bound = bind();
   {
     std::lock_guard lock(mu_);
     if (fault_) return *fault_;

@@ -35,7 +35,7 @@ cudaError_t CudaBackend::launch_host_copy(cudaStream_t stream, void* dst, const 
 
 Result<std::byte*> CudaBackend::allocate_pinned(std::uint64_t bytes) {
   if (bytes == 0) return make_error(ErrorCode::invalid_argument, "allocate_pinned of 0 bytes");
-  bind();
+  const DeviceScope bound = bind();
   void* p = nullptr;
   const cudaError_t err = cudaHostAlloc(&p, bytes, cudaHostAllocPortable);
   if (err != cudaSuccess) {
@@ -74,7 +74,7 @@ Result<void> CudaBackend::free_pinned(std::byte* ptr) {
     ++stats_.pinned_frees;
     pinned_.erase(it);
   }
-  bind();
+  const DeviceScope bound = bind();
   const cudaError_t err = cudaFreeHost(ptr);  // may synchronize: no lock held
   if (err != cudaSuccess) return cuda_error(err, "cudaFreeHost");
   return {};
@@ -94,7 +94,7 @@ Result<void> CudaBackend::register_host(std::byte* ptr, std::uint64_t bytes) {
                         "register_host: the range overlaps one already registered");
     }
   }
-  bind();
+  const DeviceScope bound = bind();
   // The copies take the host address, which the runtime translates; no kernel of
   // ferry reads host memory, so the range's device alias (cudaHostGetDevicePointer,
   // which can differ from the host address) is never needed.
@@ -123,7 +123,7 @@ Result<void> CudaBackend::unregister_host(std::byte* ptr) {
     }
     ++stats_.unregistrations;
   }
-  bind();
+  const DeviceScope bound = bind();
   const cudaError_t err = cudaHostUnregister(ptr);
   if (err != cudaSuccess) return cuda_error(err, "cudaHostUnregister");
   return {};

@@ -64,14 +64,14 @@ cudaError_t memcpy_batch_to_device(std::vector<void*>& dsts, std::vector<void*>&
 
 Result<void> CudaBackend::admit(StreamId stream, const Op& op) {
   FERRY_TRY(validate(op));
-  bind();
+  const DeviceScope bound = bind();
   std::lock_guard lock(mu_);
   if (fault_) return *fault_;
   return ensure_stream(streams_[stream], stream);
 }
 
 Result<Ticket> CudaBackend::issue(StreamId stream, Op op) {
-  bind();
+  const DeviceScope bound = bind();
   std::unique_lock lock(mu_);
   if (fault_) return *fault_;
   Stream& st = streams_[stream];

@@ -2,10 +2,15 @@
 // ferry/content.hpp, whose word functions they call.
 #include "cuda/kernels.hpp"
 
+#include <cuda.h>
+#include <cudaTypedefs.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <array>
+#include <string>
 
+#include "cuda/driver_api.hpp"
 #include "cuda/hash_grid.hpp"
 #include "ferry/content.hpp"
 
@@ -101,7 +106,40 @@ __global__ void mix_seed_kernel(const std::uint64_t* hashes, std::uint64_t count
 
 bool aligned_to(const void* p, std::uintptr_t n) { return reinterpret_cast<std::uintptr_t>(p) % n == 0; }
 
+// Every kernel of this file: what load_kernels loads.
+std::array<const void*, 5> all_kernels() noexcept {
+  return {reinterpret_cast<const void*>(&fill_kernel<Pattern::bytes>),
+          reinterpret_cast<const void*>(&fill_kernel<Pattern::small_bf16>),
+          reinterpret_cast<const void*>(&hash_sum_kernel), reinterpret_cast<const void*>(&hash_finish_kernel),
+          reinterpret_cast<const void*>(&mix_seed_kernel)};
+}
+
 }  // namespace
+
+cudaError_t load_kernels() noexcept {
+  for (const void* kernel : all_kernels()) {
+    cudaFuncAttributes attributes{};
+    if (const cudaError_t e = cudaFuncGetAttributes(&attributes, kernel); e != cudaSuccess) return e;
+  }
+  return cudaSuccess;
+}
+
+cudaError_t count_unloaded_kernels(int& unloaded) noexcept {
+  unloaded = 0;
+  std::string why;
+  void* fn = driver_entry_point("cuFuncIsLoaded", why, 12040);
+  if (fn == nullptr) return cudaErrorNotSupported;  // a driver before 12.4
+  cudaError_t e = cudaSuccess;
+  const auto is_loaded = reinterpret_cast<PFN_cuFuncIsLoaded_v12040>(fn);
+  for (const void* kernel : all_kernels()) {
+    cudaFunction_t function = nullptr;
+    if ((e = cudaGetFuncBySymbol(&function, kernel)) != cudaSuccess) return e;
+    CUfunctionLoadingState state = CU_FUNCTION_LOADING_STATE_UNLOADED;
+    if (is_loaded(&state, reinterpret_cast<CUfunction>(function)) != CUDA_SUCCESS) return cudaErrorUnknown;
+    if (state != CU_FUNCTION_LOADING_STATE_LOADED) ++unloaded;
+  }
+  return cudaSuccess;
+}
 
 cudaError_t launch_fill(void* dst, std::uint64_t bytes, Pattern pattern, std::uint64_t seed,
                         const std::uint64_t* device_seed, cudaStream_t stream) noexcept {

@@ -29,4 +29,14 @@ cudaError_t launch_content_hash(const void* src, std::uint64_t bytes, std::uint6
 cudaError_t launch_mix_seed(const std::uint64_t* hashes, std::uint64_t count,
                             std::uint64_t* device_seed, cudaStream_t stream) noexcept;
 
+// Loads every kernel above into the current device's context (cudaFuncGetAttributes).
+// CUDA >= 12.2 loads a kernel lazily at its first launch and may wait for the device to
+// go idle there; the backend calls this at start, so no first launch happens under its
+// locks or inside a graph capture. Returns the first failure.
+cudaError_t load_kernels() noexcept;
+
+// How many of the kernels above are not loaded in the current device's context yet
+// (cuFuncIsLoaded), into `unloaded`; cudaErrorNotSupported where the driver cannot tell.
+cudaError_t count_unloaded_kernels(int& unloaded) noexcept;
+
 }  // namespace ferry::cuda_detail

@@ -61,7 +61,7 @@ Result<std::optional<PeerLink>> CudaBackend::connect_peer(Backend& peer) {
     std::lock_guard lock(peers_mu_);  // opened once per ordered pair: a repeat finds it open
     if (peers_.contains(owner->device_)) return std::optional<PeerLink>(*link);
   }
-  bind();
+  const DeviceScope bound = bind();
   // Peer access is the context's, and ferry's contexts are the primary ones the
   // whole process shares: another Runtime (or the program) may have opened it, so
   // it is never disabled here either.
@@ -78,9 +78,10 @@ Result<std::optional<PeerLink>> CudaBackend::connect_peer(Backend& peer) {
   FERRY_TRY(check(err, "cudaDeviceEnablePeerAccess (" + pair_text(device_, owner->device_) + ")"));
   // The owner's VMM granules are readable here only once it names this device in
   // cuMemSetAccess: those mapped now and every later one (address_space.hpp).
-  owner->bind();
-  Result<void> granted = owner->space_.grant_peer(device_);
-  bind();
+  Result<void> granted = [&] {
+    const DeviceScope on_owner = owner->bind();
+    return owner->space_.grant_peer(device_);
+  }();
   FERRY_TRY(std::move(granted));
   std::lock_guard lock(peers_mu_);
   peers_.insert(owner->device_);

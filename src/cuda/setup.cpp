@@ -11,7 +11,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <filesystem>
 #include <memory>
 #include <string>
 #include <utility>
@@ -19,7 +18,10 @@
 
 #include "cuda/cublas_api.hpp"
 #include "cuda/cuda_error.hpp"
+#include "cuda/device_scope.hpp"
 #include "cuda/driver_api.hpp"
+#include "cuda/driver_probe.hpp"
+#include "cuda/kernels.hpp"
 #include "ferry/content.hpp"
 #include "ferry/cuda_backend.hpp"
 
@@ -227,7 +229,7 @@ CudaBackend::CudaBackend(Setup setup)
 
 // No other thread may use a backend that is being destroyed, so no lock is taken.
 CudaBackend::~CudaBackend() {
-  bind();
+  const DeviceScope bound = bind();
   (void)synchronize();
   host_jobs_.stop_worker();  // before the staging buffers go
   // Before the streams they are bound to.
@@ -278,7 +280,7 @@ Result<void> CudaBackend::init() {
                                         kMaxStreams * sizeof(std::uint64_t),
                                         cudaHostAllocPortable);
   if (err != cudaSuccess) return cuda_error(err, "cudaHostAlloc of the result slots");
-  return {};
+  return check(load_kernels(), "loading the backend's kernels");
 }
 
 }  // namespace cuda_detail
@@ -308,19 +310,17 @@ Result<std::unique_ptr<Backend>> make_cuda_backend(const CudaOptions& options) {
   }
   if (err != cudaSuccess) {
     // Without a GPU the runtime says "CUDA driver version is insufficient", which sends
-    // people to upgrade a driver they do not have. The kernel driver's /proc entry tells
-    // "no driver here" (unsupported: tests skip) from "a driver too old or broken"
-    // (backend_error: a machine with a device must not skip its GPU tests).
-    const bool no_driver = err == cudaErrorNoDevice || err == cudaErrorStubLibrary ||
-                           !std::filesystem::exists("/proc/driver/nvidia/version");
-    if (no_driver) {
+    // people to upgrade a driver they do not have: the driver itself tells "no driver or
+    // device here" from "a driver too old or broken" (driver_probe.hpp).
+    const cuda_detail::DriverProbe probe = cuda_detail::probe_driver();
+    if (cuda_detail::no_driver_or_device(err, probe)) {
       return make_error(ErrorCode::unsupported,
                         std::string("no CUDA device or driver found on this machine (the CUDA runtime says: ") +
-                            cudaGetErrorName(err) + ")");
+                            cudaGetErrorName(err) + "; " + probe.note + ")");
     }
     return make_error(ErrorCode::backend_error,
                       std::string("an NVIDIA driver is installed but CUDA could not start on it: ") +
-                          cuda_detail::describe(err) +
+                          cuda_detail::describe(err) + "; " + probe.note +
                           (err == cudaErrorInsufficientDriver
                                ? " (the driver is older than this build's CUDA runtime " +
                                      std::to_string(CUDART_VERSION / 1000) + "." +
@@ -332,6 +332,7 @@ Result<std::unique_ptr<Backend>> make_cuda_backend(const CudaOptions& options) {
                       "CUDA device " + std::to_string(options.device) + " does not exist (" +
                           std::to_string(count) + " found)");
   }
+  const cuda_detail::DeviceScope bound(options.device);
   return cuda_detail::create_backend(options.device);
 }
 

@@ -35,7 +35,7 @@ Ticket CudaBackend::issued_completed(StreamId stream) {
 }
 
 Result<void> CudaBackend::wait_issued(StreamPoint point, std::chrono::nanoseconds timeout) {
-  bind();
+  const DeviceScope bound = bind();
   const auto start = std::chrono::steady_clock::now();
   const auto budget = std::chrono::duration_cast<std::chrono::steady_clock::duration>(
       std::min(timeout, std::chrono::nanoseconds(std::chrono::hours(24 * 365))));
@@ -72,7 +72,7 @@ Result<void> CudaBackend::wait_issued(StreamPoint point, std::chrono::nanosecond
 }
 
 Result<void> CudaBackend::synchronize_issued() {
-  bind();
+  const DeviceScope bound = bind();
   std::array<Ticket, kMaxStreams> last{};
   {
     std::lock_guard lock(mu_);
@@ -156,7 +156,7 @@ void CudaBackend::detach_resources(Stream& st) {
 }
 
 Result<NativeStream> CudaBackend::native_of(StreamId stream) {
-  bind();
+  const DeviceScope bound = bind();
   std::lock_guard lock(mu_);
   if (fault_) return *fault_;
   Stream& st = streams_[stream];
@@ -165,7 +165,7 @@ Result<NativeStream> CudaBackend::native_of(StreamId stream) {
 }
 
 Result<void> CudaBackend::bind_stream(StreamId stream, NativeStream native) {
-  bind();
+  const DeviceScope bound = bind();
   std::lock_guard lock(mu_);
   if (fault_) return *fault_;
   const auto handle = static_cast<cudaStream_t>(native);
@@ -189,7 +189,7 @@ Result<void> CudaBackend::bind_stream(StreamId stream, NativeStream native) {
 }
 
 Result<void> CudaBackend::unbind_stream(StreamId stream) {
-  bind();
+  const DeviceScope bound = bind();
   std::lock_guard lock(mu_);
   Stream& st = streams_[stream];
   poll(st);
@@ -204,7 +204,7 @@ Result<void> CudaBackend::unbind_stream(StreamId stream) {
 }
 
 Result<NativeEvent> CudaBackend::export_issued(StreamPoint point) {
-  bind();
+  const DeviceScope bound = bind();
   std::lock_guard lock(mu_);
   if (fault_) return *fault_;
   Stream& st = streams_[point.stream];

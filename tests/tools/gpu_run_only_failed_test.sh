@@ -4,7 +4,11 @@
 # and an example; then `run.sh --only-failed` on that run's summary must rerun exactly
 # those (the failed tests by name, a crashed binary whole) and nothing else. Then a
 # hand-planted summary (a test binary that ran out of time or got none, a timed-out
-# family) through --plan, and the budget's reserves for a full run and a rerun.
+# family) through --plan, and the budget's reserves for a full run and a rerun. Then a
+# machine with one GPU (a fake nvidia-smi): skips that need a second device or race checks
+# fail nothing, a skip for an unavailable backend fails the run; a budget that cuts every
+# step records them as cut (exit 2), not failed, and the rerun plans them all again; a step
+# stopped inside a short budget is cut, one stopped at its own limit TIMED OUT (failed).
 # No GPU needed. usage: gpu_run_only_failed_test.sh PATH/TO/gpu-run.sh
 set -u -o pipefail
 RUN_SH=$1
@@ -125,14 +129,89 @@ MD
 plan=$(FERRY_GPU_SECONDS=200 bash "$B/run.sh" --only-failed="$WORK/planted.md" --plan)
 check "planted summary: the plan" "$(printf '%s\n' "doctor --backend cuda" "tests a_test --gtest_filter=Suite/A.*/cuda" \
   "tests b_test --gtest_filter=B.*" "cuda_bench BM_C" \
-  "# budget 200s: reserves after doctor 188s, tests 70s, workloads 70s, benchmarks 0s, examples 0s")" "$plan"
+  "# budget 200s: reserves after doctor 191s, tests 57s, workloads 57s, benchmarks 0s, examples 0s")" "$plan"
 check "--plan runs nothing" "" "$(cat "$FAKE_LOG")"
 # A full plan at 200 s keeps the shares of the phases after the tests.
-check "full plan's reserves" "# budget 200s: reserves after doctor 191s, tests 110s, workloads 56s, benchmarks 8s, examples 0s" \
+check "full plan's reserves" "# budget 200s: reserves after doctor 193s, tests 95s, workloads 48s, benchmarks 6s, examples 0s" \
   "$(FERRY_GPU_SECONDS=200 bash "$B/run.sh" --plan | tail -1)"
 # An unreadable summary is a usage error, not a full run.
 FERRY_GPU_SECONDS=200 bash "$B/run.sh" --only-failed="$WORK/none.md" --plan >/dev/null 2>&1
 check "missing summary" 64 "$?"
+
+# 4. One GPU: the skips it always has are counted apart and fail nothing.
+G=$WORK/gpu-bundle
+mkdir -p "$G/bin" "$WORK/path"
+cp "$RUN_SH" "$G/run.sh"
+cp "$B/BUILD_INFO" "$G/"
+echo "skip_test S.*" >"$G/gpu-tests.txt"
+cat >"$WORK/path/nvidia-smi" <<'SH'
+#!/usr/bin/env bash
+case "$*" in
+  -L) echo "GPU 0: Fake GPU (UUID: GPU-0)" ;;
+  *query-gpu*) echo "Fake GPU, 81559 MiB, 999.0" ;;
+  *) echo "CUDA Version: 13.0" ;;
+esac
+SH
+# skip_test: one test skips with each reason in FAKE_SKIPS ('|' apart), one passes.
+cat >"$G/bin/skip_test" <<'SH'
+#!/usr/bin/env bash
+for a; do case $a in --gtest_output=xml:*) xml=${a#*xml:} ;; esac; done
+IFS='|' read -ra reasons <<<"$FAKE_SKIPS"
+{
+  echo '<testsuites>'
+  echo '  <testcase name="Passes" status="run" result="completed" classname="S" />'
+  i=0
+  for r in "${reasons[@]}"; do
+    i=$((i + 1))
+    echo "  <testcase name=\"Skips$i\" status=\"run\" result=\"skipped\" classname=\"S\">"
+    echo "    <skipped message=\"tests/s_test.cpp:$i&#x0A;$r\"><![CDATA[]]></skipped>"
+    echo '  </testcase>'
+  done
+  echo '</testsuites>'
+} >"$xml"
+SH
+printf '#!/usr/bin/env bash\nexit 0\n' >"$G/bin/ferry"
+printf '#!/usr/bin/env bash\n[[ "$*" == *--benchmark_list_tests* ]] && echo BM_A\nexit 0\n' >"$G/bin/cuda_bench"
+for e in foreign_stream lazy_queue; do printf '#!/usr/bin/env bash\nexit 0\n' >"$G/bin/$e"; done
+printf '#!/usr/bin/env bash\nexit ${FAKE_EXAMPLE_RC:-0}\n' >"$G/bin/own_kernel"  # 124: as if timeout stopped it
+chmod +x "$G"/bin/* "$WORK/path/nvidia-smi"
+one_gpu=("needs two CUDA devices; this machine has 1" "needs 2 CUDA devices; this machine has 1" "this backend checks no races"
+  "this device makes no native graphs")
+FAKE_SKIPS=$(IFS='|'; echo "${one_gpu[*]}") PATH=$WORK/path:$PATH OUT=$WORK/gpu1 FERRY_GPU_SECONDS=420 \
+  bash "$G/run.sh" >"$WORK/gpu1.out" 2>&1
+check "one GPU, expected skips: exit status" 0 "$?"
+check "one GPU, expected skips: the tests' head" "## GPU tests (0 failed, 4 skipped: 0 backend unavailable, 3 expected here, 1 other)" \
+  "$(grep '^## GPU tests' "$WORK/gpu1/summary.md")"
+grep -q '^Verdict: \*\*every step passed\*\*' "$WORK/gpu1/summary.md" || { echo "FAIL: one GPU's expected skips did not pass" >&2; fails=$((fails + 1)); }
+FAKE_SKIPS="${one_gpu[0]}|backend cuda unavailable: no CUDA device or driver found" PATH=$WORK/path:$PATH OUT=$WORK/gpu2 \
+  FERRY_GPU_SECONDS=420 bash "$G/run.sh" >"$WORK/gpu2.out" 2>&1
+check "a GPU and an unavailable backend: exit status" 1 "$?"
+grep -q 'FAILED: a GPU is present but 1 GPU tests skipped saying the backend is unavailable' "$WORK/gpu2/summary.md" ||
+  { echo "FAIL: the unavailable backend's skip is not the verdict" >&2; fails=$((fails + 1)); }
+grep -q '^- skip_test: S.Skips2: backend cuda unavailable' "$WORK/gpu2/summary.md" ||
+  { echo "FAIL: the unavailable skip is not listed with its reason" >&2; fails=$((fails + 1)); }
+
+# 5. A budget that cuts every step: cut, not failed, and all of it planned again.
+: >"$FAKE_LOG"
+OUT=$WORK/cut FERRY_GPU_SECONDS=0 bash "$B/run.sh" >"$WORK/cut.out" 2>&1
+check "every step cut: exit status" 2 "$?"
+check "every step cut: nothing ran" "" "$(cat "$FAKE_LOG")"
+check "every step cut: rows" 15 "$(grep -c '| cut: no time left |' "$WORK/cut/summary.md")"
+grep -q '^Verdict: \*\*INCOMPLETE: nothing failed, but 15 steps were cut' "$WORK/cut/summary.md" ||
+  { echo "FAIL: the cut run's verdict" >&2; fails=$((fails + 1)); }
+check "every step cut: the rerun plans them all" 13 \
+  "$(FERRY_GPU_SECONDS=200 bash "$B/run.sh" --only-failed="$WORK/cut/summary.md" --plan | grep -vc '^#')"
+
+# 6. A step stopped by time: cut when the budget gave it less than its own limit (20 s for
+# an example, here at most 10), TIMED OUT (failed) when it had all of it.
+FAKE_EXAMPLE_RC=124 PATH=$WORK/path:$PATH OUT=$WORK/short FERRY_GPU_SECONDS=10 bash "$G/run.sh" >"$WORK/short.out" 2>&1
+check "an example stopped inside a short budget: exit status" 2 "$?"
+check "an example stopped inside a short budget: its row" "| example own_kernel --backend cuda | cut:" \
+  "$(grep -o '^| example own_kernel --backend cuda | cut:' "$WORK/short/summary.md")"
+FAKE_EXAMPLE_RC=124 PATH=$WORK/path:$PATH OUT=$WORK/hang FERRY_GPU_SECONDS=420 bash "$G/run.sh" >"$WORK/hang.out" 2>&1
+check "an example stopped at its own limit: exit status" 1 "$?"
+check "an example stopped at its own limit: its row" "| example own_kernel --backend cuda | TIMED OUT after 20s |" \
+  "$(grep -o '^| example own_kernel --backend cuda | TIMED OUT after 20s |' "$WORK/hang/summary.md")"
 
 if ((fails > 0)); then
   echo "--- first run's summary:" >&2; cat "$summary" >&2
