@@ -57,7 +57,11 @@ bool is_torch_snapshot(std::string_view bytes) noexcept;
 // opcode (named with its byte offset), truncated, the wrong shape or types (the
 // message names the entry's index and field: device_traces[0][17].size), an
 // unknown action, a second alloc at a live address, more than 63 streams, a
-// device with no history; out_of_memory when the host cannot hold the import.
+// device with no history, a history that contradicts itself (overlapping live
+// blocks, a second free, an active block listed twice: both entries named), a
+// figure of 2^50 bytes or more, a read over 64 visits or a trace over 64 bytes
+// per byte of the file (docs/spec.md §3); out_of_memory when the host cannot
+// hold the import.
 // Nothing in the file is executed in any case.
 Result<TorchSnapshotImport> import_torch_snapshot(std::string_view bytes, std::string_view name,
                                                   std::optional<int> device = std::nullopt);

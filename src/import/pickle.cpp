@@ -102,7 +102,10 @@ bool is_pickle(std::string_view bytes) noexcept {
 
 class Unpickler {
  public:
-  Unpickler(std::string_view in, AppendSink* sink) : in_(in), sink_(sink) { tree_.input_ = in; }
+  Unpickler(std::string_view in, AppendSink* sink, std::uint64_t visits) : in_(in), sink_(sink) {
+    tree_.input_ = in;
+    tree_.visits_left_ = visits;
+  }
 
   Result<Tree> run() {
     if (in_.empty()) return make_error(ErrorCode::invalid_argument, "empty file: not a pickle");
@@ -516,9 +519,9 @@ class Unpickler {
   Tree tree_;
 };
 
-Result<Tree> unpickle(std::string_view bytes, AppendSink* sink) {
+Result<Tree> unpickle(std::string_view bytes, AppendSink* sink, std::uint64_t visits) {
   try {
-    return Unpickler(bytes, sink).run();
+    return Unpickler(bytes, sink, visits).run();
   } catch (const std::bad_alloc&) {
     return make_error(ErrorCode::out_of_memory, "host memory cannot hold the unpickled tree");
   }

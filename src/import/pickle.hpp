@@ -80,20 +80,26 @@ class Tree {
   // Items of a list, tuple or set; a dict's keys and values alternate. 0 for a scalar.
   std::uint64_t size(Value v) const noexcept;
   // Calls f on each item in order until it returns false. A dict gives keys and
-  // values alternately. Returns false when f stopped it.
+  // values alternately. Returns false when f stopped it, or when the visit
+  // budget ran out (then exhausted() is true).
   template <class F>
   bool for_each(Value container, F&& f) const {
     if (!is_container(container.kind())) return true;
     for (std::uint32_t c = containers_[container.payload()].first_chunk; c != kNoChunk; c = chunks_[c].next) {
       const Chunk& chunk = chunks_[c];
       for (std::uint32_t i = 0; i < chunk.count; ++i) {
-        if (!f(items_[chunk.begin + i])) return false;
+        if (!spend_visit() || !f(items_[chunk.begin + i])) return false;
       }
     }
     return true;
   }
   // The value under a str key of a dict (the last one set wins, as in Python).
+  // Each item it passes is a visit.
   std::optional<Value> find(Value dict, std::string_view key) const;
+
+  // True once for_each or find stopped for the budget unpickle() was given:
+  // every answer read since may be short, so the reader must refuse the input.
+  bool exhausted() const noexcept { return exhausted_; }
 
   static bool is_container(Kind k) noexcept {
     return k == Kind::list || k == Kind::tuple || k == Kind::dict || k == Kind::set;
@@ -113,8 +119,21 @@ class Tree {
   };
   static constexpr std::uint32_t kNoChunk = 0xFFFFFFFFu;
 
+  bool spend_visit() const noexcept {
+    if (visits_left_ == 0) {
+      exhausted_ = true;
+      return false;
+    }
+    --visits_left_;
+    return true;
+  }
+
   std::string_view input_;
   Value root_;
+  // Mutable: reading is const, but a shared subtree read again costs again, and
+  // the budget is what bounds the reader's work by the input's size.
+  mutable std::uint64_t visits_left_ = ~std::uint64_t{0};
+  mutable bool exhausted_ = false;
   // Deques: growing never copies what is there (no doubling peak on a big file).
   std::deque<Container> containers_;  // invariant: the Value naming one has a container kind
   std::deque<Chunk> chunks_;
@@ -126,6 +145,15 @@ class Tree {
 // Input limits: a file above this is refused before parsing (the string
 // payload keeps offsets and lengths in 30 bits each).
 inline constexpr std::size_t kMaxPickleBytes = std::size_t{1} << 30;
+
+// Visits a reader may make per input byte (memo references share a subtree, so
+// reading without a budget can cost the square of the input), and a floor for
+// small inputs.
+inline constexpr std::uint64_t kVisitsPerInputByte = 64;
+inline constexpr std::uint64_t kMinVisitBudget = std::uint64_t{1} << 16;
+inline std::uint64_t visit_budget(std::size_t input_bytes) noexcept {
+  return kMinVisitBudget + kVisitsPerInputByte * static_cast<std::uint64_t>(input_bytes);
+}
 
 // Takes list items as they are appended (APPEND, APPENDS), before the tree
 // stores them. When take() returns true the items are the sink's: the list does
@@ -149,7 +177,9 @@ bool is_pickle(std::string_view bytes) noexcept;
 // refused") for a refused or unknown opcode, a truncated or empty input, a
 // stack or mark underflow, a wrong-typed operand, a memo miss, or an input
 // larger than kMaxPickleBytes, a reference to a value the sink consumed;
-// out_of_memory if the host cannot hold the tree. `sink` may be null.
-Result<Tree> unpickle(std::string_view bytes, AppendSink* sink = nullptr);
+// out_of_memory if the host cannot hold the tree. `sink` may be null. The tree's
+// readers (the sink's included) share `visits` visits of for_each and find.
+Result<Tree> unpickle(std::string_view bytes, AppendSink* sink = nullptr,
+                      std::uint64_t visits = ~std::uint64_t{0});
 
 }  // namespace ferry::import

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <map>
 #include <new>
 #include <unordered_map>
 #include <unordered_set>
@@ -22,6 +23,16 @@ using import::Value;
 using import::append_json_text;
 
 constexpr std::size_t kMaxStreams = 64;  // ferry's streams: 0..63 (docs/spec.md §3)
+// Every size and figure of one device's history stays below this: no device
+// holds a pebibyte, and with each step checked against it no sum can overflow.
+constexpr std::uint64_t kMaxDeviceBytes = std::uint64_t{1} << 50;
+// A frame's tag ("file:line:name") is cut to this many bytes, so every line the
+// importer writes is far inside the replayer's line limit (kMaxTraceLineBytes).
+constexpr std::size_t kMaxTagBytes = 512;
+// The trace text may be this many bytes per input byte (and a floor): a memo
+// reference repeats an entry for two bytes, so the text is bounded separately.
+constexpr std::uint64_t kTraceBytesPerInputByte = 64;
+constexpr std::uint64_t kMinTraceBudget = std::uint64_t{1} << 20;
 
 enum class Action : std::uint8_t {
   alloc, free_requested, free_completed, segment_alloc, segment_free, segment_map, segment_unmap, oom, snapshot
@@ -57,6 +68,7 @@ struct Block {
   std::uint64_t size = 0;
   bool free_requested = false;
   std::uint64_t requested_at = 0;  // entry index of its free_requested
+  std::uint64_t since = 0;         // entry index of its alloc (a reconstructed block: of its first free)
 };
 
 // A history entry as read from the pickle: what the walk needs, nothing more.
@@ -91,22 +103,26 @@ class Importer final : public import::AppendSink {
       h.problem = read_entry(tree, items[i], e);
       if (h.problem.empty()) h.entries.push_back(e);
     }
+    spent_ = spent_ || tree.exhausted();
     return true;
   }
 
   // A frames list or a frame dict is kept as its tag; the rest is not needed again.
   std::optional<std::uint64_t> keep(const Tree& tree, Value v) override {
     std::uint32_t tag = 0;
+    std::optional<std::uint64_t> kept;
     if (v.kind() == Kind::list) {
-      if (!frames_tag(tree, v, tag).empty()) return std::nullopt;
-      return tag;
+      if (frames_tag(tree, v, tag).empty()) kept = tag;
+    } else if (v.kind() == Kind::dict && tree.find(v, "filename")) {
+      if (frame_tag(tree, v, tag).empty()) kept = tag;
     }
-    if (v.kind() == Kind::dict && tree.find(v, "filename")) {
-      if (!frame_tag(tree, v, tag).empty()) return std::nullopt;
-      return tag;
-    }
-    return std::nullopt;
+    spent_ = spent_ || tree.exhausted();
+    return kept;
   }
+
+  // True when a read of the tree ran out of its visit budget: what was read may
+  // be short, so nothing read may be reported.
+  bool spent() const noexcept { return spent_; }
 
   // Reads the tree (which may be dropped after) and returns the source figures.
   Result<TorchSnapshotSource> run(const Tree& tree, std::optional<int> device) {
@@ -170,10 +186,23 @@ class Importer final : public import::AppendSink {
     histories_.clear();
     if (std::string why = read_segments(); !why.empty()) return fail(why);
 
+    // Each term is below kMaxDeviceBytes (checked where it grew): no sum here overflows.
     source_.peak_requested_bytes = initial_requested_ + max_requested_delta_;
+    if (source_.peak_requested_bytes > kMaxDeviceBytes) {
+      return fail(beyond("its blocks alive before it began and those live at " + where(max_requested_at_),
+                         source_.peak_requested_bytes));
+    }
     const std::int64_t initial_reserved = static_cast<std::int64_t>(final_reserved_) - reserved_delta_;
+    if (initial_reserved > static_cast<std::int64_t>(kMaxDeviceBytes)) {
+      return fail(beyond("the segments' bytes at the snapshot and those the history freed beyond what it allocated",
+                         static_cast<std::uint64_t>(initial_reserved)));
+    }
     source_.peak_reserved_bytes =
         static_cast<std::uint64_t>(std::max<std::int64_t>(0, initial_reserved) + max_reserved_delta_);
+    if (source_.peak_reserved_bytes > kMaxDeviceBytes) {
+      return fail(beyond("PyTorch's reserved bytes before the history and at " + where(max_reserved_at_),
+                         source_.peak_reserved_bytes));
+    }
     // Steps were taken at history lines; the reconstructed allocs come first in the trace.
     source_.reserved_steps.reserve(reserved_steps_.size() + 1);
     const std::int64_t before = std::max<std::int64_t>(0, initial_reserved);  // as peak_reserved_bytes counts it
@@ -194,7 +223,8 @@ class Importer final : public import::AppendSink {
   }
 
   // The trace text; call after the tree is gone (the peak is then file + text).
-  std::string render() const {
+  // Refused when it would exceed kTraceBytesPerInputByte per byte of the input.
+  Result<std::string> render(std::size_t input_bytes) const {
     // Sized exactly first: growing by doubling would hold the text twice at the peak.
     std::size_t total = 0;
     std::string scratch;
@@ -205,11 +235,23 @@ class Importer final : public import::AppendSink {
         total += scratch.size();
       }
     }
+    const std::uint64_t budget = kMinTraceBudget + kTraceBytesPerInputByte * input_bytes;
+    if (total > budget) {
+      return fail("its trace would be " + std::to_string(total) + " bytes, over " +
+                  std::to_string(kTraceBytesPerInputByte) + " bytes per byte of the file (" + std::to_string(budget) +
+                  "): its entries repeat shared values too often to be a recorded history");
+    }
     std::string out;
     out.reserve(total);
     for (const TraceLine& l : reconstructed_) line_into(out, l);
     for (const TraceLine& l : lines_) line_into(out, l);
     return out;
+  }
+
+  Error budget_spent(std::size_t input_bytes) const {
+    return fail("reading it takes more than " + std::to_string(import::kVisitsPerInputByte) +
+                " visits per byte (" + std::to_string(import::visit_budget(input_bytes)) +
+                " for this file): its values are shared too often to be a recorded history");
   }
 
  private:
@@ -220,6 +262,13 @@ class Importer final : public import::AppendSink {
 
   std::string where(std::uint64_t index) const {
     return "device_traces[" + std::to_string(device_) + "][" + std::to_string(index) + "]";
+  }
+  static std::string beyond(const std::string& what, std::uint64_t bytes) {
+    return what + " come to " + std::to_string(bytes) + " bytes, beyond any device (" +
+           std::to_string(kMaxDeviceBytes) + "): the history cannot be true";
+  }
+  static std::string range(std::uint64_t addr, std::uint64_t size) {
+    return "[" + std::to_string(addr) + ", " + std::to_string(addr + size) + ")";
   }
 
   // An int field in [0, 2^64): "" and the value, or why not (after the dict's location).
@@ -271,13 +320,22 @@ class Importer final : public import::AppendSink {
     if (!file || file->kind() != Kind::string) return ".filename: missing or not a str";
     if (!func || func->kind() != Kind::string) return ".name: missing or not a str";
     if (std::string why = u64(tree, frame, "line", line); !why.empty()) return why;
-    std::string text(*tree.string(*file));
+    std::string text(tree.string(*file)->substr(0, kMaxTagBytes));
     text += ':' + std::to_string(line) + ':';
-    text += *tree.string(*func);
+    text += tree.string(*func)->substr(0, kMaxTagBytes);
+    cut_tag(text);
     auto [it, fresh] = tag_index_.try_emplace(text, static_cast<std::uint32_t>(tags_.size()));
     if (fresh) tags_.push_back(std::move(text));
     tag = it->second;
     return "";
+  }
+  // Cut at a UTF-8 boundary with "..." at the end, so the tag stays readable.
+  static void cut_tag(std::string& text) {
+    if (text.size() <= kMaxTagBytes) return;
+    std::size_t end = kMaxTagBytes - 3;
+    while (end > 0 && (static_cast<unsigned char>(text[end]) & 0xC0) == 0x80) --end;
+    text.resize(end);
+    text += "...";
   }
   // The top frame of a frames list (0: none).
   std::string frames_tag(const Tree& tree, Value frames, std::uint32_t& tag) {
@@ -331,7 +389,8 @@ class Importer final : public import::AppendSink {
     }
     if (std::string why = u64(tree, entry, "addr", e.addr); !why.empty()) return why;
     if (std::string why = u64(tree, entry, "size", e.size); !why.empty()) return why;
-    if (e.size > (std::uint64_t{1} << 62)) return ".size: " + std::to_string(e.size) + " is beyond any device";
+    if (e.size > kMaxDeviceBytes) return ".size: " + std::to_string(e.size) + " is beyond any device";
+    if (e.addr > ~std::uint64_t{0} - e.size) return ".addr: the block would end past 2^64";
     if (std::string why = u64(tree, entry, "stream", e.stream, *action == Action::alloc); !why.empty()) return why;
     if (*action == Action::alloc || *action == Action::free_requested || *action == Action::free_completed) {
       return top_frame(tree, entry, e.tag);
@@ -339,19 +398,53 @@ class Importer final : public import::AppendSink {
     return "";
   }
 
-  void requested(std::int64_t delta) {
+  // |delta| <= kMaxDeviceBytes on entry and on return (or an error): the sums never overflow.
+  std::string requested(std::int64_t delta, std::uint64_t index) {
     requested_delta_ += delta;
-    max_requested_delta_ = std::max<std::uint64_t>(max_requested_delta_,
-                                                   static_cast<std::uint64_t>(std::max<std::int64_t>(0, requested_delta_)));
+    const std::int64_t live = static_cast<std::int64_t>(initial_requested_) + requested_delta_;
+    if (live > static_cast<std::int64_t>(kMaxDeviceBytes) ||
+        requested_delta_ < -static_cast<std::int64_t>(kMaxDeviceBytes)) {
+      return where(index) + ": " + beyond("the live blocks", static_cast<std::uint64_t>(std::max<std::int64_t>(0, live)));
+    }
+    if (requested_delta_ > 0 && static_cast<std::uint64_t>(requested_delta_) > max_requested_delta_) {
+      max_requested_delta_ = static_cast<std::uint64_t>(requested_delta_);
+      max_requested_at_ = index;
+    }
+    return "";
   }
-  void reserved(std::int64_t delta) {
+  std::string reserved(std::int64_t delta, std::uint64_t index) {
     reserved_delta_ += delta;
-    max_reserved_delta_ = std::max(max_reserved_delta_, reserved_delta_);
+    if (reserved_delta_ > static_cast<std::int64_t>(kMaxDeviceBytes) ||
+        reserved_delta_ < -static_cast<std::int64_t>(kMaxDeviceBytes)) {
+      return where(index) + ": " +
+             beyond("the segments it allocated or freed", static_cast<std::uint64_t>(
+                                                              reserved_delta_ < 0 ? -reserved_delta_ : reserved_delta_));
+    }
+    if (reserved_delta_ > max_reserved_delta_) {
+      max_reserved_delta_ = reserved_delta_;
+      max_reserved_at_ = index;
+    }
     if (!reserved_steps_.empty() && reserved_steps_.back().first == lines_.size()) {
       reserved_steps_.back().second = reserved_delta_;
     } else {
       reserved_steps_.emplace_back(lines_.size(), reserved_delta_);
     }
+    return "";
+  }
+
+  // Two live blocks never share a byte: "" or the problem naming both entries.
+  std::string overlap(std::uint64_t addr, std::uint64_t size, std::uint64_t index) const {
+    auto next = live_.lower_bound(addr);
+    const auto clash = [&](const std::pair<const std::uint64_t, Block>& other) {
+      return where(index) + ".addr: the block " + range(addr, size) + " overlaps the live block " +
+             range(other.first, other.second.size) + " of " + where(other.second.since);
+    };
+    if (next != live_.end() && next->first < addr + size) return clash(*next);
+    if (next != live_.begin()) {
+      const auto& prev = *std::prev(next);
+      if (prev.first + prev.second.size > addr) return clash(prev);
+    }
+    return "";
   }
 
   std::string walk(const Entry& e, std::uint64_t index) {
@@ -363,37 +456,46 @@ class Importer final : public import::AppendSink {
       case Action::segment_alloc:
       case Action::segment_map:
         ++source_.segment_allocs;
-        reserved(signed_size);
-        return "";
+        return reserved(signed_size, index);
       case Action::segment_free:
       case Action::segment_unmap:
-        reserved(-signed_size);
-        return "";
+        return reserved(-signed_size, index);
       case Action::alloc: {
         if (e.size == 0) return at() + ".size: 0 (an allocation of 0 bytes)";
         if (auto it = live_.find(e.addr); it != live_.end()) {
-          return at() + ".addr: a second alloc at live address " + std::to_string(e.addr);
+          return at() + ".addr: a second alloc at live address " + std::to_string(e.addr) + " (allocated at " +
+                 where(it->second.since) + ")";
         }
+        if (std::string why = overlap(e.addr, e.size, index); !why.empty()) return why;
         std::uint8_t stream = 0;
         if (std::string why = stream_of(e.stream, at, stream); !why.empty()) return why;
         const auto id = static_cast<std::uint32_t>(source_.allocs++);
-        live_.emplace(e.addr, Block{id, e.tag, false, e.size, false, 0});
+        live_.emplace(e.addr, Block{id, e.tag, false, e.size, false, 0, index});
         seen_.insert(e.addr);
+        freed_.erase(e.addr);
         lines_.push_back(TraceLine{e.size, id, e.tag, true, false, stream});
-        requested(signed_size);
-        return "";
+        return requested(signed_size, index);
       }
       case Action::free_requested:
       case Action::free_completed: {
         auto it = live_.find(e.addr);
         if (it == live_.end()) {
+          // A block the history freed is not alive before it: a second free is a contradiction.
+          if (const auto f = freed_.find(e.addr); f != freed_.end()) {
+            return at() + ".addr: a free of address " + std::to_string(e.addr) + ", freed already at " +
+                   where(f->second) + " and not allocated since";
+          }
           // Alive before the history starts: the ring buffer dropped its alloc.
+          if (std::string why = overlap(e.addr, e.size, index); !why.empty()) return why;
           std::uint8_t stream = 0;
           if (std::string why = stream_of(e.stream, at, stream); !why.empty()) return why;
+          if (initial_requested_ + e.size > kMaxDeviceBytes) {
+            return at() + ": " + beyond("the blocks alive before the history", initial_requested_ + e.size);
+          }
           const auto id = static_cast<std::uint32_t>(reconstructed_.size());
           reconstructed_.push_back(TraceLine{e.size, id, e.tag, true, true, stream});
           initial_requested_ += e.size;
-          it = live_.emplace(e.addr, Block{id, e.tag, true, e.size, false, 0}).first;
+          it = live_.emplace(e.addr, Block{id, e.tag, true, e.size, false, 0, index}).first;
           seen_.insert(e.addr);
         }
         Block& b = it->second;
@@ -406,9 +508,10 @@ class Importer final : public import::AppendSink {
         if (b.free_requested && index > b.requested_at + 1) ++source_.deferred_frees;
         lines_.push_back(TraceLine{0, b.id, b.tag, false, b.reconstructed, 0});
         ++source_.frees;
-        requested(-static_cast<std::int64_t>(b.size));
+        const std::int64_t size = static_cast<std::int64_t>(b.size);
         live_.erase(it);
-        return "";
+        freed_[e.addr] = index;
+        return requested(-size, index);
       }
     }
     return "";
@@ -434,6 +537,11 @@ class Importer final : public import::AppendSink {
       if (problem = u64(tree, seg, "device", dev); !problem.empty()) return (problem = at() + problem), false;
       if (dev != static_cast<std::uint64_t>(device_)) return true;
       if (problem = u64(tree, seg, "total_size", total); !problem.empty()) return (problem = at() + problem), false;
+      if (total > kMaxDeviceBytes - final_reserved_) {  // final_reserved_ <= kMaxDeviceBytes: no wrap
+        problem = at() + ".total_size: " + std::to_string(total) + " bytes on top of the segments before it (" +
+                  std::to_string(final_reserved_) + ") is beyond any device";
+        return false;
+      }
       if (problem = u64(tree, seg, "stream", raw_stream, false); !problem.empty()) {
         return (problem = at() + problem), false;
       }
@@ -466,10 +574,16 @@ class Importer final : public import::AppendSink {
     if (std::string why = u64(tree, block, "requested_size", requested_size, false); !why.empty()) {
       return at() + why;
     }
+    if (requested_size > kMaxDeviceBytes) return at() + ".requested_size: " + beyond("the block", requested_size);
     const std::optional<Value> state = tree.find(block, "state");
     if (!state || state->kind() != Kind::string) return at() + ".state: missing or not a str";
     const std::string_view st = *tree.string(*state);
     if (st != "active_allocated" && st != "active_awaiting_free") return "";
+    // One address holds one active block: a second listing would count it twice.
+    if (auto [listed, fresh] = active_listed_.try_emplace(addr, at()); !fresh) {
+      return at() + ".address: the active block at " + std::to_string(addr) + " is listed already as " +
+             listed->second;
+    }
     // An address the history touched holds a block the history accounts for.
     if (live_.count(addr) != 0 || seen_.count(addr) != 0) return "";
     if (requested_size == 0) return "";
@@ -477,6 +591,9 @@ class Importer final : public import::AppendSink {
     if (std::string why = stream_of(raw_stream, at, stream); !why.empty()) return why;
     std::uint32_t tag = 0;
     if (std::string why = top_frame(tree, block, tag); !why.empty()) return at() + why;
+    if (initial_requested_ + requested_size > kMaxDeviceBytes) {
+      return at() + ": " + beyond("the blocks alive before the history", initial_requested_ + requested_size);
+    }
     const auto id = static_cast<std::uint32_t>(reconstructed_.size());
     reconstructed_.push_back(TraceLine{requested_size, id, tag, true, true, stream});
     initial_requested_ += requested_size;
@@ -517,15 +634,20 @@ class Importer final : public import::AppendSink {
   TorchSnapshotSource source_;
   std::vector<TraceLine> lines_;
   std::vector<TraceLine> reconstructed_;
-  std::unordered_map<std::uint64_t, Block> live_;
+  std::map<std::uint64_t, Block> live_;  // ordered: a new block is checked against its neighbours
   std::unordered_set<std::uint64_t> seen_;  // addresses of the history's allocs and reconstructed frees
+  std::unordered_map<std::uint64_t, std::uint64_t> freed_;  // address -> entry that freed it, until allocated again
+  std::unordered_map<std::uint64_t, std::string> active_listed_;  // segments' active blocks -> where listed
   std::unordered_map<std::uint64_t, std::uint8_t> streams_;
   bool seen_default_ = false;
   std::uint64_t stream_count_ = 0;
   std::vector<std::string> tags_;
   std::unordered_map<std::string, std::uint32_t> tag_index_;
+  // Each below kMaxDeviceBytes in magnitude, checked as it changes.
   std::uint64_t initial_requested_ = 0, max_requested_delta_ = 0, final_reserved_ = 0;
   std::int64_t requested_delta_ = 0, reserved_delta_ = 0, max_reserved_delta_ = 0;
+  std::uint64_t max_requested_at_ = 0, max_reserved_at_ = 0;  // entries where the deltas peaked
+  bool spent_ = false;
   std::vector<std::pair<std::uint64_t, std::int64_t>> reserved_steps_;  // {history lines before, reserved_delta_}
 };
 
@@ -537,7 +659,9 @@ Result<TorchSnapshotImport> import_torch_snapshot(std::string_view bytes, std::s
                                                   std::optional<int> device) {
   try {
     Importer importer(name);
-    Result<Tree> tree = import::unpickle(bytes, &importer);
+    Result<Tree> tree = import::unpickle(bytes, &importer, import::visit_budget(bytes.size()));
+    // A spent budget comes first: a problem found after it may be an artifact of a short read.
+    if (importer.spent()) return importer.budget_spent(bytes.size());
     if (!tree.ok()) {
       Error e = std::move(tree).error();
       e.message = std::string(name) + ": " + e.message;
@@ -545,11 +669,15 @@ Result<TorchSnapshotImport> import_torch_snapshot(std::string_view bytes, std::s
     }
     std::optional<Tree> held(std::move(tree).value());
     Result<TorchSnapshotSource> source = importer.run(*held, device);
+    const bool spent = held->exhausted();
     held.reset();  // the tree is the largest thing; the trace text is built without it
+    if (spent) return importer.budget_spent(bytes.size());
     if (!source.ok()) return std::move(source).error();
+    Result<std::string> trace = importer.render(bytes.size());
+    if (!trace.ok()) return std::move(trace).error();
     TorchSnapshotImport out;
     out.source = *source;
-    out.trace = importer.render();
+    out.trace = std::move(trace).value();
     return out;
   } catch (const std::bad_alloc&) {
     return make_error(ErrorCode::out_of_memory, std::string(name) + ": host memory cannot hold the import");
