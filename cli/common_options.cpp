@@ -98,9 +98,9 @@ CLI::Option* add_inject_option(CLI::App& app, std::vector<std::string>& specs) {
       ->allow_extra_args(false);
 }
 
-CLI::Option* add_trace_argument(CLI::App& app, const std::string& name, std::string& path) {
-  return app.add_option(name, path, "Trace: JSON Lines, one op per line (docs/spec.md §3)")
-      ->required();
+CLI::Option* add_trace_argument(CLI::App& app, const std::string& name, std::string& path,
+                                const std::string& description) {
+  return app.add_option(name, path, description)->required();
 }
 
 void add_report_options(CLI::App& app, std::string& report, bool& json) {

@@ -76,8 +76,11 @@ CLI::Option* add_seed_option(CLI::App& app, std::string& seed, const std::string
 // --inject SPEC, repeatable or comma-separated: each spec checked by parse_fault_spec.
 CLI::Option* add_inject_option(CLI::App& app, std::vector<std::string>& specs);
 
-// TRACE (named `name` in the help): the path of a trace file; required.
-CLI::Option* add_trace_argument(CLI::App& app, const std::string& name, std::string& path);
+// TRACE (named `name` in the help): the path of a trace file or snapshot; required.
+CLI::Option* add_trace_argument(CLI::App& app, const std::string& name, std::string& path,
+                                const std::string& description =
+                                    "Trace: JSON Lines, one op per line (docs/spec.md §3), or a PyTorch "
+                                    "memory snapshot pickle");
 
 // --report FILE ('-': stdout) and the --json flag of a subcommand that prints a
 // JSON report or a summary.

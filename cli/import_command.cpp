@@ -71,7 +71,8 @@ Subcommand add_import(CLI::App& parent) {
   app->require_subcommand(1);
   CLI::App* torch = app->add_subcommand(
       "torch-snapshot", "A PyTorch memory snapshot (torch.cuda.memory._dump_snapshot) as a ferry trace");
-  add_trace_argument(*torch, "SNAP", args->file);
+  add_trace_argument(*torch, "SNAP", args->file,
+                     "The snapshot pickle (torch.cuda.memory._dump_snapshot; docs/spec.md §3)");
   torch->add_option("-o,--out", args->out, "Write the trace here (default: stdout; the summary then goes to stderr)");
   torch->add_option("--device", args->device, "The device whose history to import (default: the one with the most entries)")
       ->check(CLI::Range(0, 1 << 20));
