@@ -10,6 +10,8 @@
 #include <unordered_set>
 #include <vector>
 
+#include "ferry/names.hpp"
+#include "ferry/stream.hpp"
 #include "import/block_list.hpp"
 #include "import/json_text.hpp"
 #include "import/pickle.hpp"
@@ -22,7 +24,6 @@ using import::Tree;
 using import::Value;
 using import::append_json_text;
 
-constexpr std::size_t kMaxStreams = 64;  // ferry's streams: 0..63 (docs/spec.md §3)
 // Every size and figure of one device's history stays below this: no device
 // holds a pebibyte, and with each step checked against it no sum can overflow.
 constexpr std::uint64_t kMaxDeviceBytes = std::uint64_t{1} << 50;
@@ -38,16 +39,23 @@ enum class Action : std::uint8_t {
   alloc, free_requested, free_completed, segment_alloc, segment_free, segment_map, segment_unmap, oom, snapshot
 };
 
+// The history's actions, as PyTorch's CUDACachingAllocator names them.
+constexpr NamedValue<Action> kActions[] = {
+    {Action::alloc, "alloc"},
+    {Action::free_requested, "free_requested"},
+    {Action::free_completed, "free_completed"},
+    {Action::segment_alloc, "segment_alloc"},
+    {Action::segment_free, "segment_free"},
+    {Action::segment_map, "segment_map"},
+    {Action::segment_unmap, "segment_unmap"},
+    {Action::oom, "oom"},
+    {Action::snapshot, "snapshot"},
+};
+
 std::optional<Action> parse_action(std::string_view s) noexcept {
-  if (s == "alloc") return Action::alloc;
-  if (s == "free_requested") return Action::free_requested;
-  if (s == "free_completed") return Action::free_completed;
-  if (s == "segment_alloc") return Action::segment_alloc;
-  if (s == "segment_free") return Action::segment_free;
-  if (s == "segment_map") return Action::segment_map;
-  if (s == "segment_unmap") return Action::segment_unmap;
-  if (s == "oom") return Action::oom;
-  if (s == "snapshot") return Action::snapshot;
+  for (const NamedValue<Action>& n : kActions) {
+    if (n.name == s) return n.value;
+  }
   return std::nullopt;
 }
 
@@ -298,7 +306,8 @@ class Importer final : public import::AppendSink {
     auto [it, fresh] = streams_.try_emplace(raw, 0);
     if (fresh) {
       if (streams_.size() >= kMaxStreams) {
-        return at() + ".stream: a 64th stream besides the default one; ferry has streams 0..63";
+        return at() + ".stream: a " + std::to_string(kMaxStreams) + "th stream besides the default one; ferry has streams 0.." +
+               std::to_string(kMaxStreams - 1);
       }
       it->second = static_cast<std::uint8_t>(streams_.size());
       ++stream_count_;

@@ -1,7 +1,8 @@
 // A snapshot's work and output are bounded by its size, its figures by what a
 // device can hold, and a history that contradicts itself is refused naming both
-// entries (issue 41 items 4-7). Each pickle here is written op by op, sharing
-// values through the memo as a hostile file would.
+// entries, and what the import writes the replay reads (issue 41 items 4-7).
+// Each pickle here is written op by op, sharing values through the memo as a
+// hostile file would.
 #include <gtest/gtest.h>
 
 #include <cstdint>
